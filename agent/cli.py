@@ -1,0 +1,219 @@
+"""The ``lockstep`` command: run, once, doctor, demo, config check.
+
+Exit status: 0 fine; 1 a collector failed (``once``) or the agent could not start;
+2 bad usage or bad configuration (every problem printed, no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from agent import __version__
+from agent.collector import CollectorContext, NothingHere, describe_error
+from agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
+from agent.daemon import Agent, Setup, serve
+from agent.logs import collector_logger, setup_logging
+from agent.registry import Discovery, discover
+from agent.scheduler import HEALTHY_STATES, State
+from agent.webconfig import WebConfig, WebConfigError, load_web_config
+
+
+def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
+    names = sorted(discovery.collectors)
+    shared = argparse.ArgumentParser(add_help=False)
+    shared.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (see docs/configuration.md)")
+    shared.add_argument("--listen", metavar="ADDR", help=f"address to serve on (default {DEFAULT_LISTEN})")
+    shared.add_argument("--web.config.file", dest="web_config_file", metavar="FILE", help="TLS/basic-auth config")
+    shared.add_argument("--log.level", dest="log_level", choices=("debug", "info", "warning", "error"))
+    for root in ("sysfs", "procfs", "rootfs"):
+        shared.add_argument(f"--path.{root}", dest=f"path_{root}", metavar="DIR", help=f"where the host's {root} is")
+    shared.add_argument(
+        "--collector.disable-defaults",
+        dest="disable_defaults",
+        action="store_true",
+        help="start with every collector off; enable some with --collector.NAME",
+    )
+    for name in names:
+        cls = discovery.collectors[name].cls
+        default = "on" if cls.default_enabled else "off"
+        shared.add_argument(
+            f"--collector.{name}", dest=f"enable_{name}", action="store_true", help=f"{cls.help} (default {default})"
+        )
+        shared.add_argument(f"--no-collector.{name}", dest=f"disable_{name}", action="store_true", help=argparse.SUPPRESS)
+
+    parser = argparse.ArgumentParser(
+        prog="lockstep",
+        description="Per-node observability agent for AI/GPU clusters.",
+        epilog="Collectors can be switched off with --no-collector.NAME.",
+    )
+    parser.add_argument("--version", action="version", version=f"lockstep {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands.add_parser("run", parents=[shared], help="run the agent (the daemon)")
+    commands.add_parser(
+        "once", parents=[shared], help="one collection round, exposition to stdout; exit 1 if a collector failed"
+    )
+    commands.add_parser("doctor", parents=[shared], help="which collectors can run on this machine, and why not")
+    from agent.simulation import SCENARIOS
+
+    demo = commands.add_parser(
+        "demo",
+        parents=[shared],
+        help="the agent on a simulated GPU node",
+        description="Run the agent on a simulated node. Scenarios: "
+        + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()),
+    )
+    demo.add_argument("--scenario", default="healthy", choices=sorted(SCENARIOS))
+    demo.add_argument("--once", action="store_true", help="print one exposition and exit")
+    config = commands.add_parser("config", help="configuration tools")
+    config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
+    check = config_commands.add_parser("check", help="validate a config file without starting anything")
+    check.add_argument("file", type=Path)
+    return parser
+
+
+def overrides_from(args: argparse.Namespace, names: Sequence[str], paths: Mapping[str, str] | None = None) -> Overrides:
+    given_paths = {root: getattr(args, f"path_{root}") for root in ("sysfs", "procfs", "rootfs")}
+    given_paths = {k: v for k, v in given_paths.items() if v}
+    given_paths.update(paths or {})
+    return Overrides(
+        listen=args.listen,
+        web_config_file=args.web_config_file,
+        log_level=args.log_level,
+        paths=given_paths,
+        enable=frozenset(n for n in names if getattr(args, f"enable_{n}", False)),
+        disable=frozenset(n for n in names if getattr(args, f"disable_{n}", False)),
+        disable_defaults=args.disable_defaults,
+    )
+
+
+def report_problems(problems: Sequence[str]) -> int:
+    for problem in problems:
+        print(f"lockstep: {problem}", file=sys.stderr)
+    return 2
+
+
+def collect_once(setup: Setup, config: Config) -> tuple[bytes, list[str]]:
+    """One round of every enabled collector, each bounded by its deadline.
+
+    Returns the exposition and a line per collector that failed or got stuck.
+    """
+    agent = Agent(setup, config, WebConfig())
+    started = time.monotonic()
+    for name, worker in agent.workers.items():
+        worker.first_run_done.wait(max(0.0, started + worker.deadline + 0.1 - time.monotonic()))
+    body, _ = agent.exporter.render()
+    failures = [
+        f"collector {v.name}: {v.state.value}: {v.reason}" for v in agent.views() if v.state not in HEALTHY_STATES
+    ]
+    agent.stop()
+    return body, failures
+
+
+def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
+    """Print, for each collector, whether it can run here and why not."""
+    rows = []
+    worst = 0
+    for name in sorted(setup.available):
+        settings = config.collectors[name]
+        context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), dict(setup.fakes))
+        outcome: dict[str, Any] = {}
+
+        def probe() -> None:
+            try:
+                note = setup.available[name](context).check()
+                outcome["status"], outcome["detail"] = "ready", note
+            except NothingHere as exc:
+                outcome["status"], outcome["detail"] = "nothing here", str(exc)
+            except Exception as exc:
+                outcome["status"], outcome["detail"] = "cannot run", describe_error(exc)
+
+        thread = threading.Thread(target=probe, daemon=True)
+        thread.start()
+        thread.join(settings.deadline)
+        if thread.is_alive():
+            outcome = {"status": "cannot run", "detail": f"no answer within its {settings.deadline:g}s deadline"}
+        if outcome["status"] == "cannot run" and settings.enabled:
+            worst = 1
+        rows.append((name, "yes" if settings.enabled else "no", outcome["status"], outcome["detail"]))
+    for problem in discovery.problems:
+        rows.append(("(plugin)", "-", "cannot load", problem))
+        worst = 1
+    headers = ("COLLECTOR", "ENABLED", "STATUS", "DETAIL")
+    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(3)]
+    for row in [headers, *rows]:
+        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)) + "  " + str(row[3]).rstrip())
+    return worst
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    discovery = discover()
+    args = build_parser(discovery).parse_args(argv)
+    if args.command == "config":
+        return config_check(args.file, discovery)
+
+    available = {name: r.cls for name, r in discovery.collectors.items()}
+    fakes: dict[str, Any] = {}
+    sim_paths: dict[str, str] = {}
+    node = None
+    if args.command == "demo":
+        from agent.simulation import temporary_node
+
+        # The simulated node has data for the built-in collectors only.
+        available = {name: r.cls for name, r in discovery.collectors.items() if r.builtin}
+        node, _tempdir = temporary_node(args.scenario)
+        fakes = node.fakes
+        sim_paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
+
+    setup = Setup(args.config, available, overrides_from(args, sorted(available), sim_paths), fakes)
+    try:
+        config = setup.load()
+    except ConfigError as exc:
+        return report_problems(exc.problems)
+
+    if args.command == "doctor":
+        return doctor(setup, config, discovery)
+    if args.command == "once" or (args.command == "demo" and args.once):
+        setup_logging(config.log_level, config.log_format)
+        for problem in discovery.problems:
+            print(f"lockstep: {problem}", file=sys.stderr)
+        body, failures = collect_once(setup, config)
+        sys.stdout.buffer.write(body)
+        sys.stdout.flush()
+        for failure in failures:
+            print(f"lockstep: {failure}", file=sys.stderr)
+        return 1 if failures else 0
+    if node is not None:
+        node.run_clock()
+    return serve(setup, config)
+
+
+def config_check(path: Path, discovery: Discovery) -> int:
+    from agent.config import load_config
+
+    available = {name: r.cls for name, r in discovery.collectors.items()}
+    try:
+        config = load_config(path, available)
+        if config.web_config_file is not None:
+            load_web_config(config.web_config_file)
+    except (ConfigError, WebConfigError) as exc:
+        return report_problems(exc.problems)
+    print(f"{path}: OK (collectors enabled: {', '.join(config.enabled_collectors) or 'none'})")
+    return 0
+
+
+def entry_point() -> None:
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+
+
+if __name__ == "__main__":
+    entry_point()

@@ -1,0 +1,138 @@
+"""The collector protocol: what a collector declares, what it gets, what it returns.
+
+A collector is a class registered under the entry-point group ``lockstep.collectors``
+(see ``agent/registry.py``).  The agent builds one instance per configured collector
+and calls ``collect()`` from that collector's own worker thread, never from a scrape.
+
+Rules a collector follows:
+- ``__init__`` does no hardware or file I/O: the agent constructs collectors for
+  ``--help``, ``doctor`` and config validation too.
+- ``collect()`` returns fresh metric families on every call (never cached objects),
+  built with ``MetricSpec.family()`` so every emitted name is a declared one.
+- "This machine has none of what I collect" is ``raise NothingHere("no /sys/class/infiniband")``:
+  a quiet outcome, distinct from a failure.  Any other exception is a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+MetricType = Literal["gauge", "counter"]
+
+
+class NothingHere(Exception):
+    """This machine has nothing for the collector to collect (no GPU, no HCA, ...).
+
+    The message says why in words an operator can act on; ``lockstep doctor`` shows it.
+    """
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric, declared once, next to the code that emits it.
+
+    ``name`` is the full exposed name: counters end in ``_total``.  ``unit`` is for the
+    catalogue (docs/metrics.md); the name already carries the base unit.
+    """
+
+    name: str
+    type: MetricType
+    help: str
+    labels: tuple[str, ...] = ()
+    unit: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.name.startswith("lockstep_"):
+            raise ValueError(f"metric {self.name!r}: names start with 'lockstep_'")
+        if (self.type == "counter") != self.name.endswith("_total"):
+            raise ValueError(f"metric {self.name!r}: counters, and only counters, end in '_total'")
+
+    def family(self) -> GaugeMetricFamily | CounterMetricFamily:
+        """A fresh, empty family for this metric, with its declared labels."""
+        if self.type == "counter":
+            return CounterMetricFamily(self.name, self.help, labels=self.labels)
+        return GaugeMetricFamily(self.name, self.help, labels=self.labels)
+
+
+@dataclass(frozen=True)
+class Option:
+    """A collector-specific setting under ``collectors.<name>`` in the config file.
+
+    ``parse`` turns the YAML value into the Python value or raises ValueError with a
+    message naming what was expected.
+    """
+
+    name: str
+    parse: Callable[[Any], Any]
+    default: Any
+    help: str
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where the host's trees are: overridable so the agent can run in a container with
+    the host mounted elsewhere, and tests can point it at fixture trees."""
+
+    sysfs: Path = Path("/sys")
+    procfs: Path = Path("/proc")
+    rootfs: Path = Path("/")
+
+
+@dataclass(frozen=True)
+class CollectorContext:
+    """What the agent hands a collector when it builds it."""
+
+    paths: Paths
+    options: dict[str, Any]
+    log: logging.Logger
+    # Fakes plugged in by the simulated node (agent/simulation), keyed by what they replace,
+    # e.g. "nvml".  Empty in production.
+    fakes: dict[str, Any] = field(default_factory=dict)
+
+
+class Collector:
+    """Base class for collectors.  Subclasses set the class attributes and ``collect``."""
+
+    name: ClassVar[str]
+    help: ClassVar[str] = ""
+    default_enabled: ClassVar[bool] = True
+    default_interval: ClassVar[float] = 15.0
+    # How long a run may take before the collector is reported stuck; defaults to the interval.
+    default_deadline: ClassVar[float | None] = None
+    metrics: ClassVar[Sequence[MetricSpec]] = ()
+    options: ClassVar[Sequence[Option]] = ()
+
+    def __init__(self, context: CollectorContext) -> None:
+        self.context = context
+        self.paths = context.paths
+        self.log = context.log
+
+    def check(self) -> str:
+        """Raise NothingHere or an exception if this collector cannot run here.
+
+        ``lockstep doctor`` calls it.  Returns a note for the operator ("" if none), e.g.
+        what part of the data this machine cannot give.  The default does one collection
+        round and throws the result away, which suits cheap collectors; others override it.
+        """
+        for _ in self.collect():
+            pass
+        return ""
+
+    def collect(self) -> Iterable[Metric]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the collector holds (threads, handles).  Called when it is removed."""
+
+
+def describe_error(exc: BaseException) -> str:
+    """An exception in words an operator can act on: 'permission denied reading /proc/x'."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        return f"{exc.strerror[0].lower()}{exc.strerror[1:]} reading {exc.filename}"
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

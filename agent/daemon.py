@@ -1,0 +1,264 @@
+"""The daemon's life: build workers from a config, serve, reload, stop.
+
+Signal handlers only enqueue (``SimpleQueue.put`` is safe in a signal handler); the main
+loop dispatches: SIGHUP or a change of the config file on disk reloads, SIGTERM/SIGINT
+stop.  A reload builds and checks the whole new configuration first and swaps it in only
+if it is valid; otherwise the old one keeps running and the error is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from agent.collector import Collector, CollectorContext
+from agent.config import Config, ConfigError, Overrides, load_config
+from agent.exporter import SnapshotExporter
+from agent.logs import collector_logger, setup_logging
+from agent.scheduler import State, Worker, WorkerView
+from agent.sdnotify import Notifier
+from agent.server import AgentHTTPServer, make_server
+from agent.webconfig import WebConfig, WebConfigError, load_web_config
+
+log = logging.getLogger("lockstep.agent")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything a config is built from, kept so a reload can build the next one the same way."""
+
+    config_path: Path | None
+    available: Mapping[str, type[Collector]]
+    overrides: Overrides
+    fakes: Mapping[str, Any]
+
+    def load(self) -> Config:
+        return load_config(self.config_path, self.available, self.overrides)
+
+
+def load_web(config: Config) -> WebConfig:
+    return load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
+
+
+class Agent:
+    """The workers and exporter of the current config, plus the HTTP server if serving."""
+
+    def __init__(self, setup: Setup, config: Config, web: WebConfig) -> None:
+        self.setup = setup
+        self.config = config
+        self.web = web
+        self.workers: dict[str, Worker] = {}
+        self.exporter = SnapshotExporter(self.views)
+        self.server: AgentHTTPServer | None = None
+        self._server_thread: threading.Thread | None = None
+        self._stuck_logged: set[str] = set()
+        self._apply_collectors(config)
+
+    def views(self) -> list[WorkerView]:
+        return [w.view() for w in list(self.workers.values())]
+
+    def _new_worker(self, name: str, config: Config, predecessor: Worker | None) -> Worker:
+        settings = config.collectors[name]
+        logger = collector_logger(name)
+        context = CollectorContext(
+            paths=config.paths, options=dict(settings.options), log=logger, fakes=dict(self.setup.fakes)
+        )
+        collector = self.setup.available[name](context)
+        return Worker(
+            collector,
+            interval=settings.interval,
+            deadline=settings.deadline,
+            staleness_intervals=config.staleness_intervals,
+            log=logger,
+            predecessor=predecessor,
+        )
+
+    def _apply_collectors(self, config: Config) -> None:
+        """Start, keep or replace workers so they match ``config``."""
+        old_config = self.config
+        workers: dict[str, Worker] = {}
+        for name in config.enabled_collectors:
+            current = self.workers.get(name)
+            unchanged = (
+                current is not None
+                and old_config.collectors[name] == config.collectors[name]
+                and old_config.paths == config.paths
+                and old_config.staleness_intervals == config.staleness_intervals
+            )
+            if unchanged:
+                workers[name] = current  # type: ignore[assignment]
+                continue
+            if current is not None:
+                current.stop()
+            workers[name] = self._new_worker(name, config, predecessor=current)
+        for name, worker in self.workers.items():
+            if name not in workers:
+                worker.stop()
+        started = [w for n, w in workers.items() if self.workers.get(n) is not w]
+        self.workers = workers
+        self.config = config
+        for worker in started:
+            worker.start()
+
+    def start_server(self) -> None:
+        self.server = make_server(self.config.listen, self.exporter, self.web, lambda: self.config.enabled_collectors)
+        self._server_thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
+        self._server_thread.start()
+        log.info("listening", extra={"listen": self.config.listen, "tls": self.web.ssl_context is not None})
+
+    def reload(self) -> bool:
+        """Load the config again; apply it if valid, else keep the running one.  True if applied."""
+        try:
+            config = self.setup.load()
+            web = load_web(config)
+        except (ConfigError, WebConfigError) as exc:
+            log.error("new configuration rejected, keeping the running one: %s", "; ".join(exc.problems))
+            return False
+        if self.server is not None and config.listen != self.config.listen:
+            try:
+                server = make_server(config.listen, self.exporter, web, lambda: self.config.enabled_collectors)
+            except OSError as exc:
+                log.error("cannot listen on %s (%s), keeping the running configuration", config.listen, exc)
+                return False
+            old = self.server
+            self.server = server
+            self._server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+            self._server_thread.start()
+            threading.Thread(target=old.shutdown, daemon=True).start()
+        elif self.server is not None:
+            self.server.web_config = web
+        self.web = web
+        logging.getLogger("lockstep").setLevel(config.log_level.upper())
+        self._apply_collectors(config)
+        log.info("configuration reloaded", extra={"collectors": ",".join(config.enabled_collectors)})
+        return True
+
+    def log_stuck(self) -> None:
+        """Log once per stuck run (the view reports it to scrapes by itself)."""
+        for view in self.views():
+            if view.state == State.STUCK and view.name not in self._stuck_logged:
+                self._stuck_logged.add(view.name)
+                collector_logger(view.name).error("collector stuck: %s", view.reason)
+            elif view.state != State.STUCK:
+                self._stuck_logged.discard(view.name)
+
+    def healthy(self) -> bool:
+        return self._server_thread is None or self._server_thread.is_alive()
+
+    def stop(self) -> None:
+        for worker in self.workers.values():
+            worker.stop()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+class ConfigWatcher:
+    """Calls ``on_change`` when the config file's content changes on disk.
+
+    Watches the file's directory, not the file: editors replace files by rename, and
+    Kubernetes updates a mounted ConfigMap by swapping the ``..data`` symlink, so the file
+    itself is never modified.  Any event in the directory triggers a content comparison.
+    """
+
+    def __init__(self, path: Path, on_change: Callable[[], None]) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        self.path = path
+        self._last = self._read()
+        watcher = self
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if event.event_type in ("opened", "closed_no_write"):
+                    return
+                current = watcher._read()
+                if current != watcher._last:
+                    watcher._last = current
+                    on_change()
+
+        self._observer = Observer()
+        self._observer.daemon = True
+        self._observer.schedule(Handler(), str(path.parent.resolve()), recursive=False)
+
+    def _read(self) -> bytes | None:
+        try:
+            return self.path.read_bytes()
+        except OSError:
+            return None
+
+    def start(self) -> None:
+        self._observer.start()
+
+    def stop(self) -> None:
+        self._observer.stop()
+
+
+def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = None) -> int:
+    """Run the agent until SIGTERM/SIGINT.  Returns the exit status."""
+    setup_logging(config.log_level, config.log_format)
+    try:
+        web = load_web(config)
+    except WebConfigError as exc:
+        for problem in exc.problems:
+            log.error("web config: %s", problem)
+        return 2
+    for setting in web.ignored:
+        log.warning("web config setting %s is accepted but not applied", setting)
+    events: queue.SimpleQueue[str] = queue.SimpleQueue()
+    agent = Agent(setup, config, web)
+    try:
+        agent.start_server()
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", config.listen, exc)
+        agent.stop()
+        return 1
+    previous = {
+        signal.SIGHUP: signal.signal(signal.SIGHUP, lambda *_: events.put("reload")),
+        signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: events.put("stop")),
+        signal.SIGINT: signal.signal(signal.SIGINT, lambda *_: events.put("stop")),
+    }
+    watcher = None
+    if setup.config_path is not None:
+        watcher = ConfigWatcher(setup.config_path, lambda: events.put("file-changed"))
+        watcher.start()
+    notifier = Notifier()
+    notifier.notify("READY=1")
+    if ready is not None:
+        ready(agent)
+    log.info("agent started", extra={"collectors": ",".join(config.enabled_collectors)})
+    tick = min(1.0, notifier.watchdog_interval or 1.0)
+    try:
+        while True:
+            try:
+                event = events.get(timeout=tick)
+            except queue.Empty:
+                event = "tick"
+            if event == "stop":
+                break
+            if event in ("reload", "file-changed"):
+                if event == "file-changed":
+                    time.sleep(0.2)  # let an editor or kubelet finish its burst of events
+                log.info("reloading configuration", extra={"reason": "SIGHUP" if event == "reload" else "file changed"})
+                notifier.notify("RELOADING=1")
+                agent.reload()
+                notifier.notify("READY=1")
+            agent.log_stuck()
+            if notifier.watchdog_interval and agent.healthy():
+                notifier.notify("WATCHDOG=1")
+    finally:
+        log.info("stopping")
+        notifier.notify("STOPPING=1")
+        if watcher is not None:
+            watcher.stop()
+        agent.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 0

@@ -1,0 +1,128 @@
+"""Turns the workers' latest snapshots, plus the agent's self-metrics, into an exposition.
+
+This is the whole scrape path: it reads one immutable view per worker and renders.
+No collector code, file or hardware access happens here.
+"""
+
+from __future__ import annotations
+
+import platform
+from typing import Callable, Iterable, Iterator
+
+from prometheus_client.core import Metric
+from prometheus_client.exposition import choose_encoder
+
+from agent import __version__
+from agent.collector import MetricSpec
+from agent.scheduler import HEALTHY_STATES, State, WorkerView
+
+BUILD_INFO = MetricSpec(
+    "lockstep_build_info", "gauge", "The running Lockstep agent's version; always 1.", ("version", "python_version")
+)
+COLLECTOR_UP = MetricSpec(
+    "lockstep_collector_up",
+    "gauge",
+    "1 when the collector's last run succeeded or found nothing to collect on this machine; "
+    "0 when it failed, is stuck past its deadline, or has not run yet.",
+    ("collector",),
+)
+COLLECTOR_STATE = MetricSpec(
+    "lockstep_collector_state",
+    "gauge",
+    "The collector's state, one series per state, 1 for the current one "
+    "(ok, nothing_here, failed, stuck, never_ran).",
+    ("collector", "state"),
+)
+COLLECTOR_DURATION = MetricSpec(
+    "lockstep_collector_duration_seconds",
+    "gauge",
+    "How long the collector's last run took; while a run is stuck, how long it has been running.",
+    ("collector",),
+    unit="seconds",
+)
+COLLECTOR_LAST_SUCCESS = MetricSpec(
+    "lockstep_collector_last_success_timestamp_seconds",
+    "gauge",
+    "Unix time the collector's last successful run finished (absent until one has).",
+    ("collector",),
+    unit="seconds",
+)
+COLLECTOR_ERRORS = MetricSpec(
+    "lockstep_collector_errors_total",
+    "counter",
+    "Runs of the collector that failed or overran their deadline.",
+    ("collector",),
+)
+COLLECTOR_RUNS = MetricSpec(
+    "lockstep_collector_runs_total", "counter", "Finished runs of the collector.", ("collector",)
+)
+COLLECTOR_CPU = MetricSpec(
+    "lockstep_collector_cpu_seconds_total",
+    "counter",
+    "CPU time the collector's worker thread spent in its finished runs.",
+    ("collector",),
+    unit="seconds",
+)
+
+SELF_METRICS = (
+    BUILD_INFO,
+    COLLECTOR_UP,
+    COLLECTOR_STATE,
+    COLLECTOR_DURATION,
+    COLLECTOR_LAST_SUCCESS,
+    COLLECTOR_ERRORS,
+    COLLECTOR_RUNS,
+    COLLECTOR_CPU,
+)
+
+
+class SnapshotExporter:
+    """A prometheus_client collector over the agent's workers.
+
+    ``views`` is called once per scrape and returns the workers' current views; the
+    daemon swaps its set of workers on reload, so the exporter asks each time.
+    """
+
+    def __init__(self, views: Callable[[], list[WorkerView]]) -> None:
+        self._views = views
+
+    def collect(self) -> Iterator[Metric]:
+        views = sorted(self._views(), key=lambda v: v.name)
+        yield from self_metrics(views)
+        for view in views:
+            if view.snapshot is not None:
+                yield from view.snapshot.families
+
+    def render(self, accept_header: str = "") -> tuple[bytes, str]:
+        """The exposition body and its content type, in the format the scraper asked for."""
+        encoder, content_type = choose_encoder(accept_header)
+        return encoder(self), content_type  # type: ignore[arg-type]
+
+
+def self_metrics(views: Iterable[WorkerView]) -> Iterator[Metric]:
+    build = BUILD_INFO.family()
+    build.add_metric([__version__, platform.python_version()], 1)
+    up, state, duration, last_success, errors, runs, cpu = (
+        spec.family()
+        for spec in (
+            COLLECTOR_UP,
+            COLLECTOR_STATE,
+            COLLECTOR_DURATION,
+            COLLECTOR_LAST_SUCCESS,
+            COLLECTOR_ERRORS,
+            COLLECTOR_RUNS,
+            COLLECTOR_CPU,
+        )
+    )
+    for view in views:
+        up.add_metric([view.name], 1 if view.state in HEALTHY_STATES else 0)
+        for candidate in State:
+            state.add_metric([view.name, candidate.value], 1 if view.state == candidate else 0)
+        if view.duration_seconds is not None:
+            duration.add_metric([view.name], view.duration_seconds)
+        if view.last_success_wall_time is not None:
+            last_success.add_metric([view.name], view.last_success_wall_time)
+        errors.add_metric([view.name], view.errors_total)
+        runs.add_metric([view.name], view.runs_total)
+        cpu.add_metric([view.name], view.cpu_seconds_total)
+    yield from (build, up, state, duration, last_success, errors, runs, cpu)

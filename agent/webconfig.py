@@ -1,0 +1,208 @@
+"""The web configuration file: TLS and basic auth for the HTTP endpoint.
+
+Same format as the Prometheus exporters' web config (exporter-toolkit), so a site reuses
+the file it already has::
+
+    tls_server_config:
+      cert_file: server.crt          # relative paths are relative to this file
+      key_file: server.key
+      client_auth_type: RequireAndVerifyClientCert   # optional
+      client_ca_file: ca.crt                        # optional
+      min_version: TLS12                             # optional
+    basic_auth_users:
+      alice: $2y$10$...              # bcrypt hash (htpasswd -nBC 10 "" | tr -d ':\\n')
+    http_server_config:
+      headers:
+        X-Frame-Options: deny
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ssl
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import bcrypt
+
+from agent.yamlfile import LineDict, YamlFileError, load_yaml_file
+
+_TLS_VERSIONS = {
+    "TLS10": ssl.TLSVersion.TLSv1,
+    "TLS11": ssl.TLSVersion.TLSv1_1,
+    "TLS12": ssl.TLSVersion.TLSv1_2,
+    "TLS13": ssl.TLSVersion.TLSv1_3,
+}
+# exporter-toolkit's client_auth_type values that Python's ssl module can honour.
+_CLIENT_AUTH = {
+    "NoClientCert": ssl.CERT_NONE,
+    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
+    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+}
+# Go-specific knobs that sites' files may carry; accepted and ignored (Python's defaults apply).
+_IGNORED_TLS_KEYS = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
+_TLS_KEYS = ("cert_file", "key_file", "client_auth_type", "client_ca_file", "min_version", "max_version")
+
+
+class WebConfigError(Exception):
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+@dataclass
+class WebConfig:
+    ssl_context: ssl.SSLContext | None = None
+    users: Mapping[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
+    headers: Mapping[str, str] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)  # settings accepted but not applied
+
+    def __post_init__(self) -> None:
+        self._verified: set[bytes] = set()
+        self._lock = threading.Lock()
+
+    def check_basic_auth(self, user: str, password: str) -> bool:
+        """True when the user exists and the password matches its bcrypt hash.
+
+        bcrypt is slow by design (~100 ms at cost 10); like exporter-toolkit, a successful
+        check is remembered (as a keyed hash, never the password) so scrapes stay fast.
+        """
+        hashed = self.users.get(user)
+        key = hashlib.sha256(f"{user}\0{password}".encode()).digest()
+        with self._lock:
+            if hashed is not None and any(hmac.compare_digest(key, k) for k in self._verified):
+                return True
+        if hashed is None:
+            # Spend the same time as a real check, so unknown users cannot be told apart.
+            bcrypt.checkpw(password.encode(), _DUMMY_HASH)
+            return False
+        try:
+            ok = bcrypt.checkpw(password.encode(), hashed)
+        except ValueError:
+            return False
+        if ok:
+            with self._lock:
+                self._verified.add(key)
+        return ok
+
+
+_DUMMY_HASH = bcrypt.hashpw(b"lockstep-dummy", bcrypt.gensalt(rounds=10))
+
+
+def load_web_config(path: Path) -> WebConfig:
+    """Parse and check the web config file; WebConfigError lists every problem."""
+    try:
+        data = load_yaml_file(path)
+    except YamlFileError as exc:
+        raise WebConfigError(exc.problems) from None
+    if data is None:
+        return WebConfig()
+    if not isinstance(data, LineDict):
+        raise WebConfigError([f"{path}:1: the web config must be a mapping"])
+    problems: list[str] = []
+    ignored: list[str] = []
+
+    def where(mapping: LineDict, key: str, name: str) -> str:
+        return f"{path}:{mapping.line_of(key)}: {name}"
+
+    def section(key: str) -> LineDict | None:
+        value = data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, LineDict):
+            problems.append(f"{where(data, key, key)}: expected a mapping")
+            return None
+        return value
+
+    for key in data:
+        if key not in ("tls_server_config", "basic_auth_users", "http_server_config"):
+            problems.append(f"{where(data, key, key)}: unknown key")
+
+    context = None
+    tls = section("tls_server_config")
+    if tls is not None:
+        context = _tls_context(path, tls, problems, ignored, where)
+
+    users: dict[str, bytes] = {}
+    auth = section("basic_auth_users")
+    for user, hashed in (auth or {}).items():
+        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
+            problems.append(f"{where(auth, user, f'basic_auth_users.{user}')}: expected a bcrypt hash ($2y$...)")  # type: ignore[arg-type]
+            continue
+        users[str(user)] = hashed.encode()
+
+    headers: dict[str, str] = {}
+    http = section("http_server_config")
+    for key, value in (http or {}).items():
+        if key == "headers" and isinstance(value, dict):
+            headers = {str(k): str(v) for k, v in value.items()}
+        elif key == "http2":
+            ignored.append("http_server_config.http2")
+        else:
+            problems.append(f"{where(http, key, f'http_server_config.{key}')}: unknown or malformed key")  # type: ignore[arg-type]
+
+    if problems:
+        raise WebConfigError(problems)
+    return WebConfig(ssl_context=context, users=users, headers=headers, ignored=ignored)
+
+
+def _tls_context(path: Path, tls: LineDict, problems: list[str], ignored: list[str], where: Any) -> ssl.SSLContext | None:
+    for key in tls:
+        if key in _IGNORED_TLS_KEYS:
+            ignored.append(f"tls_server_config.{key}")
+        elif key not in _TLS_KEYS:
+            problems.append(f"{where(tls, key, f'tls_server_config.{key}')}: unknown key")
+
+    def file_setting(key: str) -> Path | None:
+        value = tls.get(key)
+        if value is None:
+            return None
+        file = Path(str(value))
+        return file if file.is_absolute() else path.parent / file
+
+    cert, key = file_setting("cert_file"), file_setting("key_file")
+    if cert is None or key is None:
+        problems.append(f"{where(tls, 'cert_file', 'tls_server_config')}: both cert_file and key_file are required")
+        return None
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        problems.append(f"{where(tls, 'cert_file', 'tls_server_config.cert_file')}: cannot load {cert} / {key}: {exc}")
+    for key_name, attr in (("min_version", "minimum_version"), ("max_version", "maximum_version")):
+        value = tls.get(key_name)
+        if value is None:
+            continue
+        if value not in _TLS_VERSIONS:
+            problems.append(
+                f"{where(tls, key_name, f'tls_server_config.{key_name}')}: expected one of {', '.join(_TLS_VERSIONS)}"
+            )
+        else:
+            setattr(context, attr, _TLS_VERSIONS[value])
+    if "min_version" not in tls:
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+    auth_type = tls.get("client_auth_type", "NoClientCert")
+    if auth_type not in _CLIENT_AUTH:
+        problems.append(
+            f"{where(tls, 'client_auth_type', 'tls_server_config.client_auth_type')}: "
+            f"expected one of {', '.join(_CLIENT_AUTH)} (RequestClientCert and RequireAnyClientCert "
+            "accept unverified certificates, which Lockstep does not support)"
+        )
+        return context
+    context.verify_mode = _CLIENT_AUTH[auth_type]
+    ca = file_setting("client_ca_file")
+    if context.verify_mode != ssl.CERT_NONE:
+        if ca is None:
+            problems.append(
+                f"{where(tls, 'client_auth_type', 'tls_server_config.client_ca_file')}: "
+                f"client_auth_type {auth_type} needs client_ca_file"
+            )
+        else:
+            try:
+                context.load_verify_locations(cafile=ca)
+            except (OSError, ssl.SSLError) as exc:
+                problems.append(f"{where(tls, 'client_ca_file', 'tls_server_config.client_ca_file')}: cannot load {ca}: {exc}")
+    return context
