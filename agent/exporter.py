@@ -6,7 +6,6 @@ No collector code, file or hardware access happens here.
 
 from __future__ import annotations
 
-import platform
 from typing import Callable, Iterable, Iterator
 
 from prometheus_client.core import Metric
@@ -17,7 +16,7 @@ from agent.collector import MetricSpec
 from agent.scheduler import HEALTHY_STATES, State, WorkerView
 
 BUILD_INFO = MetricSpec(
-    "lockstep_build_info", "gauge", "The running Lockstep agent's version; always 1.", ("version", "python_version")
+    "lockstep_build_info", "gauge", "The running Lockstep agent's version; always 1.", ("version",)
 )
 COLLECTOR_UP = MetricSpec(
     "lockstep_collector_up",
@@ -101,7 +100,7 @@ class SnapshotExporter:
 
 def self_metrics(views: Iterable[WorkerView]) -> Iterator[Metric]:
     build = BUILD_INFO.family()
-    build.add_metric([__version__, platform.python_version()], 1)
+    build.add_metric([__version__], 1)
     up, state, duration, last_success, errors, runs, cpu = (
         spec.family()
         for spec in (

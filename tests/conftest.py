@@ -1,0 +1,144 @@
+"""Shared test helpers: exposition parsing, real-component gating, running the agent."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from agent.collector import CollectorContext, Paths
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+LOCKSTEP = [sys.executable, "-m", "agent.cli"]
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of an exposition, keyed by (sample name, labels)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out[(sample.name, frozenset(sample.labels.items()))] = sample.value
+    return out
+
+
+def value(text_or_samples: str | dict, name: str, **labels: str) -> float:
+    data = samples(text_or_samples) if isinstance(text_or_samples, str) else text_or_samples
+    return data[(name, frozenset(labels.items()))]
+
+
+def names(text: str) -> set[str]:
+    return {name for name, _ in samples(text)}
+
+
+def require_real(what: str, available: bool) -> None:
+    """Skip when a real component cannot run here; under CI=true that is a failure instead."""
+    if available:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} is required under CI=true but is not available")
+    pytest.skip(f"{what} not available on this machine")
+
+
+def require_promtool() -> str:
+    promtool = shutil.which("promtool")
+    require_real("promtool (Debian package prometheus)", promtool is not None)
+    return promtool  # type: ignore[return-value]
+
+
+def context(proc: Path | None = None, sys_: Path | None = None, **options: object) -> CollectorContext:
+    paths = Paths(sysfs=sys_ or Path("/sys"), procfs=proc or Path("/proc"))
+    return CollectorContext(paths=paths, options=dict(options), log=logging.getLogger("test"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def lockstep(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+    )
+
+
+def http_get(url: str, timeout: float = 5, headers: dict[str, str] | None = None, context=None) -> tuple[int, str]:
+    request = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def wait_until(predicate, timeout: float = 10, step: float = 0.05, what: str = "condition"):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = predicate()
+        if result:
+            return result
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+class AgentProcess:
+    """`lockstep run` (or demo) as a real subprocess, for daemon-life tests."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [*args, "--listen", f"127.0.0.1:{self.port}"]
+        self.env = {**os.environ, **(env or {})}
+        self.proc: subprocess.Popen[str] | None = None
+
+    def __enter__(self) -> AgentProcess:
+        self.proc = subprocess.Popen(
+            [*LOCKSTEP, *self.args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, cwd=REPO
+        )
+
+        def up() -> bool:
+            if self.proc.poll() is not None:  # type: ignore[union-attr]
+                raise AssertionError(f"agent exited early: {self.proc.stderr.read()}")  # type: ignore[union-attr]
+            try:
+                return http_get(self.url + "/healthz", timeout=1)[0] == 200
+            except OSError:
+                return False
+
+        wait_until(up, timeout=20, what="the agent to serve /healthz")
+        return self
+
+    def metrics(self) -> str:
+        status, body = http_get(self.url + "/metrics")
+        assert status == 200
+        return body
+
+    def stop(self, timeout: float = 10) -> tuple[int, str]:
+        assert self.proc is not None
+        self.proc.terminate()
+        _, stderr = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, stderr
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate()
+
+
+@pytest.fixture
+def agent_process() -> Iterator[type[AgentProcess]]:
+    yield AgentProcess

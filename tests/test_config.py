@@ -1,0 +1,154 @@
+"""Configuration: every problem reported with file:line and field; flags override the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.config import ConfigError, Overrides, load_config, parse_duration, parse_listen
+from collectors.host import HostCollector
+from tests.conftest import lockstep
+
+AVAILABLE = {"host": HostCollector}
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "lockstep.yml"
+    path.write_text(text)
+    return path
+
+
+def test_no_file_means_defaults() -> None:
+    config = load_config(None, AVAILABLE)
+    assert config.listen == ":12400"
+    assert config.enabled_collectors == ["host"]
+    assert config.collectors["host"].interval == 15.0
+    assert config.collectors["host"].deadline == 15.0
+    assert config.staleness_intervals == 3
+    assert str(config.paths.procfs) == "/proc"
+
+
+def test_file_settings_and_flag_overrides(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "listen: 127.0.0.1:9999\n"
+        "paths:\n  procfs: /host/proc\n"
+        "collectors:\n  host:\n    interval: 30s\n    deadline: 2500ms\n",
+    )
+    config = load_config(path, AVAILABLE)
+    assert (config.listen, str(config.paths.procfs)) == ("127.0.0.1:9999", "/host/proc")
+    assert (config.collectors["host"].interval, config.collectors["host"].deadline) == (30.0, 2.5)
+    overridden = load_config(
+        path, AVAILABLE, Overrides(listen=":1234", paths={"procfs": "/other"}, disable=frozenset({"host"}))
+    )
+    assert (overridden.listen, str(overridden.paths.procfs)) == (":1234", "/other")
+    assert overridden.enabled_collectors == []
+
+
+def test_disable_defaults_then_enable_one(tmp_path: Path) -> None:
+    assert load_config(None, AVAILABLE, Overrides(disable_defaults=True)).enabled_collectors == []
+    both = Overrides(disable_defaults=True, enable=frozenset({"host"}))
+    assert load_config(None, AVAILABLE, both).enabled_collectors == ["host"]
+    path = write(tmp_path, "disable_default_collectors: true\ncollectors:\n  host:\n    enabled: true\n")
+    assert load_config(path, AVAILABLE).enabled_collectors == ["host"]
+
+
+def test_all_problems_gathered_with_file_line_and_field(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "listen: nowhere\n"  # 1
+        "staleness_intervals: 0\n"  # 2
+        "colectors: {}\n"  # 3
+        "collectors:\n"  # 4
+        "  host:\n"  # 5
+        "    interval: fast\n"  # 6
+        "    enabled: yes please\n"  # 7
+        "  gpu:\n"  # 8
+        "    enabled: true\n"  # 9
+        "log_level: loud\n",  # 10
+    )
+    with pytest.raises(ConfigError) as err:
+        load_config(path, AVAILABLE)
+    assert err.value.problems == [
+        f"{path}:3: colectors: unknown key (known: listen, web_config_file, log_level, log_format, paths, "
+        "staleness_intervals, disable_default_collectors, collectors)",
+        f"{path}:1: listen: expected host:port, :port or [ipv6]:port, got 'nowhere'",
+        f"{path}:10: log_level: expected one of debug, info, warning, error, got 'loud'",
+        f"{path}:2: staleness_intervals: expected a whole number of at least 1, got 0",
+        f"{path}:8: collectors.gpu: no such collector (known: host)",
+        f"{path}:7: collectors.host.enabled: expected true or false, got 'yes please'",
+        f"{path}:6: collectors.host.interval: expected a duration such as 15s, 500ms or 2m, got 'fast'",
+    ]
+
+
+def test_yaml_syntax_error_and_duplicate_key(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "collectors:\n  host: [\n"), AVAILABLE)
+    assert err.value.problems[0].startswith(f"{tmp_path}/lockstep.yml:3:1: not valid YAML: ")
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "listen: :1\nlisten: :2\n"), AVAILABLE)
+    assert err.value.problems == [f"{tmp_path}/lockstep.yml:2: key 'listen' repeats the one on line 1"]
+
+
+def test_unreadable_or_non_mapping_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(tmp_path / "missing.yml", AVAILABLE)
+    assert err.value.problems == [f"{tmp_path}/missing.yml: cannot read: No such file or directory"]
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, "- a\n- b\n"), AVAILABLE)
+    assert err.value.problems == [f"{tmp_path}/lockstep.yml:1: the file must be a mapping of settings, got list"]
+
+
+def test_bad_flag_values_are_named_by_flag() -> None:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, AVAILABLE, Overrides(listen="localhost", enable=frozenset({"gpu"})))
+    assert err.value.problems == [
+        "--listen: expected host:port, :port or [ipv6]:port, got 'localhost'",
+        "--collector.gpu: no such collector (known: host)",
+    ]
+
+
+@pytest.mark.parametrize(
+    "text,seconds", [("15s", 15.0), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), (7, 7.0), ("1.5s", 1.5)]
+)
+def test_durations(text: object, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("bad", ["0s", "-1s", "soon", True, "5 parsecs"])
+def test_bad_durations(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+def test_listen_forms() -> None:
+    assert parse_listen(":12400") == ("", 12400)
+    assert parse_listen("127.0.0.1:80") == ("127.0.0.1", 80)
+    assert parse_listen("[::1]:9") == ("::1", 9)
+    with pytest.raises(ValueError):
+        parse_listen(":70000")
+
+
+def test_config_check_command(tmp_path: Path) -> None:
+    good = write(tmp_path, "collectors:\n  host:\n    interval: 10s\n")
+    result = lockstep("config", "check", str(good))
+    assert (result.returncode, result.stdout) == (0, f"{good}: OK (collectors enabled: host)\n")
+    bad = tmp_path / "bad.yml"
+    bad.write_text("listen: x\ncollectors:\n  host:\n    deadline: never\n")
+    result = lockstep("config", "check", str(bad))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"lockstep: {bad}:1: listen: expected host:port, :port or [ipv6]:port, got 'x'",
+        f"lockstep: {bad}:4: collectors.host.deadline: expected a duration such as 15s, 500ms or 2m, got 'never'",
+    ]
+
+
+def test_run_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
+    bad = write(tmp_path, "staleness_intervals: many\n")
+    result = lockstep("run", "--config", str(bad))
+    assert result.returncode == 2
+    assert result.stderr == (
+        f"lockstep: {bad}:1: staleness_intervals: expected a whole number of at least 1, got 'many'\n"
+    )

@@ -1,0 +1,64 @@
+"""The whole agent on the simulated node: golden exposition, promtool lint, metric catalogue."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from agent import catalogue
+from agent.simulation import SCENARIOS
+from tests.conftest import lockstep, names, require_promtool
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+# Self-metric values that depend on the machine and the moment, not on the scenario.
+VOLATILE = re.compile(
+    r"^(lockstep_collector_(?:duration_seconds|last_success_timestamp_seconds|cpu_seconds_total)\{[^}]*\}) .*$",
+    re.MULTILINE,
+)
+
+
+def demo_once(scenario: str) -> str:
+    result = lockstep("demo", "--once", "--scenario", scenario)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def normalise(text: str) -> str:
+    text = VOLATILE.sub(r"\1 <varies>", text)
+    return re.sub(r'lockstep_build_info\{version="[^"]*"\}', 'lockstep_build_info{version="<version>"}', text)
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_demo_matches_golden(scenario: str, request: pytest.FixtureRequest) -> None:
+    golden = GOLDEN / f"demo-{scenario}.prom"
+    output = normalise(demo_once(scenario))
+    if request.config.getoption("--update-golden"):
+        golden.write_text(output)
+    assert golden.exists(), f"{golden} missing: run pytest --update-golden"
+    assert output == golden.read_text(), f"demo output differs from {golden} (pytest --update-golden rewrites it)"
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_promtool_check_metrics_is_silent(scenario: str) -> None:
+    promtool = require_promtool()
+    result = subprocess.run(
+        [promtool, "check", "metrics"], input=demo_once(scenario), capture_output=True, text=True, timeout=60
+    )
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
+
+
+def test_catalogue_doc_is_up_to_date() -> None:
+    assert catalogue.DOC.read_text() == catalogue.render(), "docs/metrics.md is stale: python -m agent.catalogue --write"
+
+
+def test_emitted_and_declared_metrics_match() -> None:
+    """Every emitted metric is declared, and every declared metric is emitted by some scenario."""
+    declared = {spec.name for specs in catalogue.declared().values() for spec in specs}
+    emitted: set[str] = set()
+    for scenario in SCENARIOS:
+        emitted |= names(demo_once(scenario))
+    assert sorted(emitted - declared) == [], "emitted but not declared"
+    assert sorted(declared - emitted) == [], "declared but emitted by no scenario of the simulated node"
