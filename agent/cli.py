@@ -10,16 +10,17 @@ import argparse
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from agent import __version__
-from agent.collector import CollectorContext, NothingHere, describe_error
+from agent.collector import Collector, CollectorContext, NothingHere, describe_error
 from agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
 from agent.daemon import Agent, Setup, serve
 from agent.logs import collector_logger, setup_logging
 from agent.registry import Discovery, discover
-from agent.scheduler import HEALTHY_STATES, State
+from agent.scheduler import HEALTHY_STATES
 from agent.webconfig import WebConfig, WebConfigError, load_web_config
 
 
@@ -44,7 +45,9 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         shared.add_argument(
             f"--collector.{name}", dest=f"enable_{name}", action="store_true", help=f"{cls.help} (default {default})"
         )
-        shared.add_argument(f"--no-collector.{name}", dest=f"disable_{name}", action="store_true", help=argparse.SUPPRESS)
+        shared.add_argument(
+            f"--no-collector.{name}", dest=f"disable_{name}", action="store_true", help=argparse.SUPPRESS
+        )
 
     parser = argparse.ArgumentParser(
         prog="lockstep",
@@ -104,7 +107,7 @@ def collect_once(setup: Setup, config: Config) -> tuple[bytes, list[str]]:
     """
     agent = Agent(setup, config, WebConfig())
     started = time.monotonic()
-    for name, worker in agent.workers.items():
+    for _name, worker in agent.workers.items():
         worker.first_run_done.wait(max(0.0, started + worker.deadline + 0.1 - time.monotonic()))
     body, _ = agent.exporter.render()
     failures = [
@@ -114,39 +117,40 @@ def collect_once(setup: Setup, config: Config) -> tuple[bytes, list[str]]:
     return body, failures
 
 
+def probe(cls: type[Collector], context: CollectorContext) -> tuple[str, str]:
+    """(status, detail) of one collector's check() on this machine."""
+    try:
+        return "ready", cls(context).check()
+    except NothingHere as exc:
+        return "nothing here", str(exc)
+    except Exception as exc:
+        return "cannot run", describe_error(exc)
+
+
 def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
     """Print, for each collector, whether it can run here and why not."""
     rows = []
     worst = 0
-    for name in sorted(setup.available):
+    for name, cls in sorted(setup.available.items()):
         settings = config.collectors[name]
         context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), dict(setup.fakes))
-        outcome: dict[str, Any] = {}
-
-        def probe() -> None:
-            try:
-                note = setup.available[name](context).check()
-                outcome["status"], outcome["detail"] = "ready", note
-            except NothingHere as exc:
-                outcome["status"], outcome["detail"] = "nothing here", str(exc)
-            except Exception as exc:
-                outcome["status"], outcome["detail"] = "cannot run", describe_error(exc)
-
-        thread = threading.Thread(target=probe, daemon=True)
+        result: list[tuple[str, str]] = []
+        thread = threading.Thread(target=lambda c=cls, x=context, out=result: out.append(probe(c, x)), daemon=True)
         thread.start()
-        thread.join(settings.deadline)
-        if thread.is_alive():
-            outcome = {"status": "cannot run", "detail": f"no answer within its {settings.deadline:g}s deadline"}
-        if outcome["status"] == "cannot run" and settings.enabled:
+        thread.join(settings.deadline)  # a probe stuck in the kernel must not hang the doctor
+        status, detail = (
+            result[0] if result else ("cannot run", f"no answer within its {settings.deadline:g}s deadline")
+        )
+        if status == "cannot run" and settings.enabled:
             worst = 1
-        rows.append((name, "yes" if settings.enabled else "no", outcome["status"], outcome["detail"]))
+        rows.append((name, "yes" if settings.enabled else "no", status, detail))
     for problem in discovery.problems:
         rows.append(("(plugin)", "-", "cannot load", problem))
         worst = 1
     headers = ("COLLECTOR", "ENABLED", "STATUS", "DETAIL")
-    widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(3)]
+    widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(3)]
     for row in [headers, *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)) + "  " + str(row[3]).rstrip())
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[3].rstrip())
     return worst
 
 

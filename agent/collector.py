@@ -16,9 +16,10 @@ Rules a collector follows:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Iterable, Literal, Sequence
+from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 

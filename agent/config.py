@@ -9,9 +9,10 @@ builds a new one and swaps it in only if it is valid.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from agent.collector import Collector, Paths
 from agent.yamlfile import LineDict, YamlFileError, load_yaml_file
@@ -96,8 +97,8 @@ def parse_listen(value: Any) -> tuple[str, int]:
         raise ValueError(f"expected host:port, :port or [ipv6]:port, got {text!r}")
     host = match.group(1) if match.group(1) is not None else match.group(2)
     port = int(match.group(3))
-    if not 0 < port < 65536:
-        raise ValueError(f"port must be 1-65535, got {port}")
+    if port > 65535:
+        raise ValueError(f"port must be 0-65535 (0: any free port), got {port}")
     return host, port
 
 
@@ -248,7 +249,9 @@ def load_config(
     r.unknown_keys(paths_map, ("sysfs", "procfs", "rootfs"), "paths")
     defaults = Paths()
     paths = Paths(
-        sysfs=Path(overrides.paths.get("sysfs") or r.value(paths_map, "sysfs", "paths.sysfs", parse_path, defaults.sysfs)),
+        sysfs=Path(
+            overrides.paths.get("sysfs") or r.value(paths_map, "sysfs", "paths.sysfs", parse_path, defaults.sysfs)
+        ),
         procfs=Path(
             overrides.paths.get("procfs") or r.value(paths_map, "procfs", "paths.procfs", parse_path, defaults.procfs)
         ),
@@ -287,12 +290,8 @@ def load_config(
         if name in overrides.disable:
             enabled = False
         interval = r.value(section, "interval", f"{prefix}.interval", parse_duration, cls.default_interval)
-        deadline = r.value(
-            section, "deadline", f"{prefix}.deadline", parse_duration, cls.default_deadline or interval
-        )
-        options = {
-            o.name: r.value(section, o.name, f"{prefix}.{o.name}", o.parse, o.default) for o in cls.options
-        }
+        deadline = r.value(section, "deadline", f"{prefix}.deadline", parse_duration, cls.default_deadline or interval)
+        options = {o.name: r.value(section, o.name, f"{prefix}.{o.name}", o.parse, o.default) for o in cls.options}
         settings[name] = CollectorSettings(enabled, interval, deadline, options)
 
     problems = r.problems + problems

@@ -13,9 +13,10 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from agent.collector import Collector, CollectorContext
 from agent.config import Config, ConfigError, Overrides, load_config

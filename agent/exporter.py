@@ -6,7 +6,7 @@ No collector code, file or hardware access happens here.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
@@ -15,9 +15,7 @@ from agent import __version__
 from agent.collector import MetricSpec
 from agent.scheduler import HEALTHY_STATES, State, WorkerView
 
-BUILD_INFO = MetricSpec(
-    "lockstep_build_info", "gauge", "The running Lockstep agent's version; always 1.", ("version",)
-)
+BUILD_INFO = MetricSpec("lockstep_build_info", "gauge", "The running Lockstep agent's version; always 1.", ("version",))
 COLLECTOR_UP = MetricSpec(
     "lockstep_collector_up",
     "gauge",
@@ -28,8 +26,7 @@ COLLECTOR_UP = MetricSpec(
 COLLECTOR_STATE = MetricSpec(
     "lockstep_collector_state",
     "gauge",
-    "The collector's state, one series per state, 1 for the current one "
-    "(ok, nothing_here, failed, stuck, never_ran).",
+    "The collector's state, one series per state, 1 for the current one (ok, nothing_here, failed, stuck, never_ran).",
     ("collector", "state"),
 )
 COLLECTOR_DURATION = MetricSpec(

@@ -55,7 +55,9 @@ def discover() -> Discovery:
             problems.append(f"{where}: its class says name={getattr(cls, 'name', None)!r}; they must match")
             continue
         if ep.name in collectors:
-            problems.append(f"{where}: a collector of that name is already provided by {collectors[ep.name].distribution}")
+            problems.append(
+                f"{where}: a collector of that name is already provided by {collectors[ep.name].distribution}"
+            )
             continue
         clashes = [m.name for m in cls.metrics if m.name in declared_by]
         if clashes:

@@ -17,8 +17,8 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from prometheus_client.core import Metric
 

@@ -15,8 +15,9 @@ import html
 import logging
 import socket
 import ssl
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 from agent import __version__
 from agent.config import parse_listen

@@ -22,9 +22,10 @@ import hashlib
 import hmac
 import ssl
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import bcrypt
 
@@ -149,7 +150,9 @@ def load_web_config(path: Path) -> WebConfig:
     return WebConfig(ssl_context=context, users=users, headers=headers, ignored=ignored)
 
 
-def _tls_context(path: Path, tls: LineDict, problems: list[str], ignored: list[str], where: Any) -> ssl.SSLContext | None:
+def _tls_context(
+    path: Path, tls: LineDict, problems: list[str], ignored: list[str], where: Any
+) -> ssl.SSLContext | None:
     for key in tls:
         if key in _IGNORED_TLS_KEYS:
             ignored.append(f"tls_server_config.{key}")
@@ -204,5 +207,7 @@ def _tls_context(path: Path, tls: LineDict, problems: list[str], ignored: list[s
             try:
                 context.load_verify_locations(cafile=ca)
             except (OSError, ssl.SSLError) as exc:
-                problems.append(f"{where(tls, 'client_ca_file', 'tls_server_config.client_ca_file')}: cannot load {ca}: {exc}")
+                problems.append(
+                    f"{where(tls, 'client_ca_file', 'tls_server_config.client_ca_file')}: cannot load {ca}: {exc}"
+                )
     return context

@@ -8,9 +8,10 @@ fixture trees.  The files read here are stable kernel ABI with a one-line format
 
 from __future__ import annotations
 
+import errno
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from prometheus_client.core import Metric
 
@@ -24,9 +25,7 @@ CPU_SECONDS = MetricSpec(
     unit="seconds",
 )
 CPUS = MetricSpec("lockstep_host_cpus", "gauge", "Online CPUs counted in /proc/stat.")
-MEMORY_TOTAL = MetricSpec(
-    "lockstep_host_memory_total_bytes", "gauge", "Usable RAM (MemTotal).", unit="bytes"
-)
+MEMORY_TOTAL = MetricSpec("lockstep_host_memory_total_bytes", "gauge", "Usable RAM (MemTotal).", unit="bytes")
 MEMORY_AVAILABLE = MetricSpec(
     "lockstep_host_memory_available_bytes",
     "gauge",
@@ -122,7 +121,10 @@ class HostCollector(Collector):
         super().check()
         missing = [r for r in _PRESSURE_RESOURCES if not (self.proc / "pressure" / r).exists()]
         if missing:
-            return f"no {self.proc}/pressure/{','.join(missing)} (kernel without PSI or booted with psi=0): pressure metrics omitted"
+            return (
+                f"no {self.proc}/pressure/{','.join(missing)} (kernel without PSI or booted with psi=0): "
+                "pressure metrics omitted"
+            )
         return ""
 
     def collect(self) -> Iterator[Metric]:
@@ -144,7 +146,7 @@ class HostCollector(Collector):
         for line in read_text(self.proc / "stat").splitlines():
             key, _, rest = line.partition(" ")
             if key == "cpu":
-                for mode, ticks in zip(_CPU_MODES, rest.split()):
+                for mode, ticks in zip(_CPU_MODES, rest.split(), strict=False):
                     cpu.add_metric([mode], int(ticks) / self._ticks_per_second)
             elif key.startswith("cpu"):
                 online += 1
@@ -169,7 +171,7 @@ class HostCollector(Collector):
 
     def _loadavg(self) -> Iterator[Metric]:
         values = read_text(self.proc / "loadavg").split()
-        for (window, spec), value in zip(LOAD.items(), values):
+        for (_window, spec), value in zip(LOAD.items(), values, strict=False):
             family = spec.family()
             family.add_metric([], float(value))
             yield family
@@ -182,7 +184,7 @@ class HostCollector(Collector):
             except (FileNotFoundError, NotADirectoryError):
                 continue  # kernel without PSI: the metric is absent, not an error
             except OSError as exc:
-                if exc.errno == 95:  # EOPNOTSUPP: PSI compiled in but disabled (psi=0)
+                if exc.errno == errno.EOPNOTSUPP:  # PSI compiled in but disabled (psi=0)
                     continue
                 raise
             for line in text.splitlines():

@@ -10,8 +10,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -72,9 +72,7 @@ def free_port() -> int:
 
 
 def lockstep(*args: str, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
-    )
+    return subprocess.run([*LOCKSTEP, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO)
 
 
 def http_get(url: str, timeout: float = 5, headers: dict[str, str] | None = None, context=None) -> tuple[int, str]:

@@ -51,7 +51,9 @@ def test_promtool_check_metrics_is_silent(scenario: str) -> None:
 
 
 def test_catalogue_doc_is_up_to_date() -> None:
-    assert catalogue.DOC.read_text() == catalogue.render(), "docs/metrics.md is stale: python -m agent.catalogue --write"
+    assert catalogue.DOC.read_text() == catalogue.render(), (
+        "docs/metrics.md is stale: python -m agent.catalogue --write"
+    )
 
 
 def test_emitted_and_declared_metrics_match() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 

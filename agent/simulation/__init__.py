@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from agent.collector import Paths
 
@@ -32,10 +33,7 @@ class Scenario:
 
 
 SCENARIOS = {
-    s.name: s
-    for s in (
-        Scenario("healthy", "An 8-GPU training node in steady state: nothing wrong anywhere."),
-    )
+    s.name: s for s in (Scenario("healthy", "An 8-GPU training node in steady state: nothing wrong anywhere."),)
 }
 
 

@@ -1,0 +1,124 @@
+"""The lockstep command as a user runs it: once, doctor, demo, and a third-party collector plugin."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, lockstep, samples
+
+PROC = FIXTURES / "host" / "proc"
+
+
+def test_once_prints_exposition_and_exits_0() -> None:
+    result = lockstep("once", "--path.procfs", str(PROC))
+    assert result.returncode == 0, result.stderr
+    s = samples(result.stdout)
+    assert s[("lockstep_host_processes_blocked", frozenset())] == 2
+    assert s[("lockstep_collector_up", frozenset({("collector", "host")}))] == 1
+
+
+def test_once_exits_1_when_a_collector_fails(tmp_path: Path) -> None:
+    result = lockstep("once", "--path.procfs", str(tmp_path))
+    assert result.returncode == 1
+    assert samples(result.stdout)[("lockstep_collector_up", frozenset({("collector", "host")}))] == 0
+    assert f"lockstep: collector host: failed: no such file or directory reading {tmp_path}/stat" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_once_with_collectors_disabled_runs_nothing() -> None:
+    result = lockstep("once", "--collector.disable-defaults")
+    assert result.returncode == 0
+    assert [name for name, _ in samples(result.stdout)] == ["lockstep_build_info"]
+
+
+def test_doctor_explains_in_words(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text("")
+    (tmp_path / "stat").chmod(0)
+    result = lockstep("doctor", "--path.procfs", str(tmp_path))
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["COLLECTOR", "ENABLED", "STATUS", "DETAIL"]
+    if os.geteuid() == 0:  # root reads mode-0 files: the file is then empty, meminfo missing
+        assert lines[1].split()[:4] == ["host", "yes", "cannot", "run"]
+        assert lines[1].endswith(f"no such file or directory reading {tmp_path}/meminfo")
+    else:
+        assert lines[1].endswith(f"permission denied reading {tmp_path}/stat")
+    assert result.returncode == 1
+    ok = lockstep("doctor", "--path.procfs", str(PROC))
+    assert ok.returncode == 0
+    assert ok.stdout.splitlines()[1].split() == ["host", "yes", "ready"]
+
+
+PLUGIN = {
+    "pyproject.toml": """
+        [build-system]
+        requires = ["setuptools"]
+        build-backend = "setuptools.build_meta"
+        [project]
+        name = "lockstep-plugin-example"
+        version = "1.0"
+        [project.entry-points."lockstep.collectors"]
+        example = "lockstep_example:ExampleCollector"
+    """,
+    "lockstep_example.py": """
+        from agent.collector import Collector, MetricSpec
+        ANSWER = MetricSpec("lockstep_example_answer", "gauge", "The answer.", ("source",))
+        class ExampleCollector(Collector):
+            name = "example"
+            help = "An example third-party collector."
+            metrics = (ANSWER,)
+            def collect(self):
+                family = ANSWER.family()
+                family.add_metric(["plugin"], 42)
+                yield family
+    """,
+}
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example plugin, installed by pip as a real distribution into its own directory."""
+    source = tmp_path_factory.mktemp("plugin-src")
+    for name, text in PLUGIN.items():
+        (source / name).write_text(textwrap.dedent(text))
+    target = tmp_path_factory.mktemp("plugin-site")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    shutil.rmtree(source)
+    return target
+
+
+def test_third_party_collector_plugin(plugin_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(plugin_path)}
+    result = lockstep("once", "--path.procfs", str(PROC), env=env)
+    assert result.returncode == 0, result.stderr
+    s = samples(result.stdout)
+    assert s[("lockstep_example_answer", frozenset({("source", "plugin")}))] == 42
+    assert s[("lockstep_collector_up", frozenset({("collector", "example")}))] == 1
+    helped = lockstep("once", "--help", env=env).stdout
+    assert "--collector.example" in helped and "An example third-party collector." in helped
+    disabled = lockstep("once", "--path.procfs", str(PROC), "--no-collector.example", env=env)
+    assert "lockstep_example_answer" not in disabled.stdout
+    # The simulated node serves the built-in collectors only.
+    assert "lockstep_example_answer" not in lockstep("demo", "--once", env=env).stdout
