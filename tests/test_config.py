@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import ConfigError, Overrides, load_config, parse_duration, parse_listen
+from agent.config import Config, ConfigError, Overrides, load_config, parse_duration, parse_listen
 from collectors.host import HostCollector
 from tests.conftest import lockstep
 
@@ -152,3 +152,10 @@ def test_run_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
     assert result.stderr == (
         f"lockstep: {bad}:1: staleness_intervals: expected a whole number of at least 1, got 'many'\n"
     )
+
+
+def test_documented_example_file_is_valid_and_shows_the_defaults() -> None:
+    example = Path(__file__).resolve().parent.parent / "docs" / "lockstep.example.yml"
+    loaded = load_config(example, AVAILABLE)
+    defaults = load_config(None, AVAILABLE)
+    assert loaded == Config(**{**vars(defaults), "source": example})
