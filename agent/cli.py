@@ -48,6 +48,16 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         shared.add_argument(
             f"--no-collector.{name}", dest=f"disable_{name}", action="store_true", help=argparse.SUPPRESS
         )
+        for option in cls.options:
+            if option.flag:
+                repeat = ", repeatable" if option.repeatable else ""
+                shared.add_argument(
+                    option.flag,
+                    dest=f"option_{name}_{option.name}",
+                    action="append" if option.repeatable else "store",
+                    metavar=option.name.upper(),
+                    help=f"{option.help} (collectors.{name}.{option.name}{repeat})",
+                )
 
     parser = argparse.ArgumentParser(
         prog="lockstep",
@@ -61,16 +71,16 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         "once", parents=[shared], help="one collection round, exposition to stdout; exit 1 if a collector failed"
     )
     commands.add_parser("doctor", parents=[shared], help="which collectors can run on this machine, and why not")
-    from agent.simulation import SCENARIOS
+    from agent.simulation import scenarios
 
     demo = commands.add_parser(
         "demo",
         parents=[shared],
         help="the agent on a simulated GPU node",
         description="Run the agent on a simulated node. Scenarios: "
-        + "; ".join(f"{s.name}: {s.description}" for s in SCENARIOS.values()),
+        + "; ".join(f"{s.name}: {s.description}" for s in scenarios().values()),
     )
-    demo.add_argument("--scenario", default="healthy", choices=sorted(SCENARIOS))
+    demo.add_argument("--scenario", default="healthy", choices=sorted(scenarios()))
     demo.add_argument("--once", action="store_true", help="print one exposition and exit")
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
@@ -79,10 +89,21 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     return parser
 
 
-def overrides_from(args: argparse.Namespace, names: Sequence[str], paths: Mapping[str, str] | None = None) -> Overrides:
+def overrides_from(
+    args: argparse.Namespace,
+    available: Mapping[str, type[Collector]],
+    paths: Mapping[str, str] | None = None,
+) -> Overrides:
     given_paths = {root: getattr(args, f"path_{root}") for root in ("sysfs", "procfs", "rootfs")}
     given_paths = {k: v for k, v in given_paths.items() if v}
     given_paths.update(paths or {})
+    names = sorted(available)
+    options: dict[str, dict[str, Any]] = {}
+    for name, cls in available.items():
+        for option in cls.options:
+            given = getattr(args, f"option_{name}_{option.name}", None)
+            if option.flag and given is not None:
+                options.setdefault(name, {})[option.name] = given
     return Overrides(
         listen=args.listen,
         web_config_file=args.web_config_file,
@@ -91,6 +112,7 @@ def overrides_from(args: argparse.Namespace, names: Sequence[str], paths: Mappin
         enable=frozenset(n for n in names if getattr(args, f"enable_{n}", False)),
         disable=frozenset(n for n in names if getattr(args, f"disable_{n}", False)),
         disable_defaults=args.disable_defaults,
+        options=options,
     )
 
 
@@ -173,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fakes = node.fakes
         sim_paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
 
-    setup = Setup(args.config, available, overrides_from(args, sorted(available), sim_paths), fakes)
+    setup = Setup(args.config, available, overrides_from(args, available, sim_paths), fakes)
     try:
         config = setup.load()
     except ConfigError as exc:

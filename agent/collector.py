@@ -65,13 +65,17 @@ class Option:
     """A collector-specific setting under ``collectors.<name>`` in the config file.
 
     ``parse`` turns the YAML value into the Python value or raises ValueError with a
-    message naming what was expected.
+    message naming what was expected.  With ``flag`` (e.g. ``"--inference.target"``) the
+    option can also be given on the command line, where it wins over the file; ``parse``
+    then also receives the flag's string, or with ``repeatable`` the list of strings.
     """
 
     name: str
     parse: Callable[[Any], Any]
     default: Any
     help: str
+    flag: str | None = None
+    repeatable: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,9 @@ class Collector:
     default_deadline: ClassVar[float | None] = None
     metrics: ClassVar[Sequence[MetricSpec]] = ()
     options: ClassVar[Sequence[Option]] = ()
+    # Kernel uevent subsystems (e.g. "infiniband", "net", "pci") whose add/remove/change
+    # events should make this collector run at once; see on_hotplug.
+    hotplug_subsystems: ClassVar[Sequence[str]] = ()
 
     def __init__(self, context: CollectorContext) -> None:
         self.context = context
@@ -126,6 +133,13 @@ class Collector:
 
     def collect(self) -> Iterable[Metric]:
         raise NotImplementedError
+
+    def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
+        """A kernel uevent in one of ``hotplug_subsystems`` arrived (called from the event thread).
+
+        Keep it quick: note what changed (e.g. drop a cached device list); the agent then
+        runs ``collect()`` at once in the collector's own worker.
+        """
 
     def close(self) -> None:
         """Release what the collector holds (threads, handles).  Called when it is removed."""

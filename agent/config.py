@@ -144,6 +144,9 @@ class Overrides:
     enable: frozenset[str] = frozenset()
     disable: frozenset[str] = frozenset()
     disable_defaults: bool = False
+    # Collector options given by their flags: collector -> option name -> the flag's string
+    # (or list of strings for a repeatable flag).
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 _TOP_LEVEL_KEYS = (
@@ -291,7 +294,17 @@ def load_config(
             enabled = False
         interval = r.value(section, "interval", f"{prefix}.interval", parse_duration, cls.default_interval)
         deadline = r.value(section, "deadline", f"{prefix}.deadline", parse_duration, cls.default_deadline or interval)
-        options = {o.name: r.value(section, o.name, f"{prefix}.{o.name}", o.parse, o.default) for o in cls.options}
+        options = {}
+        flag_values = overrides.options.get(name, {})
+        for option in cls.options:
+            options[option.name] = r.value(
+                section, option.name, f"{prefix}.{option.name}", option.parse, option.default
+            )
+            if option.name in flag_values:
+                try:
+                    options[option.name] = option.parse(flag_values[option.name])
+                except ValueError as exc:
+                    problems.append(f"{option.flag}: {exc}")
         settings[name] = CollectorSettings(enabled, interval, deadline, options)
 
     problems = r.problems + problems

@@ -21,6 +21,7 @@ from typing import Any
 from agent.collector import Collector, CollectorContext
 from agent.config import Config, ConfigError, Overrides, load_config
 from agent.exporter import SnapshotExporter
+from agent.hotplug import HotplugMonitor
 from agent.logs import collector_logger, setup_logging
 from agent.scheduler import State, Worker, WorkerView
 from agent.sdnotify import Notifier
@@ -59,6 +60,7 @@ class Agent:
         self.server: AgentHTTPServer | None = None
         self._server_thread: threading.Thread | None = None
         self._stuck_logged: set[str] = set()
+        self.hotplug: HotplugMonitor | None = None
         self._apply_collectors(config)
 
     def views(self) -> list[WorkerView]:
@@ -106,6 +108,29 @@ class Agent:
         self.config = config
         for worker in started:
             worker.start()
+        self._update_hotplug()
+
+    def _update_hotplug(self) -> None:
+        """Listen to the uevent subsystems the running collectors ask for, and no others."""
+        wanted = {s for w in self.workers.values() for s in w.collector.hotplug_subsystems}
+        if self.hotplug is not None and self.hotplug.subsystems == wanted:
+            return
+        if self.hotplug is not None:
+            self.hotplug.stop()
+            self.hotplug = None
+        if wanted:
+            self.hotplug = HotplugMonitor(wanted, self._on_hotplug)
+            self.hotplug.start()
+
+    def _on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
+        for worker in list(self.workers.values()):
+            if subsystem in worker.collector.hotplug_subsystems:
+                worker.log.info("hotplug event", extra={"action": action, "subsystem": subsystem, "device": sys_path})
+                try:
+                    worker.collector.on_hotplug(action, subsystem, sys_path)
+                except Exception:
+                    worker.log.exception("hotplug handler failed")
+                worker.wake()
 
     def start_server(self) -> None:
         self.server = make_server(self.config.listen, self.exporter, self.web, lambda: self.config.enabled_collectors)
@@ -153,6 +178,8 @@ class Agent:
         return self._server_thread is None or self._server_thread.is_alive()
 
     def stop(self) -> None:
+        if self.hotplug is not None:
+            self.hotplug.stop()
         for worker in self.workers.values():
             worker.stop()
         if self.server is not None:

@@ -95,6 +95,7 @@ class Worker:
         self._clock = clock
         self._wall_clock = wall_clock
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop() and wake(): ends the wait for the next run
         self.first_run_done = threading.Event()
         self._lock = threading.Lock()
         self._result = _Result()
@@ -107,6 +108,14 @@ class Worker:
     def stop(self) -> None:
         """Ask the worker to stop after its current run; does not wait."""
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Run as soon as possible (e.g. after a hotplug event) instead of at the next interval.
+
+        A run in progress is not interrupted, and a stuck one is not doubled: the wake-up
+        takes effect once the current run has returned."""
+        self._wake.set()
 
     def join(self, timeout: float | None = None) -> bool:
         """Wait for the worker thread to end; True if it has."""
@@ -125,7 +134,11 @@ class Worker:
                     return
             self._predecessor = None
         next_due = self._clock()
-        while not self._stop.wait(max(0.0, next_due - self._clock())):
+        while True:
+            self._wake.wait(max(0.0, next_due - self._clock()))
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             started = self._clock()
             self._run_once(started)
             self.first_run_done.set()

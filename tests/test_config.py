@@ -6,7 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import Config, ConfigError, Overrides, load_config, parse_duration, parse_listen
+from agent.cli import build_parser, overrides_from
+from agent.collector import Collector, Option
+from agent.config import (
+    Config,
+    ConfigError,
+    Overrides,
+    load_config,
+    parse_duration,
+    parse_listen,
+    parse_string_list,
+)
+from agent.registry import Discovery, Registered
 from collectors.host import HostCollector
 from tests.conftest import lockstep
 
@@ -159,3 +170,32 @@ def test_documented_example_file_is_valid_and_shows_the_defaults() -> None:
     loaded = load_config(example, AVAILABLE)
     defaults = load_config(None, AVAILABLE)
     assert loaded == Config(**{**vars(defaults), "source": example})
+
+
+class Targets(Collector):
+    """A collector with options, one of them also a repeatable flag."""
+
+    name = "targets"
+    options = (
+        Option("urls", parse_string_list, (), "where to scrape", flag="--targets.url", repeatable=True),
+        Option("timeout", parse_duration, 2.0, "per-request timeout"),
+    )
+
+
+def test_collector_options_from_file_and_flags(tmp_path: Path) -> None:
+    available = {"host": HostCollector, "targets": Targets}
+    path = write(tmp_path, "collectors:\n  targets:\n    urls: [http://a/]\n    timeout: 500ms\n    retries: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, available)
+    assert err.value.problems == [
+        f"{path}:5: collectors.targets.retries: unknown key (known: enabled, interval, deadline, urls, timeout)"
+    ]
+    path = write(tmp_path, "collectors:\n  targets:\n    urls: [http://a/]\n    timeout: 500ms\n")
+    options = load_config(path, available).collectors["targets"].options
+    assert options == {"urls": ("http://a/",), "timeout": 0.5}
+    # The flag wins over the file, and is parsed by the same function.
+    parser = build_parser(Discovery({n: Registered(c, "lockstep") for n, c in available.items()}, []))
+    args = parser.parse_args(["once", "--targets.url", "http://b/", "--targets.url", "http://c/"])
+    overridden = load_config(path, available, overrides_from(args, available))
+    assert overridden.collectors["targets"].options == {"urls": ("http://b/", "http://c/"), "timeout": 0.5}
+    assert "--targets.url URLS" in parser._subparsers._group_actions[0].choices["once"].format_help()  # type: ignore[union-attr]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent import catalogue
-from agent.simulation import SCENARIOS
+from agent.simulation import scenarios
 from tests.conftest import lockstep, names, require_promtool
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -31,7 +31,7 @@ def normalise(text: str) -> str:
     return re.sub(r'lockstep_build_info\{version="[^"]*"\}', 'lockstep_build_info{version="<version>"}', text)
 
 
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("scenario", sorted(scenarios()))
 def test_demo_matches_golden(scenario: str, request: pytest.FixtureRequest) -> None:
     golden = GOLDEN / f"demo-{scenario}.prom"
     output = normalise(demo_once(scenario))
@@ -41,7 +41,7 @@ def test_demo_matches_golden(scenario: str, request: pytest.FixtureRequest) -> N
     assert output == golden.read_text(), f"demo output differs from {golden} (pytest --update-golden rewrites it)"
 
 
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("scenario", sorted(scenarios()))
 def test_promtool_check_metrics_is_silent(scenario: str) -> None:
     promtool = require_promtool()
     result = subprocess.run(
@@ -60,7 +60,7 @@ def test_emitted_and_declared_metrics_match() -> None:
     """Every emitted metric is declared, and every declared metric is emitted by some scenario."""
     declared = {spec.name for specs in catalogue.declared().values() for spec in specs}
     emitted: set[str] = set()
-    for scenario in SCENARIOS:
+    for scenario in scenarios():
         emitted |= names(demo_once(scenario))
     assert sorted(emitted - declared) == [], "emitted but not declared"
     assert sorted(declared - emitted) == [], "declared but emitted by no scenario of the simulated node"

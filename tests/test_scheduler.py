@@ -170,3 +170,14 @@ def test_nothing_here_after_data_drops_old_data_at_once() -> None:
     clock.now += 10
     w._run_once(clock())
     assert ("lockstep_toy_value", frozenset()) not in scrape(w)
+
+
+def test_wake_runs_at_once_instead_of_waiting_for_the_interval() -> None:
+    toy = Toy(context())
+    w = worker(toy, interval=3600)
+    w.start()
+    w.first_run_done.wait(5)
+    assert toy.calls == 1
+    w.wake()
+    wait_until(lambda: toy.calls == 2, timeout=5, what="a second run after wake()")
+    w.stop()

@@ -5,22 +5,26 @@ Nothing in the production code paths imports this package.  ``lockstep demo`` bu
 the real ones, pointed at the generated trees through ``--path.*`` and at the fakes
 (e.g. a fake NVML) through ``CollectorContext.fakes``.
 
-Each area of the node (host, GPU, fabric, storage, Slurm, workloads) has one module here
-with a ``build(node, t)`` function that writes its part of the trees for the node's
-scenario at simulated time ``t`` (seconds since the demo started) and may register fakes.
-Adding an area = one module + one entry in ``AREAS``; adding a scenario = one entry in
-``SCENARIOS`` + the areas reacting to its name.  Output is a pure function of
-(scenario, t): the golden test depends on that.
+Each area of the node (host, GPU, fabric, storage, Slurm, workloads) is one module in
+this package with a ``build(node, t)`` function that writes its part of the trees for the
+node's scenario at simulated time ``t`` (seconds since the demo started) and may put fakes
+in ``node.fakes``.  An area module may also define ``SCENARIOS`` (a tuple of ``Scenario``)
+for the failures it simulates; every area builds its healthy state for scenarios it does
+not know.  Areas and scenarios are found by scanning this package, so adding one touches
+no shared list.  Output is a pure function of (scenario, t): the golden test depends on it.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import os
+import pkgutil
 import tempfile
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from agent.collector import Paths
@@ -32,15 +36,26 @@ class Scenario:
     description: str
 
 
-SCENARIOS = {
-    s.name: s for s in (Scenario("healthy", "An 8-GPU training node in steady state: nothing wrong anywhere."),)
-}
+HEALTHY = Scenario("healthy", "An 8-GPU training node in steady state: nothing wrong anywhere.")
+
+
+@functools.cache
+def areas() -> tuple[ModuleType, ...]:
+    """The area modules of this package (those with a build function), by name."""
+    modules = (importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__))
+    return tuple(sorted((m for m in modules if hasattr(m, "build")), key=lambda m: m.__name__))
+
+
+def scenarios() -> dict[str, Scenario]:
+    """Every scenario: healthy first, then the areas' own, by name."""
+    found = {s.name: s for area in areas() for s in getattr(area, "SCENARIOS", ())}
+    return {HEALTHY.name: HEALTHY, **dict(sorted(found.items()))}
 
 
 class SimulatedNode:
     def __init__(self, root: Path, scenario: str) -> None:
-        if scenario not in SCENARIOS:
-            raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(SCENARIOS)})")
+        if scenario not in scenarios():
+            raise ValueError(f"unknown scenario {scenario!r} (known: {', '.join(scenarios())})")
         self.root = root
         self.scenario = scenario
         self.paths = Paths(sysfs=root / "sys", procfs=root / "proc", rootfs=root / "rootfs")
@@ -53,8 +68,8 @@ class SimulatedNode:
     def render(self, t: float) -> None:
         """(Re)write every area's trees as they are at simulated time t."""
         self.t = t
-        for build in AREAS:
-            build(self, t)
+        for area in areas():
+            area.build(self, t)
 
     def write(self, path: Path, text: str) -> None:
         """Replace a file atomically, so a collector never reads half of it."""
@@ -79,8 +94,3 @@ def temporary_node(scenario: str) -> tuple[SimulatedNode, tempfile.TemporaryDire
     """A node in a fresh temporary directory; the caller keeps the directory object alive."""
     directory = tempfile.TemporaryDirectory(prefix=f"lockstep-sim-{scenario}-")
     return SimulatedNode(Path(directory.name), scenario), directory
-
-
-from agent.simulation import host  # noqa: E402  (areas import SimulatedNode from here)
-
-AREAS: list[Callable[[SimulatedNode, float], None]] = [host.build]
