@@ -11,11 +11,11 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterator
-from pathlib import Path
 
 from prometheus_client.core import Metric
 
 from agent.collector import Collector, MetricSpec
+from agent.files import read_text
 
 CPU_SECONDS = MetricSpec(
     "lockstep_host_cpu_seconds_total",
@@ -82,18 +82,6 @@ _MEMINFO = {
     "SwapFree": SWAP_FREE,
 }
 _PRESSURE_RESOURCES = ("cpu", "memory", "io")
-
-
-def read_text(path: Path) -> str:
-    """A small procfs/sysfs file's content.  os.read costs half of open().read() on such files."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 65536):
-            chunks.append(chunk)
-        return b"".join(chunks).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
 
 
 class HostCollector(Collector):
