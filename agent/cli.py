@@ -7,6 +7,7 @@ Exit status: 0 fine; 1 a collector failed (``once``) or the agent could not star
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import threading
 import time
@@ -195,7 +196,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         fakes = node.fakes
         sim_paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
 
-    setup = Setup(args.config, available, overrides_from(args, available, sim_paths), fakes)
+    overrides = overrides_from(args, available, sim_paths)
+    if node is not None:
+        # The simulated node points collectors at its data; flags the user gave still win.
+        merged = {name: {**values, **overrides.options.get(name, {})} for name, values in node.options.items()}
+        overrides = dataclasses.replace(overrides, options={**overrides.options, **merged})
+    setup = Setup(args.config, available, overrides, fakes)
     try:
         config = setup.load()
     except ConfigError as exc:

@@ -12,6 +12,12 @@ in ``node.fakes``.  An area module may also define ``SCENARIOS`` (a tuple of ``S
 for the failures it simulates; every area builds its healthy state for scenarios it does
 not know.  Areas and scenarios are found by scanning this package, so adding one touches
 no shared list.  Output is a pure function of (scenario, t): the golden test depends on it.
+An area that needs a collector pointed at its data (a checkpoint root, a log glob) sets
+``node.options[collector][option]`` in ``build``; the demo applies those as overrides.
+
+Shared facts of the simulated node, so the areas tell one consistent story: 8 H100-class
+GPUs (NVML index 0-7, /dev/nvidia0-7), Slurm job 4242 of user alice running one rank per
+GPU (local rank i on GPU i), its slurmstepd pid 2101 and training process pid 2200.
 """
 
 from __future__ import annotations
@@ -60,6 +66,9 @@ class SimulatedNode:
         self.scenario = scenario
         self.paths = Paths(sysfs=root / "sys", procfs=root / "proc", rootfs=root / "rootfs")
         self.fakes: dict[str, Any] = {}
+        # Collector options the demo needs to find the simulated data (e.g. checkpoint roots
+        # under the node's root): collector -> option -> value, passed as if given by flags.
+        self.options: dict[str, dict[str, Any]] = {}
         self.t = 0.0
         for path in (self.paths.sysfs, self.paths.procfs, self.paths.rootfs):
             path.mkdir(parents=True, exist_ok=True)
