@@ -1,0 +1,63 @@
+"""The simulated node run by Kubernetes: what the kubelet's pod-resources API would answer.
+
+Only in the ``kubernetes`` scenario; every other scenario is a Slurm node without a kubelet,
+where the kubernetes collector finds no socket and reports nothing here.  The answer is a
+real ``ListPodResourcesResponse`` handed to the collector through ``node.fakes`` (the
+collector's gRPC client itself is tested against a real gRPC server in tests/test_kubernetes.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agent import gpus
+from agent.simulation import Scenario
+
+if TYPE_CHECKING:
+    from agent.simulation import SimulatedNode
+
+SCENARIOS = (
+    Scenario(
+        "kubernetes",
+        "The node as a Kubernetes GPU node: a training pod holds GPUs 0-3, an inference pod 4-5, "
+        "two notebooks share GPU 7 by time-slicing; the kubelet's pod-resources API says which.",
+    ),
+)
+
+# The simulated node's GPU UUIDs, by NVML index.
+GPU_UUIDS = tuple(f"GPU-8f0c3e2a-51d4-4c7e-9b1a-0000000000{index:02d}" for index in range(8))
+
+
+def _response():  # type: ignore[no-untyped-def]
+    from collectors.podresources import api_pb2 as pb
+
+    def pod(namespace: str, name: str, *containers: pb.ContainerResources) -> pb.PodResources:
+        return pb.PodResources(namespace=namespace, name=name, containers=containers)
+
+    def container(name: str, resource: str = "", device_ids: tuple[str, ...] = ()) -> pb.ContainerResources:
+        devices = [pb.ContainerDevices(resource_name=resource, device_ids=device_ids)] if resource else []
+        return pb.ContainerResources(name=name, devices=devices, cpu_ids=[0, 1])
+
+    return pb.ListPodResourcesResponse(
+        pod_resources=[
+            pod("kube-system", "nvidia-device-plugin-daemonset-x7k2p", container("nvidia-device-plugin")),
+            pod(
+                "training",
+                "llama-70b-worker-0",
+                container("trainer", "nvidia.com/gpu", GPU_UUIDS[0:4]),
+                container("rdma", "rdma/hca_shared_devices_a", ("hca0",)),  # not a GPU: left out
+            ),
+            pod("inference", "vllm-llama-8b-7d9f6c-x2kqz", container("vllm", "nvidia.com/gpu", GPU_UUIDS[4:6])),
+            pod("research", "notebook-alice", container("jupyter", "nvidia.com/gpu.shared", (f"{GPU_UUIDS[7]}::0",))),
+            pod("research", "notebook-bob", container("jupyter", "nvidia.com/gpu.shared", (f"{GPU_UUIDS[7]}::1",))),
+        ]
+    )
+
+
+def build(node: SimulatedNode, t: float) -> None:
+    if node.scenario != "kubernetes":
+        return
+    # What the GPU collector publishes once it has enumerated the (fake) GPUs through NVML;
+    # published here too so the demo's first round does not depend on which collector runs first.
+    gpus.publish_indexes({uuid: index for index, uuid in enumerate(GPU_UUIDS)})
+    node.fakes["kubelet_pod_resources"] = lambda timeout: _response()

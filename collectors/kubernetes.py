@@ -1,0 +1,216 @@
+"""Kubernetes collector: which pod and container hold which GPU.
+
+Asks the kubelet's pod-resources API (gRPC, ``v1.PodResourcesLister/List``) on its unix
+socket, ``/var/lib/kubelet/pod-resources/kubelet.sock``, and exports one
+``lockstep_k8s_pod_gpu_info{namespace,pod,container,resource,gpu,uuid} 1`` per GPU held by a
+container, so any per-GPU series can be attributed to a pod by a join on ``uuid``.
+
+The kubelet names devices as the device plugin does.  NVIDIA's plugin uses GPU UUIDs
+(``GPU-...``), MIG device UUIDs (``MIG-...``) and, with time-slicing, a UUID plus ``::N``
+for the replica; GKE's plugin uses device file names (``nvidia0``), which are mapped to UUIDs
+through the driver's ``/proc/driver/nvidia/gpus/*/information``.  ``gpu`` is the NVML index
+when the GPU collector has published it (agent/gpus.py), else empty.
+
+The kubelet is asked at most every ``refresh`` (30 s); rounds in between re-serve that
+answer.  Each call has its own deadline (``timeout``, 5 s) well inside the collector's, and
+goes over a fresh channel: a missing, dead or hung kubelet costs one bounded call, never a
+stuck worker or a background reconnect loop.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import stat
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client.core import Metric
+
+from agent import gpus
+from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from agent.config import parse_duration, parse_path, parse_string_list
+from agent.files import read_text
+
+if TYPE_CHECKING:
+    from collectors.podresources.api_pb2 import ListPodResourcesResponse
+
+POD_GPU_INFO = MetricSpec(
+    "lockstep_k8s_pod_gpu_info",
+    "gauge",
+    "A GPU assigned to a container by the kubelet (from its pod-resources API): 1 per GPU and "
+    "container. resource is the device-plugin resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...); "
+    "uuid the GPU's or MIG device's UUID; gpu the NVML index where known. Join on uuid.",
+    ("namespace", "pod", "container", "resource", "gpu", "uuid"),
+)
+
+# Under --path.rootfs, so a containerised agent with the host's root mounted finds it there.
+DEFAULT_SOCKET = Path("var/lib/kubelet/pod-resources/kubelet.sock")
+DEFAULT_RESOURCES = ("nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-*")
+# The kubelet answers with every pod on the node; 16 MiB (as NVIDIA's dcgm-exporter allows)
+# instead of gRPC's 4 MiB default leaves room for big nodes.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_DEVICE_FILE_ID = re.compile(r"^nvidia(\d+)$")
+
+
+class PodResourcesError(Exception):
+    """The kubelet's pod-resources API could not be asked, in words an operator can act on."""
+
+
+@dataclass(frozen=True, order=True)
+class Assignment:
+    """One device of one resource assigned to one container, as the kubelet reported it."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource: str
+    device_id: str
+
+
+def list_pod_resources(socket: Path, timeout: float) -> ListPodResourcesResponse:
+    """One List call to the kubelet on ``socket``, bounded by ``timeout`` seconds."""
+    import grpc  # imported here: a tenth of a second that `lockstep --help` need not pay
+
+    from collectors.podresources import api_pb2, api_pb2_grpc
+
+    options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
+    # A fresh channel per call: nothing keeps reconnecting in the background between calls.
+    with grpc.insecure_channel(f"unix:{socket}", options=options) as channel:
+        stub = api_pb2_grpc.PodResourcesListerStub(channel)
+        try:
+            return stub.List(api_pb2.ListPodResourcesRequest(), timeout=timeout)
+        except grpc.RpcError as exc:
+            raise _describe_rpc_error(exc, socket, timeout) from None
+
+
+def _describe_rpc_error(exc: Any, socket: Path, timeout: float) -> PodResourcesError:
+    import grpc
+
+    code, details = exc.code(), exc.details() or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return PodResourcesError(f"the kubelet's pod-resources API at {socket} did not answer within {timeout:g}s")
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return PodResourcesError(f"the kubelet at {socket} does not serve the v1 pod-resources API (older than 1.20?)")
+    if code == grpc.StatusCode.UNAVAILABLE:
+        hint = ""
+        if "permission denied" in details.lower():
+            hint = " (only root may connect to the kubelet's socket: run the agent as uid 0, see docs/deploy.md)"
+        return PodResourcesError(f"cannot reach the kubelet's pod-resources API at {socket}: {details}{hint}")
+    return PodResourcesError(f"pod-resources List at {socket} failed: {code.name}: {details}")
+
+
+def assignments(response: ListPodResourcesResponse, resource_patterns: Sequence[str]) -> list[Assignment]:
+    """The devices of the wanted resources, one entry per (container, resource, device), sorted."""
+    found = set()
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            for devices in container.devices:
+                if not any(fnmatch.fnmatchcase(devices.resource_name, p) for p in resource_patterns):
+                    continue
+                for device_id in devices.device_ids:
+                    if device_id:
+                        found.add(Assignment(pod.namespace, pod.name, container.name, devices.resource_name, device_id))
+    return sorted(found)
+
+
+def uuid_of(device_id: str, uuid_by_minor: dict[str, str]) -> str:
+    """The GPU or MIG UUID a device-plugin ID stands for (the ID itself if it is no known form)."""
+    uuid = device_id.split("::", 1)[0]  # time-slicing replica "GPU-...::3"
+    match = _DEVICE_FILE_ID.match(uuid)
+    if match:  # GKE's plugin: the device file /dev/nvidiaN
+        return uuid_by_minor.get(match.group(1), uuid)
+    return uuid
+
+
+class KubernetesCollector(Collector):
+    name = "kubernetes"
+    help = "Which pod and container hold which GPU, from the kubelet's pod-resources API."
+    default_enabled = True
+    default_interval = 15.0
+    metrics = (POD_GPU_INFO,)
+    options = (
+        Option(
+            "socket",
+            parse_path,
+            None,
+            "the kubelet's pod-resources socket (default: var/lib/kubelet/pod-resources/kubelet.sock under "
+            "--path.rootfs)",
+            flag="--kubernetes.pod-resources-socket",
+        ),
+        Option(
+            "resources",
+            parse_string_list,
+            DEFAULT_RESOURCES,
+            "device-plugin resource names (glob patterns) that are GPUs",
+        ),
+        Option("timeout", parse_duration, 5.0, "deadline of one call to the kubelet"),
+        Option(
+            "refresh", parse_duration, 30.0, "ask the kubelet at most this often; rounds in between reuse the answer"
+        ),
+    )
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        options = context.options
+        self.socket: Path = options.get("socket") or context.paths.rootfs / DEFAULT_SOCKET
+        self.resources: tuple[str, ...] = tuple(options.get("resources", DEFAULT_RESOURCES))
+        self.timeout: float = options.get("timeout", 5.0)
+        self.refresh: float = options.get("refresh", 30.0)
+        self._cached: tuple[float, list[Assignment]] | None = None  # (monotonic time, answer)
+
+    def collect(self) -> Iterator[Metric]:
+        now = time.monotonic()
+        if self._cached is not None and now - self._cached[0] < self.refresh:
+            found = self._cached[1]
+        else:
+            found = assignments(self._list(), self.resources)
+            self._cached = (now, found)
+        uuid_by_minor = self._uuid_by_minor() if any(_DEVICE_FILE_ID.match(a.device_id) for a in found) else {}
+        family = POD_GPU_INFO.family()
+        series = set()
+        for a in found:
+            uuid = uuid_of(a.device_id, uuid_by_minor)
+            series.add((a.namespace, a.pod, a.container, a.resource, gpus.index_of(uuid) or "", uuid))
+        for labels in sorted(series):  # replicas of one time-sliced GPU are one series
+            family.add_metric(list(labels), 1)
+        yield family
+
+    def _list(self) -> ListPodResourcesResponse:
+        fake = self.context.fakes.get("kubelet_pod_resources")
+        if fake is not None:  # the simulated node (agent/simulation/kubernetes.py)
+            return fake(self.timeout)
+        try:
+            mode = self.socket.stat().st_mode
+        except FileNotFoundError:
+            if not self.socket.parent.is_dir():
+                raise NothingHere(
+                    f"no {self.socket.parent} (not a Kubernetes node, or the kubelet's pod-resources "
+                    "directory is not mounted into the agent's container)"
+                ) from None
+            raise PodResourcesError(f"no kubelet socket at {self.socket} (is the kubelet running?)") from None
+        if not stat.S_ISSOCK(mode):
+            raise PodResourcesError(f"{self.socket} is not a socket")
+        return list_pod_resources(self.socket, self.timeout)
+
+    def _uuid_by_minor(self) -> dict[str, str]:
+        """Device minor number -> GPU UUID, from the NVIDIA driver's procfs (readable by anyone)."""
+        found: dict[str, str] = {}
+        root = self.paths.procfs / "driver" / "nvidia" / "gpus"
+        try:
+            gpu_dirs = sorted(root.iterdir())
+        except OSError:
+            return found
+        for gpu_dir in gpu_dirs:
+            try:
+                text = read_text(gpu_dir / "information")
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+            minor, uuid = fields.get("Device Minor", "").strip(), fields.get("GPU UUID", "").strip()
+            if minor and uuid:
+                found[minor] = uuid
+        return found
