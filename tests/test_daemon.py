@@ -41,7 +41,8 @@ def test_sigterm_exits_cleanly_even_with_a_collector_stuck_in_the_kernel(tmp_pat
         assert s[HOST_UP] == 0
         assert s[("lockstep_collector_runs_total", frozenset({("collector", "host")}))] == 0
         time.sleep(1.0)  # five intervals: no second call into the stuck collector
-        assert len(os.listdir(f"/proc/{agent.proc.pid}/task")) == threads_then  # type: ignore[union-attr]
+        # At most as many: the thread that served the scrape before threads_then may have ended since.
+        assert len(os.listdir(f"/proc/{agent.proc.pid}/task")) <= threads_then  # type: ignore[union-attr]
         started = time.monotonic()
         returncode, stderr = agent.stop(timeout=10)
         assert returncode == 0
