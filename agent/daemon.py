@@ -242,12 +242,8 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
         log.warning("web config setting %s is accepted but not applied", setting)
     events: queue.SimpleQueue[str] = queue.SimpleQueue()
     agent = Agent(setup, config, web)
-    try:
-        agent.start_server()
-    except OSError as exc:
-        log.error("cannot listen on %s: %s", config.listen, exc)
-        agent.stop()
-        return 1
+    # Signals and config-file changes are handled from before the server answers: whoever sees
+    # /healthz answer (a test, a probe) may send SIGTERM or edit the file at once.
     previous = {
         signal.SIGHUP: signal.signal(signal.SIGHUP, lambda *_: events.put("reload")),
         signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: events.put("stop")),
@@ -257,6 +253,16 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
     if setup.config_path is not None:
         watcher = ConfigWatcher(setup.config_path, lambda: events.put("file-changed"))
         watcher.start()
+    try:
+        agent.start_server()
+    except OSError as exc:
+        log.error("cannot listen on %s: %s", config.listen, exc)
+        if watcher is not None:
+            watcher.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        agent.stop()
+        return 1
     notifier = Notifier()
     notifier.notify("READY=1")
     if ready is not None:
