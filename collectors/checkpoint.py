@@ -32,6 +32,7 @@ import re
 import stat
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -327,7 +328,7 @@ class RootState:
     label: str  # the host path, as reported
     path: str  # where this agent reaches it
     spec: RootSpec
-    watch: str = "poll"  # resolved mode: inotify | poll
+    mode: str = "poll"  # how it should be watched: inotify | poll
     lock: threading.Lock = field(default_factory=threading.Lock)
     first_seen: dict[str, float] = field(default_factory=dict)  # save name -> first trace (clock)
     dirty: bool = True  # inotify: events since the last scan
@@ -345,7 +346,12 @@ class RootState:
     truncated: bool = False
     current: Observation | None = None  # the save in progress now, if any
     current_start: float | None = None
-    watch_handle: Any = None
+    watch_handle: Any = None  # the inotify watch while there is one
+
+    @property
+    def watch(self) -> str:
+        """How it is watched right now: inotify only while a watch is in place."""
+        return "inotify" if self.watch_handle is not None else "poll"
 
     def note(self, name: str, when: float) -> None:
         """A trace of save ``name`` seen at ``when`` (from a scan or an inotify event)."""
@@ -475,6 +481,9 @@ class CheckpointCollector(Collector):
                     state.dirty = True
 
         if self._observer is None:
+            # watchdog warns when a new subdirectory's watch is added twice (by its creation
+            # event and by its own recursive walk), a harmless race of its own: not for operators.
+            warnings.filterwarnings("ignore", "Callback with id", RuntimeWarning, r"watchdog\.")
             self._observer = Observer()
             self._observer.daemon = True
             self._observer.start()
@@ -491,10 +500,9 @@ class CheckpointCollector(Collector):
         ]
         try:
             state.watch_handle = self._observer.schedule(Handler(), root, recursive=True, event_filter=events)
-            state.watch = "inotify"
         except OSError as exc:
             self.log.warning("cannot watch %s with inotify (%s): polling it instead", state.label, describe_error(exc))
-            state.watch = "poll"
+            state.mode = "poll"
 
     def _stop_watch(self, state: RootState) -> None:
         if state.watch_handle is not None and self._observer is not None:
@@ -531,12 +539,10 @@ class CheckpointCollector(Collector):
             state = self.roots.get(label)
             if state is None:
                 state = RootState(label=label, path=self.host_path(label), spec=spec)
+                state.mode = self._watch_mode(spec, label)
                 self.roots[label] = state
-                mode = self._watch_mode(spec, label)
-                if mode == "inotify" and os.path.isdir(state.path):
-                    self._start_watch(state)  # before the first scan, so no event falls between
-                else:
-                    state.watch = "poll"
+            if state.mode == "inotify" and state.watch_handle is None and os.path.isdir(state.path):
+                self._start_watch(state)  # before the scan, so no event falls between the two
             self._update(state, now)
         yield from self._families(current, now)
         yield roots_family
@@ -565,6 +571,7 @@ class CheckpointCollector(Collector):
                     self.log.warning("checkpoint root %s: %s", state.label, error)
                 state.readable, state.error = False, error
                 state.observations = {}
+                self._stop_watch(state)  # a vanished directory's watch is dead; a new one starts when it is back
                 return
         self._evaluate(state, now)
 
@@ -692,21 +699,24 @@ class CheckpointCollector(Collector):
     # --- evaluating what the scan saw ---
 
     def _start(self, state: RootState, obs: Observation) -> float:
-        candidates = [state.first_seen.get(obs.name, float("inf"))]
-        if obs.marker_mtime is not None:
-            candidates.append(obs.marker_mtime)
-        if obs.walk.oldest_mtime is not None:
-            candidates.append(obs.walk.oldest_mtime)
-        elif obs.walk.files == 0:
-            candidates.append(obs.walk.own_mtime)  # an empty directory: made when the save began
-        return min(candidates)
+        """The earliest trace of the save, kept across scans (a NeMo marker is gone by the end)."""
+        with state.lock:
+            candidates = [state.first_seen.get(obs.name, float("inf"))]
+            if obs.marker_mtime is not None:
+                candidates.append(obs.marker_mtime)
+            if obs.walk.oldest_mtime is not None:
+                candidates.append(obs.walk.oldest_mtime)
+            elif obs.walk.files == 0:
+                candidates.append(obs.walk.own_mtime)  # an empty directory: made when the save began
+            state.first_seen[obs.name] = start = min(candidates)
+        return start
 
-    def _end(self, obs: Observation) -> float:
+    def _end(self, state: RootState, obs: Observation) -> float:
         if obs.completed_at is not None:
             return obs.completed_at
         newest = obs.walk.newest_mtime if obs.walk.newest_mtime is not None else obs.walk.own_mtime
-        if obs.kind == "generic":
-            return max(newest, obs.walk.own_ctime)  # a renamed item: renaming sets its ctime
+        if obs.kind == "generic" and obs.name in state.renamed:
+            return max(newest, obs.walk.own_ctime)  # renamed from its temporary name: renaming sets ctime
         return newest
 
     def _is_complete(self, state: RootState, obs: Observation, now: float) -> bool:
@@ -716,7 +726,7 @@ class CheckpointCollector(Collector):
             return False  # still under its temporary name, or nothing written yet
         if obs.name in state.renamed:
             return True  # appeared by an atomic rename from a temporary name
-        return now - self._end(obs) >= state.spec.quiet_period
+        return now - self._end(state, obs) >= state.spec.quiet_period
 
     def _evaluate(self, state: RootState, now: float) -> None:
         """Which saves are complete, which one is in progress, and count completions."""
@@ -728,7 +738,7 @@ class CheckpointCollector(Collector):
                 state.completed.pop(name, None)
                 in_progress.append((start, obs))
                 continue
-            save = Save(name, obs.kind, start, max(self._end(obs), start), obs.walk.size)
+            save = Save(name, obs.kind, start, max(self._end(state, obs), start), obs.walk.size)
             previous = state.completed.get(name)
             if previous is not None and previous.end == save.end:
                 continue
