@@ -435,3 +435,31 @@ def test_roots_config_schema_and_errors(tmp_path: Path) -> None:
             load_config(config, {"checkpoint": CheckpointCollector})
         assert f"{config}:3: collectors.checkpoint." in str(error.value)
         assert message in str(error.value)
+
+
+def test_simulated_node_saves_every_ten_minutes(tmp_path: Path, harnesses: list[Harness]) -> None:
+    """The demo's checkpoint root, moved along in simulated time: a save starts, then completes."""
+    from agent.simulation import SimulatedNode
+    from agent.simulation.storage import EPOCH
+
+    node = SimulatedNode(tmp_path, "healthy")
+    context = CollectorContext(
+        paths=node.paths,
+        options={"roots": parse_roots(node.options["checkpoint"]["roots"])},
+        log=logging.getLogger("test"),
+        fakes=node.fakes,
+    )
+    collector = CheckpointCollector(context)
+    h = Harness.__new__(Harness)
+    h.collector, h.clock = collector, Clock(0)
+    harnesses.append(h)
+    label = "/lustre/ckpt/job=4242"
+    got = h.root(label)
+    assert (got["saves_total"], got["in_progress_seconds"], got["info"]["watch"]) == (0, 0, "poll")
+    assert got["last_success_timestamp_seconds"] == EPOCH - 455  # save 11 ended 455 s before t=0
+    node.render(120.0)  # save 12 began at t=100; its first shard finished at t=105
+    assert h.root(label)["in_progress_seconds"] == 15
+    node.render(150.0)  # .metadata at t=145
+    got = h.root(label)
+    assert (got["saves_total"], got["in_progress_seconds"], got["last_success_timestamp_seconds"]) == (1, 0, EPOCH + 145)
+    assert got["last_size_bytes"] == 8 * 2 * 1024**3 + 1_572_864
