@@ -267,6 +267,11 @@ def walk(path: str, budget: Budget) -> Walk:
         result.files, result.size = 1, own.st_size
         result.oldest_mtime = result.newest_mtime = own.st_mtime
         return result
+    try:
+        # Looked up directly, not found by the walk: a capped walk may stop before reaching it.
+        result.metadata_mtime = os.stat(os.path.join(path, DCP_METADATA)).st_mtime
+    except OSError:
+        pass
     stack = [(path, True)]
     while stack:
         directory, top = stack.pop()
@@ -288,9 +293,7 @@ def walk(path: str, budget: Budget) -> Walk:
                     mtime = st.st_mtime
                     result.oldest_mtime = mtime if result.oldest_mtime is None else min(result.oldest_mtime, mtime)
                     result.newest_mtime = mtime if result.newest_mtime is None else max(result.newest_mtime, mtime)
-                    if top and entry.name == DCP_METADATA:
-                        result.metadata_mtime = mtime
-                    elif top and entry.name.endswith(DCP_SHARD_SUFFIX):
+                    if top and entry.name.endswith(DCP_SHARD_SUFFIX):
                         result.has_shards = True
         except OSError:
             if top:
@@ -679,9 +682,11 @@ class CheckpointCollector(Collector):
             combined.size += part.size
             combined.truncated |= part.truncated
             if part.oldest_mtime is not None:
-                combined.oldest_mtime = min(part.oldest_mtime, combined.oldest_mtime or part.oldest_mtime)
+                old = combined.oldest_mtime
+                combined.oldest_mtime = part.oldest_mtime if old is None else min(old, part.oldest_mtime)
             if part.newest_mtime is not None:
-                combined.newest_mtime = max(part.newest_mtime, combined.newest_mtime or part.newest_mtime)
+                new = combined.newest_mtime
+                combined.newest_mtime = part.newest_mtime if new is None else max(new, part.newest_mtime)
             combined.own_mtime = max(combined.own_mtime, part.own_mtime)
         obs = Observation(name, "nemo", combined)
         if marker is not None:
