@@ -12,7 +12,6 @@ import logging
 import queue
 import signal
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -229,6 +228,25 @@ class ConfigWatcher:
         self._observer.stop()
 
 
+def _wait_for_quiet(events: queue.SimpleQueue[str], quiet: float = 0.3) -> bool:
+    """Swallow reload events until none came for ``quiet`` seconds; False if a stop came instead."""
+    while True:
+        try:
+            event = events.get(timeout=quiet)
+        except queue.Empty:
+            return True
+        if event == "stop":
+            return False
+
+
+def _shutdown(agent: Agent, watcher: ConfigWatcher | None, handlers: dict[Any, Any]) -> None:
+    if watcher is not None:
+        watcher.stop()
+    agent.stop()
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)
+
+
 def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = None) -> int:
     """Run the agent until SIGTERM/SIGINT.  Returns the exit status."""
     setup_logging(config.log_level, config.log_format)
@@ -242,8 +260,7 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
         log.warning("web config setting %s is accepted but not applied", setting)
     events: queue.SimpleQueue[str] = queue.SimpleQueue()
     agent = Agent(setup, config, web)
-    # Signals and config-file changes are handled from before the server answers: whoever sees
-    # /healthz answer (a test, a probe) may send SIGTERM or edit the file at once.
+    # Signals and the file watcher first: once /healthz answers, a reload is never missed.
     previous = {
         signal.SIGHUP: signal.signal(signal.SIGHUP, lambda *_: events.put("reload")),
         signal.SIGTERM: signal.signal(signal.SIGTERM, lambda *_: events.put("stop")),
@@ -253,17 +270,13 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
     if setup.config_path is not None:
         watcher = ConfigWatcher(setup.config_path, lambda: events.put("file-changed"))
         watcher.start()
+    notifier = Notifier()
     try:
         agent.start_server()
     except OSError as exc:
         log.error("cannot listen on %s: %s", config.listen, exc)
-        if watcher is not None:
-            watcher.stop()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        agent.stop()
+        _shutdown(agent, watcher, previous)
         return 1
-    notifier = Notifier()
     notifier.notify("READY=1")
     if ready is not None:
         ready(agent)
@@ -278,8 +291,10 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
             if event == "stop":
                 break
             if event in ("reload", "file-changed"):
-                if event == "file-changed":
-                    time.sleep(0.2)  # let an editor or kubelet finish its burst of events
+                # An editor's save or a kubelet update is a burst of events, possibly through a
+                # half-written file: wait until the directory is quiet, then reload once.
+                if event == "file-changed" and not _wait_for_quiet(events):
+                    break
                 log.info("reloading configuration", extra={"reason": "SIGHUP" if event == "reload" else "file changed"})
                 notifier.notify("RELOADING=1")
                 agent.reload()
@@ -290,9 +305,5 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
     finally:
         log.info("stopping")
         notifier.notify("STOPPING=1")
-        if watcher is not None:
-            watcher.stop()
-        agent.stop()
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+        _shutdown(agent, watcher, previous)
     return 0

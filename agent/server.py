@@ -14,6 +14,7 @@ import gzip
 import html
 import logging
 import socket
+import socketserver
 import ssl
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -62,7 +63,11 @@ class AgentHTTPServer(ThreadingHTTPServer):
     def server_bind(self) -> None:
         if self.address_family == socket.AF_INET6:
             self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
+        # TCPServer's bind, not HTTPServer's: that one resolves the host's FQDN, a DNS lookup
+        # that can hang agent start-up for seconds on a node whose resolver is down.
+        socketserver.TCPServer.server_bind(self)
+        host, port = self.server_address[:2]
+        self.server_name, self.server_port = str(host), int(port)
 
     def get_request(self) -> tuple[Any, Any]:
         sock, address = self.socket.accept()

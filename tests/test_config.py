@@ -144,9 +144,7 @@ def test_listen_forms() -> None:
 def test_config_check_command(tmp_path: Path) -> None:
     good = write(tmp_path, "collectors:\n  host:\n    interval: 10s\n")
     result = lockstep("config", "check", str(good))
-    # Every installed collector that is on by default (the list grows with each collector).
     enabled = ", ".join(sorted(n for n, r in discover().collectors.items() if r.cls.default_enabled))
-    assert "host" in enabled
     assert (result.returncode, result.stdout) == (0, f"{good}: OK (collectors enabled: {enabled})\n")
     bad = tmp_path / "bad.yml"
     bad.write_text("listen: x\ncollectors:\n  host:\n    deadline: never\n")

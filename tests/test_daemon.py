@@ -24,6 +24,17 @@ def proc_tree(tmp_path: Path) -> Path:
     return proc
 
 
+def threads_waiting_on_fifo(pid: int) -> int:
+    """Threads of the process blocked in the kernel opening a FIFO that has no writer."""
+    count = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            count += Path(f"/proc/{pid}/task/{task}/wchan").read_text() == "wait_for_partner"
+        except OSError:
+            continue
+    return count
+
+
 def test_sigterm_exits_cleanly_even_with_a_collector_stuck_in_the_kernel(tmp_path: Path) -> None:
     # /proc/stat is a FIFO nobody writes: open() blocks in the kernel, like a hung mount.
     proc = proc_tree(tmp_path)
@@ -34,15 +45,14 @@ def test_sigterm_exits_cleanly_even_with_a_collector_stuck_in_the_kernel(tmp_pat
     with AgentProcess("run", "--config", str(config), "--path.procfs", str(proc)) as agent:
         stuck = ("lockstep_collector_state", frozenset({("collector", "host"), ("state", "stuck")}))
         wait_until(lambda: samples(agent.metrics()).get(stuck) == 1, what="host reported stuck")
-        threads_then = len(os.listdir(f"/proc/{agent.proc.pid}/task"))  # type: ignore[union-attr]
+        assert threads_waiting_on_fifo(agent.proc.pid) == 1  # type: ignore[union-attr]
         started = time.monotonic()
         s = samples(agent.metrics())
         assert time.monotonic() - started < 2  # the scrape does not wait for the collector
         assert s[HOST_UP] == 0
         assert s[("lockstep_collector_runs_total", frozenset({("collector", "host")}))] == 0
         time.sleep(1.0)  # five intervals: no second call into the stuck collector
-        # At most as many: the thread that served the scrape before threads_then may have ended since.
-        assert len(os.listdir(f"/proc/{agent.proc.pid}/task")) <= threads_then  # type: ignore[union-attr]
+        assert threads_waiting_on_fifo(agent.proc.pid) == 1  # type: ignore[union-attr]
         started = time.monotonic()
         returncode, stderr = agent.stop(timeout=10)
         assert returncode == 0
@@ -60,14 +70,21 @@ def test_bad_config_on_disk_and_sighup_keep_the_running_one(tmp_path: Path) -> N
     with AgentProcess("run", "--config", str(config), "--path.procfs", str(proc)) as agent:
         wait_until(lambda: samples(agent.metrics()).get(HOST_UP) == 1, what="host up")
         config.write_text("collectors:\n  host:\n    interval: often\n")  # the file watcher sees this
-        time.sleep(1.0)
+        time.sleep(1.5)
         agent.proc.send_signal(signal.SIGHUP)  # type: ignore[union-attr]
         time.sleep(1.0)
-        assert samples(agent.metrics())[HOST_UP] == 1  # still running the old config
+        # Still the old config: host up and running every 200 ms (the default would be 15 s).
+        runs = ("lockstep_collector_runs_total", frozenset({("collector", "host")}))
+        before = samples(agent.metrics())[runs]
+        wait_until(lambda: samples(agent.metrics())[runs] >= before + 3, timeout=5, what="runs at 200 ms")
+        assert samples(agent.metrics())[HOST_UP] == 1
         returncode, stderr = agent.stop()
     assert returncode == 0
-    rejected = [json.loads(line) for line in stderr.splitlines() if "rejected" in line]
-    assert len(rejected) == 2  # once for the file change, once for SIGHUP
+    logs = [json.loads(line) for line in stderr.splitlines()]
+    reloads = [entry["reason"] for entry in logs if entry["msg"] == "reloading configuration"]
+    assert reloads == ["file changed", "SIGHUP"]  # the write's burst of events made one reload
+    rejected = [entry for entry in logs if "rejected" in entry["msg"]]
+    assert len(rejected) == 2
     assert rejected[0]["msg"] == (
         "new configuration rejected, keeping the running one: "
         f"{config}:3: collectors.host.interval: expected a duration such as 15s, 500ms or 2m, got 'often'"
