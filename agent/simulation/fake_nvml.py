@@ -13,8 +13,8 @@ collector depends on NVML's behaviour:
   friendly objects (``usedGpuMemory`` None when not available);
 - ``nvmlInit``/``nvmlShutdown`` are reference counted, and every call outside an
   initialised session raises ``NVMLError_Uninitialized``;
-- XID events reach an event set only if they happen at or after the moment the GPU was
-  registered in it (events before registration are lost, as with NVML); a wait with
+- XID events reach an event set only if they happen after the GPU was registered in it
+  (events before registration are lost, as with NVML); a wait with
   nothing to deliver raises ``NVMLError_Timeout``; a set with a lost GPU raises
   ``NVMLError_GpuIsLost`` from the wait;
 - a lost GPU (fallen off the bus) raises ``NVMLError_GpuIsLost`` from every call,
@@ -476,12 +476,16 @@ class _Event:
     xid: int
     at: float
     loses_gpu: bool = False
+    # When it happened, on the fake's sequence of happenings (registrations and events);
+    # None while a scheduled event is still due.  A set gets the events that happened
+    # after it registered the GPU.
+    seq: int | None = None
 
 
 @dataclass
 class _EventSet:
-    registered: dict[int, float] = field(default_factory=dict)  # gpu -> t of registration
-    delivered: set[int] = field(default_factory=set)  # ids (positions) of events already delivered
+    registered: dict[int, int] = field(default_factory=dict)  # gpu -> sequence number of its registration
+    delivered: set[int] = field(default_factory=set)  # sequence numbers of the events already delivered
 
 
 @dataclass
@@ -503,15 +507,20 @@ class FakeNvml:
         self._t = 0.0
         self._refcount = 0
         self._lost: set[int] = set()
+        self._restored: set[int] = set()  # back after a loss: their lost_at no longer applies
         self._events: list[_Event] = [_Event(e.gpu, e.xid, e.at) for e in spec.xid_events]
         self._events += [
             _Event(i, XID_FALLEN_OFF_THE_BUS, g.lost_at, loses_gpu=True)
             for i, g in enumerate(spec.gpus)
             if g.lost_at is not None
         ]
+        self._seq = 0
         self._sets: dict[int, _EventSet] = {}
         self._failures: dict[str, list[_Failure]] = {}
         self.calls: Counter[tuple[str, int | None]] = Counter()
+        # How often each field was asked for in nvmlDeviceGetFieldValues: (gpu, field name) -> count.
+        self.field_requests: Counter[tuple[int, str]] = Counter()
+        self._field_failures: dict[tuple[int, str], int] = {}
         # Real ctypes handles, kept alive here: the collector may compare their addresses.
         self._device_structs = [pynvml.struct_c_nvmlDevice_t() for _ in spec.gpus]
         self._handles = [pynvml.c_nvmlDevice_t(s) for s in self._device_structs]
@@ -533,12 +542,15 @@ class FakeNvml:
     def set_time(self, t: float) -> None:
         with self._lock:
             self._t = t
+            # Scheduled events now in the past have happened, listened to or not.  One due at
+            # exactly t happens at the next wait, so a set registered at t still gets it.
+            self._happen(lambda at: at < t)
             self._changed.notify_all()
 
     def lose_gpu(self, index: int) -> None:
         """The GPU falls off the bus now: XID 79 to the event sets it is in, then GPU_IS_LOST."""
         with self._lock:
-            self._events.append(_Event(index, XID_FALLEN_OFF_THE_BUS, self.t, loses_gpu=True))
+            self._events.append(_Event(index, XID_FALLEN_OFF_THE_BUS, self.t, loses_gpu=True, seq=self._next()))
             self._lost.add(index)
             self._changed.notify_all()
 
@@ -546,11 +558,12 @@ class FakeNvml:
         """The GPU is back (e.g. after a reset): calls on it answer again."""
         with self._lock:
             self._lost.discard(index)
+            self._restored.add(index)
             self._events = [e for e in self._events if not (e.loses_gpu and e.gpu == index)]
 
     def inject_xid(self, index: int, xid: int) -> None:
         with self._lock:
-            self._events.append(_Event(index, xid, self.t))
+            self._events.append(_Event(index, xid, self.t, seq=self._next()))
             self._changed.notify_all()
 
     def fail(self, function: str, error: type[pynvml.NVMLError], gpu: int | None = None, times: int = 1) -> None:
@@ -558,14 +571,30 @@ class FakeNvml:
         with self._lock:
             self._failures.setdefault(function, []).append(_Failure(error, gpu, times))
 
+    def fail_field(self, gpu: int, field_name: str, code: int) -> None:
+        """From now on, answer the field (an NVML_FI_* name) on ``gpu`` with this NVML return code."""
+        with self._lock:
+            self._field_failures[(gpu, field_name)] = code
+
     def calls_for(self, gpu: int | None = None, function: str | None = None) -> int:
-        return sum(n for (f, g), n in self.calls.items() if (gpu is None or g == gpu) and f in (function or f))
+        """Calls counted so far, on one GPU and/or of one function (None: all)."""
+        return sum(n for (f, g), n in self.calls.items() if gpu in (None, g) and function in (None, f))
 
     def reset_calls(self) -> None:
         with self._lock:
             self.calls.clear()
+            self.field_requests.clear()
 
     # --- internals ---
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    def _happen(self, due: Any) -> None:
+        for event in self._events:
+            if event.seq is None and due(event.at):
+                event.seq = self._next()
 
     def _enter(self, function: str, gpu: int | None = None, needs_init: bool = True) -> None:
         """Count the call and raise what NVML would raise before answering it."""
@@ -586,7 +615,7 @@ class FakeNvml:
         """Lost: by lose_gpu, by delivering its XID 79, or past its lost_at (strictly: at lost_at
         it still answers until its XID 79 has been read, so a listener registered by then gets it)."""
         lost_at = self.spec.gpus[gpu].lost_at
-        if lost_at is not None and self.t > lost_at:
+        if lost_at is not None and self.t > lost_at and gpu not in self._restored:
             self._lost.add(gpu)
         return gpu in self._lost
 
@@ -782,6 +811,9 @@ class FakeNvml:
     def _field(self, index: int, gpu: GpuSpec, field_id: int, scope: int) -> Any:
         """(valueType, value) of one field, or 1000 + an NVML error code."""
         name = _FIELD_NAMES.get(field_id)
+        self.field_requests[(index, name or str(field_id))] += 1
+        if (index, name) in self._field_failures:
+            return 1000 + self._field_failures[(index, name)]
         if name is None or name in self._unsupported[index]:
             return 1000 + pynvml.NVML_ERROR_NOT_SUPPORTED
         ull, uint = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
@@ -899,7 +931,7 @@ class FakeNvml:
             index, _ = self._gpu(handle, "nvmlDeviceRegisterEvents")
             if event_types & ~pynvml.nvmlEventTypeXidCriticalError:
                 raise pynvml.NVMLError_NotSupported()  # this fake only has XID events
-            self._event_set(event_set).registered[index] = self.t
+            self._event_set(event_set).registered[index] = self._next()
 
     def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> pynvml.c_nvmlEventData_t:
         deadline = time.monotonic() + timeout_ms / 1000
@@ -909,16 +941,19 @@ class FakeNvml:
                 if self._refcount == 0:
                     raise pynvml.NVMLError_Uninitialized()  # NVML was shut down during the wait
                 state = self._event_set(event_set)
-                for position, event in enumerate(self._events):
+                now = self.t
+                self._happen(lambda at: at <= now)
+                for event in self._events:
                     registered = state.registered.get(event.gpu)
                     if (
-                        position in state.delivered
+                        event.seq is None
+                        or event.seq in state.delivered
                         or registered is None
-                        or not registered <= event.at <= self.t
+                        or registered > event.seq
                         or (event.gpu in self._lost and not event.loses_gpu)
                     ):
                         continue
-                    state.delivered.add(position)
+                    state.delivered.add(event.seq)
                     if event.loses_gpu:
                         self._lost.add(event.gpu)
                     data = pynvml.c_nvmlEventData_t()
@@ -931,7 +966,7 @@ class FakeNvml:
                     raise pynvml.NVMLError_GpuIsLost()
                 remaining = deadline - time.monotonic()
                 if self._real_time:
-                    future = [e.at - self.t for e in self._events if e.at > self.t]
+                    future = [e.at - self.t for e in self._events if e.seq is None]
                     if future:
                         remaining = min(remaining, min(future) + 0.001)
                 if deadline - time.monotonic() <= 0:
