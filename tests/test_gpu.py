@@ -4,6 +4,7 @@ real structures), and against the real pynvml on this machine, which has no NVID
 from __future__ import annotations
 
 import ctypes.util
+import dataclasses
 import logging
 import textwrap
 from collections.abc import Iterator
@@ -591,7 +592,7 @@ def test_bad_fake_nvml_spec_is_reported_with_file_and_line(tmp_path: Path) -> No
     assert result.returncode == 2
     assert result.stderr.splitlines() == [
         f"lockstep: --gpu.fake-nvml: {spec}:2: gpus[0].power_watts: expected a number of at least 0, got 'lots'; "
-        f"{spec}:3: gpus[0].colour: unknown key (known: {', '.join(f.name for f in __import__('dataclasses').fields(GpuSpec))})"
+        f"{spec}:3: gpus[0].colour: unknown key (known: {', '.join(f.name for f in dataclasses.fields(GpuSpec))})"
     ]
 
 

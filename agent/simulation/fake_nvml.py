@@ -544,7 +544,7 @@ class FakeNvml:
             self._t = t
             # Scheduled events now in the past have happened, listened to or not.  One due at
             # exactly t happens at the next wait, so a set registered at t still gets it.
-            self._happen(lambda at: at < t)
+            self._happen(t, inclusive=False)
             self._changed.notify_all()
 
     def lose_gpu(self, index: int) -> None:
@@ -591,9 +591,10 @@ class FakeNvml:
         self._seq += 1
         return self._seq
 
-    def _happen(self, due: Any) -> None:
+    def _happen(self, t: float, inclusive: bool) -> None:
+        """Scheduled events due before t (or at t, if inclusive) happen now."""
         for event in self._events:
-            if event.seq is None and due(event.at):
+            if event.seq is None and (event.at < t or (inclusive and event.at == t)):
                 event.seq = self._next()
 
     def _enter(self, function: str, gpu: int | None = None, needs_init: bool = True) -> None:
@@ -790,35 +791,46 @@ class FakeNvml:
             index, gpu = self._gpu(handle, "nvmlDeviceGetFieldValues")
             values = (pynvml.c_nvmlFieldValue_t * len(field_ids))()
             now_us = int(time.time() * 1e6)
+            tables = self._field_tables(gpu)
+            members = {
+                pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+                pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+            }
             for value, requested in zip(values, field_ids):
                 field_id, scope = requested if isinstance(requested, tuple) else (requested, 0)
                 value.fieldId, value.scopeId, value.timestamp, value.latencyUsec = field_id, scope, now_us, 0
-                answer = self._field(index, gpu, field_id, scope)
-                if isinstance(answer, int) and not isinstance(answer, bool) and answer >= 1000:
-                    value.nvmlReturn = answer - 1000  # an NVML error code for this field alone
-                    continue
-                value_type, number = answer
-                value.nvmlReturn = pynvml.NVML_SUCCESS
-                value.valueType = value_type
-                member = {
-                    pynvml.NVML_VALUE_TYPE_DOUBLE: "dVal",
-                    pynvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
-                    pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
-                }[value_type]
-                setattr(value.value, member, number)
+                value.nvmlReturn, value.valueType, number = self._field(index, field_id, scope, tables)
+                if value.nvmlReturn == pynvml.NVML_SUCCESS:
+                    setattr(value.value, members[value.valueType], number)
             return values
 
-    def _field(self, index: int, gpu: GpuSpec, field_id: int, scope: int) -> Any:
-        """(valueType, value) of one field, or 1000 + an NVML error code."""
+    def _field(
+        self, index: int, field_id: int, scope: int, tables: tuple[dict[str, Any], ...]
+    ) -> tuple[int, int, float]:
+        """(nvmlReturn, valueType, value) of one field."""
+        device, link_up, link_down = tables
         name = _FIELD_NAMES.get(field_id)
         self.field_requests[(index, name or str(field_id))] += 1
         if (index, name) in self._field_failures:
-            return 1000 + self._field_failures[(index, name)]
+            return self._field_failures[(index, name)], 0, 0
         if name is None or name in self._unsupported[index]:
-            return 1000 + pynvml.NVML_ERROR_NOT_SUPPORTED
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0, 0
+        if name in device:
+            return (pynvml.NVML_SUCCESS, *device[name])
+        if name not in link_up:
+            return pynvml.NVML_ERROR_NOT_SUPPORTED, 0, 0
+        if not 0 <= scope < self.spec.gpus[index].nvlink_links:  # per-link fields: scopeId is the link
+            return pynvml.NVML_ERROR_INVALID_ARGUMENT, 0, 0
+        table = link_down if scope in self.spec.gpus[index].nvlink_down else link_up
+        return (pynvml.NVML_SUCCESS, *table[name])
+
+    def _field_tables(self, gpu: GpuSpec) -> tuple[dict[str, Any], ...]:
+        """Every field's (valueType, value) now: GPU-wide, and per link for an up and a down link."""
         ull, uint = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, pynvml.NVML_VALUE_TYPE_UNSIGNED_INT
         links = gpu.nvlink_links
-        simple: dict[str, tuple[int, float]] = {
+        errors = gpu.nvlink_errors
+        device: dict[str, tuple[int, float]] = {
             "NVML_FI_DEV_ECC_SBE_VOL_TOTAL": (ull, gpu.ecc_corrected),
             "NVML_FI_DEV_ECC_DBE_VOL_TOTAL": (ull, gpu.ecc_uncorrected),
             "NVML_FI_DEV_RETIRED_SBE": (ull, gpu.retired_pages_single_bit),
@@ -829,51 +841,47 @@ class FakeNvml:
             "NVML_FI_DEV_REMAPPED_PENDING": (uint, int(gpu.remapped_rows_pending)),
             "NVML_FI_DEV_REMAPPED_FAILURE": (uint, int(gpu.remapped_rows_failed)),
             "NVML_FI_DEV_MEMORY_TEMP": (uint, gpu.memory_temperature_celsius),
-            "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION": (ull, self._since_load(gpu, gpu.power_watts) * 1000),
+            "NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION": (ull, self._since_load(gpu, gpu.power_watts) * 1000),  # mJ
             "NVML_FI_DEV_PCIE_REPLAY_COUNTER": (ull, gpu.pcie_replays),
             "NVML_FI_DEV_PCIE_COUNT_TX_BYTES": (ull, self._since_load(gpu, gpu.pcie_transmitted_bytes_per_second)),
             "NVML_FI_DEV_PCIE_COUNT_RX_BYTES": (ull, self._since_load(gpu, gpu.pcie_received_bytes_per_second)),
             "NVML_FI_DEV_NVLINK_LINK_COUNT": (uint, links),
-            "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (ull, links * gpu.nvlink_errors.get("crc_flit", 0)),
-            "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": (ull, links * gpu.nvlink_errors.get("crc_data", 0)),
-            "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": (ull, links * gpu.nvlink_errors.get("replay", 0)),
-            "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": (ull, links * gpu.nvlink_errors.get("recovery", 0)),
+            "NVML_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL": (ull, links * errors.get("crc_flit", 0)),
+            "NVML_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL": (ull, links * errors.get("crc_data", 0)),
+            "NVML_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL": (ull, links * errors.get("replay", 0)),
+            "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": (ull, links * errors.get("recovery", 0)),
         }
         for reason, reason_field in CLOCK_EVENT_DURATION_FIELDS.items():
             seconds = gpu.clock_event_seconds.get(reason, 0.0)
             if reason in gpu.clock_event_reasons:
                 seconds += self.t
-            simple[_FIELD_NAMES[reason_field]] = (ull, seconds * 1e9)  # nanoseconds
-        if name in simple:
-            value_type, number = simple[name]
-            return value_type, round(number)
-        # Per-link fields: scopeId is the link.
-        if not 0 <= scope < links:
-            return 1000 + pynvml.NVML_ERROR_INVALID_ARGUMENT
-        up = scope not in gpu.nvlink_down
-        per_link: dict[str, tuple[int, float]] = {
+            device[_FIELD_NAMES[reason_field]] = (ull, seconds * 1e9)  # nanoseconds
+        link_up: dict[str, tuple[int, float]] = {
             "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": (
                 ull,
-                self._since_load(gpu, gpu.nvlink_transmitted_bytes_per_second) / 1024 if up else 0,
-            ),  # KiB
+                self._since_load(gpu, gpu.nvlink_transmitted_bytes_per_second) / 1024,
+            ),
             "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX": (
                 ull,
-                self._since_load(gpu, gpu.nvlink_received_bytes_per_second) / 1024 if up else 0,
+                self._since_load(gpu, gpu.nvlink_received_bytes_per_second) / 1024,
             ),
-            "NVML_FI_DEV_NVLINK_GET_STATE": (
-                uint,
-                pynvml.NVML_NVLINK_STATE_ACTIVE if up else pynvml.NVML_NVLINK_STATE_INACTIVE,
-            ),
-            "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY": (ull, gpu.nvlink_errors.get("replay", 0)),
-            "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY": (ull, gpu.nvlink_errors.get("recovery", 0)),
-            "NVML_FI_DEV_NVLINK_ERROR_DL_CRC": (ull, gpu.nvlink_errors.get("crc_flit", 0)),
+            "NVML_FI_DEV_NVLINK_GET_STATE": (uint, pynvml.NVML_NVLINK_STATE_ACTIVE),
+            "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY": (ull, errors.get("replay", 0)),
+            "NVML_FI_DEV_NVLINK_ERROR_DL_RECOVERY": (ull, errors.get("recovery", 0)),
+            "NVML_FI_DEV_NVLINK_ERROR_DL_CRC": (ull, errors.get("crc_flit", 0)),
         }
         for counter, counter_field in BLACKWELL_NVLINK_FIELDS.items():
-            per_link[_FIELD_NAMES[counter_field]] = (ull, gpu.nvlink_counters.get(counter, 0))
-        if name in per_link:
-            value_type, number = per_link[name]
-            return value_type, round(number)
-        return 1000 + pynvml.NVML_ERROR_NOT_SUPPORTED
+            link_up[_FIELD_NAMES[counter_field]] = (ull, gpu.nvlink_counters.get(counter, 0))
+        link_down = {
+            **link_up,
+            "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": (ull, 0),  # a down link carried nothing (in this fake)
+            "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX": (ull, 0),
+            "NVML_FI_DEV_NVLINK_GET_STATE": (uint, pynvml.NVML_NVLINK_STATE_INACTIVE),
+        }
+        rounded = tuple(
+            {name: (kind, round(number)) for name, (kind, number) in t.items()} for t in (device, link_up, link_down)
+        )
+        return rounded
 
     # --- MIG ---
 
@@ -941,8 +949,7 @@ class FakeNvml:
                 if self._refcount == 0:
                     raise pynvml.NVMLError_Uninitialized()  # NVML was shut down during the wait
                 state = self._event_set(event_set)
-                now = self.t
-                self._happen(lambda at: at <= now)
+                self._happen(self.t, inclusive=True)
                 for event in self._events:
                     registered = state.registered.get(event.gpu)
                     if (
