@@ -38,7 +38,7 @@ from typing import Any
 import pynvml
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, MetricSpec, NothingHere, Option
+from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
 from agent.config import parse_string
 from agent.files import read_text
 
@@ -525,7 +525,7 @@ class GpuCollector(Collector):
     listener_wait_ms = 1000
     listener_backoff = (0.5, 30.0)
 
-    def __init__(self, context):  # type: ignore[no-untyped-def]
+    def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self._session: Session | None = None
         self._own_fake: Any = None

@@ -142,7 +142,9 @@ def test_listen_forms() -> None:
 
 
 def test_config_check_command(tmp_path: Path) -> None:
-    good = write(tmp_path, "collectors:\n  host:\n    interval: 10s\n")
+    good = write(
+        tmp_path, "disable_default_collectors: true\ncollectors:\n  host:\n    enabled: true\n    interval: 10s\n"
+    )
     result = lockstep("config", "check", str(good))
     assert (result.returncode, result.stdout) == (0, f"{good}: OK (collectors enabled: host)\n")
     bad = tmp_path / "bad.yml"

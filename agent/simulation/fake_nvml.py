@@ -812,8 +812,9 @@ class FakeNvml:
         device, link_up, link_down = tables
         name = _FIELD_NAMES.get(field_id)
         self.field_requests[(index, name or str(field_id))] += 1
-        if (index, name) in self._field_failures:
-            return self._field_failures[(index, name)], 0, 0
+        failure = self._field_failures.get((index, name or str(field_id)))
+        if failure is not None:
+            return failure, 0, 0
         if name is None or name in self._unsupported[index]:
             return pynvml.NVML_ERROR_NOT_SUPPORTED, 0, 0
         if name in device:
