@@ -533,7 +533,10 @@ class GpuCollector(Collector):
         self._retry_delay = self.reinit_backoff_initial
         self._broken = ""  # why the last attempt to use NVML as a whole failed
         self._rediscover = threading.Event()  # set by a hotplug event
-        self._known: dict[int, GpuState] = {}  # identity by NVML index, kept across sessions
+        # Identity of the GPUs seen, kept across sessions: by NVML index (to label a GPU that
+        # is lost when NVML is initialised) and by UUID (to report one that vanished).
+        self._known: dict[int, GpuState] = {}
+        self._seen: dict[str, GpuState] = {}
         self._known_pci: set[tuple[int, int, int, int]] = set()
         self._errors: dict[tuple[int, str, str], int] = {}  # (index, uuid, error) -> count
         self._xid_counts: dict[tuple[str, int], int] = {}  # kept across sessions: counters
@@ -573,6 +576,14 @@ class GpuCollector(Collector):
         except BaseException:
             self._shutdown(nvml)
             raise
+        # A GPU seen before that NVML no longer lists (removed from the bus) stays reported down.
+        listed = {g.uuid for g in gpus}
+        for uuid, seen in self._seen.items():
+            if uuid not in listed:
+                gone = GpuState(index=seen.index, handle=None, uuid=uuid, pci_bus_id=seen.pci_bus_id, lost=True)
+                gone.minor_number, gone.model, gone.vbios_version = seen.minor_number, seen.model, seen.vbios_version
+                gpus.append(gone)
+        self._seen.update({g.uuid: g for g in gpus if g.uuid and not g.lost})
         session = Session(nvml, driver, gpus)
         self._known_pci = {key for g in gpus if (key := pci_key(g.pci_bus_id)) is not None}
         if any(g.lost for g in gpus):
@@ -690,7 +701,12 @@ class GpuCollector(Collector):
     # --- one round ---
 
     def collect(self) -> Iterator[Metric]:
-        session, new = self._ensure_session()
+        global _published
+        try:
+            session, new = self._ensure_session()
+        except BaseException:
+            _published = ()  # no NVML: nothing to attribute, rather than last round's GPUs
+            raise
         if new and session.listener is not None:
             session.listener.ready.wait(self.listener_ready_timeout)
         samples: list[tuple[MetricSpec, tuple[str, ...], float]] = []
@@ -706,6 +722,7 @@ class GpuCollector(Collector):
                         session.reinit_wanted = True
                         self._schedule_reinit(time.monotonic())
                 except LIFECYCLE as exc:
+                    _published = ()
                     self._end_session()
                     delay = self._schedule_reinit(time.monotonic())
                     self._broken = f"NVML: {exc}"
@@ -722,7 +739,6 @@ class GpuCollector(Collector):
             samples.append((UP, gpu.labels, 0 if gpu.lost else 1))
         samples += self._xid_samples(session)
         samples += [(NVML_ERRORS, (str(i), u, e), n) for (i, u, e), n in sorted(self._errors.items())]
-        global _published
         _published = tuple(published)
         yield from self._families(samples)
 

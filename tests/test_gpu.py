@@ -348,6 +348,22 @@ def test_reinit_with_backoff_until_the_gpu_is_back(collectors: list[GpuCollector
     assert fake.calls[("nvmlInit", None)] == 3  # all GPUs answer: no more re-initialisation
 
 
+def test_gpu_removed_from_the_bus_stays_reported_down(collectors: list[GpuCollector]) -> None:
+    fake = fake_from_gpus([FULL, FULL, FULL])
+    collector = started(collectors, fake)
+    collect(collector)
+    uuids = [g.uuid for g in fake.spec.gpus]
+    fake.remove_gpu(1)  # NVML now counts 2 GPUs: the third is index 1
+    collect(collector)  # finds GPU 1 lost
+    s = collect(collector)  # re-initialised: NVML lists two GPUs
+    up = {(dict(k[1])["gpu"], dict(k[1])["uuid"]): v for k, v in s.items() if k[0] == "lockstep_gpu_up"}
+    assert up == {("0", uuids[0]): 1, ("1", uuids[2]): 1, ("1", uuids[1]): 0}
+    fake.restore_gpu(1)
+    s = collect(collector)
+    up = {(dict(k[1])["gpu"], dict(k[1])["uuid"]): v for k, v in s.items() if k[0] == "lockstep_gpu_up"}
+    assert up == {("0", uuids[0]): 1, ("1", uuids[1]): 1, ("2", uuids[2]): 1}
+
+
 def test_backoff_doubles(collectors: list[GpuCollector]) -> None:
     class Slow(FastGpuCollector):
         reinit_backoff_initial = 60.0
@@ -548,10 +564,13 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     ]
 
 
-def test_driver_not_loaded_is_nothing_here(collectors: list[GpuCollector]) -> None:
+def test_driver_not_loaded_is_nothing_here_and_nothing_is_published(collectors: list[GpuCollector]) -> None:
+    collect(started(collectors, fake_from_gpus([FULL])))
+    assert len(published_gpus()) == 1
     fake = FakeNvml(FakeSpec(gpus=(with_defaults(FULL, 0),), driver_loaded=False))
     with pytest.raises(NothingHere, match="NVIDIA kernel driver is not loaded"):
         collect(started(collectors, fake))
+    assert published_gpus() == ()
 
 
 # --- the fake NVML option and spec ---

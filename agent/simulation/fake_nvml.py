@@ -508,6 +508,7 @@ class FakeNvml:
         self._refcount = 0
         self._lost: set[int] = set()
         self._restored: set[int] = set()  # back after a loss: their lost_at no longer applies
+        self._present = list(range(len(spec.gpus)))  # spec positions of the GPUs on the bus
         self._events: list[_Event] = [_Event(e.gpu, e.xid, e.at) for e in spec.xid_events]
         self._events += [
             _Event(i, XID_FALLEN_OFF_THE_BUS, g.lost_at, loses_gpu=True)
@@ -554,9 +555,18 @@ class FakeNvml:
             self._lost.add(index)
             self._changed.notify_all()
 
-    def restore_gpu(self, index: int) -> None:
-        """The GPU is back (e.g. after a reset): calls on it answer again."""
+    def remove_gpu(self, index: int) -> None:
+        """The GPU is gone from the PCI bus: lost, and no longer counted (later GPUs' NVML
+        indexes shift down).  ``index`` is its position in the spec."""
         with self._lock:
+            self.lose_gpu(index)
+            self._present.remove(index)
+
+    def restore_gpu(self, index: int) -> None:
+        """The GPU is back (e.g. after a reset or a PCI rescan): calls on it answer again."""
+        with self._lock:
+            if index not in self._present:
+                self._present = sorted([*self._present, index])
             self._lost.discard(index)
             self._restored.add(index)
             self._events = [e for e in self._events if not (e.loses_gpu and e.gpu == index)]
@@ -670,15 +680,17 @@ class FakeNvml:
     def nvmlDeviceGetCount(self) -> int:
         with self._lock:
             self._enter("nvmlDeviceGetCount")
-            return len(self.spec.gpus)
+            return len(self._present)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> Any:
+        """NVML indexes the GPUs present; ``calls`` counts by the GPU's position in the spec."""
         with self._lock:
-            if not 0 <= index < len(self.spec.gpus):
+            if not 0 <= index < len(self._present):
                 self._enter("nvmlDeviceGetHandleByIndex")
                 raise pynvml.NVMLError_InvalidArgument()
-            self._enter("nvmlDeviceGetHandleByIndex", index)
-            return self._handles[index]
+            gpu = self._present[index]
+            self._enter("nvmlDeviceGetHandleByIndex", gpu)
+            return self._handles[gpu]
 
     def nvmlDeviceGetUUID(self, handle: Any) -> str:
         with self._lock:
