@@ -319,6 +319,31 @@ LINK_FIELDS = (
     FieldUse("NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS", NVLINK_ERRORS, ("local_link_integrity_errors",)),
 )
 _LINK_USES = frozenset(LINK_FIELDS)
+# NVML renumbered three clock event duration fields in driver R590 (binding 13.590): before,
+# they were 251-253, ids that R590 and later give to power smoothing.  They are asked for
+# by the driver's numbering, not the binding's, so neither an older binding on a newer
+# driver nor the reverse reads power smoothing settings as throttle time.
+RENUMBERED_IN_R590 = {
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN": (251, 269),
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN": (252, 270),
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN": (253, 271),
+}
+
+
+def driver_major(version: str) -> int | None:
+    """'550.90.07' -> 550."""
+    match = re.match(r"\s*(\d+)", version)
+    return int(match.group(1)) if match else None
+
+
+def field_id(name: str, driver: int | None) -> int | None:
+    """The NVML field id of a pynvml constant name for this driver; None if the binding lacks it."""
+    if name in RENUMBERED_IN_R590 and driver is not None:
+        before, since = RENUMBERED_IN_R590[name]
+        return since if driver >= 590 else before
+    return getattr(pynvml, name, None)
+
+
 # Which metrics each per-GPU call feeds (for doctor's note on what this machine cannot give).
 CALL_METRICS: dict[str, tuple[MetricSpec, ...]] = {
     "nvmlDeviceGetUtilizationRates": (UTILIZATION, MEMORY_UTILIZATION),
@@ -428,7 +453,7 @@ class GpuState:
     sm_clock_max_hz: float | None = None
     links: int = 0
     lost: bool = False
-    field_uses: list[tuple[FieldUse, int]] = field(default_factory=list)  # (use, scopeId) still asked for
+    field_uses: list[tuple[FieldUse, int, int]] = field(default_factory=list)  # (use, id, scopeId) still asked for
     unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
     link_state_by_call: bool = False  # the link state field is unsupported: ask per link
     mig_cache: dict[str, MigDevice] = field(default_factory=dict)
@@ -572,7 +597,8 @@ class GpuCollector(Collector):
             if count == 0:
                 raise NothingHere("NVML found no GPUs")
             driver = text(nvml.nvmlSystemGetDriverVersion())
-            gpus = [self._enumerate(nvml, index) for index in range(count)]
+            driver_numbering = driver_major(driver)
+            gpus = [self._enumerate(nvml, index, driver_numbering) for index in range(count)]
         except BaseException:
             self._shutdown(nvml)
             raise
@@ -592,7 +618,7 @@ class GpuCollector(Collector):
         session.listener.start()
         return session
 
-    def _enumerate(self, nvml: Any, index: int) -> GpuState:
+    def _enumerate(self, nvml: Any, index: int, driver: int | None) -> GpuState:
         """A GPU's identity and static facts; a GPU that does not answer is kept, lost."""
         known = self._known.get(index)
         gpu = GpuState(index=index, handle=None)
@@ -620,11 +646,13 @@ class GpuCollector(Collector):
             self.log.warning("GPU %d does not answer NVML (%s): reported down", index, exc)
             self._lose(gpu, exc, known)
         if not gpu.lost:
-            gpu.field_uses = [(use, 0) for use in DEVICE_FIELDS]
+            uses = [(use, 0) for use in DEVICE_FIELDS]
             if gpu.links:
-                gpu.field_uses += [(use, 0) for use in NVLINK_TOTAL_FIELDS]
-                gpu.field_uses += [(use, link) for link in range(gpu.links) for use in LINK_FIELDS]
-            gpu.field_uses = [(u, s) for u, s in gpu.field_uses if hasattr(pynvml, u.field)]
+                uses += [(use, 0) for use in NVLINK_TOTAL_FIELDS]
+                uses += [(use, link) for link in range(gpu.links) for use in LINK_FIELDS]
+            ids = {use.field: field_id(use.field, driver) for use, _ in uses}
+            known_ids = {name: fid for name, fid in ids.items() if fid is not None}  # the binding may lack some
+            gpu.field_uses = [(use, known_ids[use.field], scope) for use, scope in uses if use.field in known_ids]
             self._known[index] = gpu
         return gpu
 
@@ -814,7 +842,7 @@ class GpuCollector(Collector):
         """The batched fields: one call; each field checked by its own return code."""
         if not gpu.field_uses:
             return []
-        requests = [(getattr(pynvml, use.field), scope) for use, scope in gpu.field_uses]
+        requests = [(fid, scope) for _, fid, scope in gpu.field_uses]
         try:
             values = nvml.nvmlDeviceGetFieldValues(gpu.handle, requests)
         except UNSUPPORTED as exc:
@@ -828,7 +856,7 @@ class GpuCollector(Collector):
             return []
         out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
         keep = []
-        for (use, scope), fv in zip(gpu.field_uses, values):
+        for (use, fid, scope), fv in zip(gpu.field_uses, values):
             code = fv.nvmlReturn
             if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
                 if use.field not in gpu.unsupported:
@@ -837,7 +865,7 @@ class GpuCollector(Collector):
                 if use.field == LINK_STATE_FIELD:
                     gpu.link_state_by_call = True
                 continue
-            keep.append((use, scope))
+            keep.append((use, fid, scope))
             if code != pynvml.NVML_SUCCESS:
                 error = pynvml.NVMLError(code)
                 if isinstance(error, GPU_GONE + LIFECYCLE):
@@ -1100,7 +1128,9 @@ class XidListener:
             backoff = min(backoff * 2, maximum)
 
     def _register(self, event_set: Any) -> list[GpuState]:
+        """Register every GPU that answers; raise if none does but some may later."""
         registered = []
+        failure: pynvml.NVMLError | None = None
         for gpu in self.gpus.values():
             try:
                 self.nvml.nvmlDeviceRegisterEvents(gpu.handle, pynvml.nvmlEventTypeXidCriticalError, event_set)
@@ -1109,6 +1139,9 @@ class XidListener:
                 gpu.unsupported.add("nvmlDeviceRegisterEvents")
             except pynvml.NVMLError as exc:
                 self.log.debug("GPU %d: not registered for XID events: %s", gpu.index, exc)
+                failure = exc
+        if not registered and failure is not None:
+            raise failure
         return registered
 
     def _wait(self, event_set: Any, timeout_ms: int) -> None:

@@ -199,6 +199,26 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
     )
 
 
+@pytest.mark.parametrize("driver", ["550.90.07", "590.44.01"])
+def test_clock_event_durations_by_the_drivers_field_numbering(driver: str, collectors: list[GpuCollector]) -> None:
+    """NVML renumbered three of these fields in R590 (251-253 -> 269-271, which were power
+    smoothing ids): the fake answers by its driver's numbering, so asking by the binding's
+    would miss them on one of the two drivers."""
+    fake = fake_from_gpus([FULL], driver_version=driver)
+    s = collect(started(collectors, fake))
+    seconds = {dict(k[1])["reason"]: v for k, v in s.items() if k[0] == "lockstep_gpu_clock_event_seconds_total"}
+    assert seconds == {
+        "sw_power_cap": 2.5,
+        "sync_boost": 0,
+        "sw_thermal_slowdown": 0,
+        "hw_thermal_slowdown": 0.25,
+        "hw_power_brake": 0,
+    }
+    assert gpu_module.field_id("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN", int(driver[:3])) == (
+        252 if driver < "590" else 270
+    )
+
+
 def test_counters_grow_with_time_and_values_are_fresh_each_round(collectors: list[GpuCollector]) -> None:
     fake = fake_from_gpus([FULL])
     collector = started(collectors, fake)

@@ -69,24 +69,24 @@ CLOCK_EVENT_BITS = {
 }
 # Reasons whose accumulated duration NVML reports as a field (nanoseconds).
 CLOCK_EVENT_DURATION_FIELDS = {
-    "sw_power_cap": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP,
-    "sync_boost": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST,
-    "sw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN,
-    "hw_thermal_slowdown": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN,
-    "hw_power_brake": pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN,
+    "sw_power_cap": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
+    "sync_boost": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SYNC_BOOST",
+    "sw_thermal_slowdown": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN",
+    "hw_thermal_slowdown": "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
+    "hw_power_brake": "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
 }
 NVLINK_ERROR_TYPES = ("crc_flit", "crc_data", "replay", "recovery")
 # Blackwell's per-link NVLink counters (fields with scopeId = link).
 BLACKWELL_NVLINK_FIELDS = {
-    "symbol_errors": pynvml.NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS,
-    "effective_errors": pynvml.NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS,
-    "link_recovery_successful": pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS,
-    "link_recovery_failed": pynvml.NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS,
-    "receive_errors": pynvml.NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS,
-    "transmit_discards": pynvml.NVML_FI_DEV_NVLINK_COUNT_XMIT_DISCARDS,
-    "malformed_packets": pynvml.NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS,
-    "buffer_overruns": pynvml.NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS,
-    "local_link_integrity_errors": pynvml.NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS,
+    "symbol_errors": "NVML_FI_DEV_NVLINK_COUNT_SYMBOL_ERRORS",
+    "effective_errors": "NVML_FI_DEV_NVLINK_COUNT_EFFECTIVE_ERRORS",
+    "link_recovery_successful": "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_SUCCESSFUL_EVENTS",
+    "link_recovery_failed": "NVML_FI_DEV_NVLINK_COUNT_LINK_RECOVERY_FAILED_EVENTS",
+    "receive_errors": "NVML_FI_DEV_NVLINK_COUNT_RCV_ERRORS",
+    "transmit_discards": "NVML_FI_DEV_NVLINK_COUNT_XMIT_DISCARDS",
+    "malformed_packets": "NVML_FI_DEV_NVLINK_COUNT_MALFORMED_PACKET_ERRORS",
+    "buffer_overruns": "NVML_FI_DEV_NVLINK_COUNT_BUFFER_OVERRUN_ERRORS",
+    "local_link_integrity_errors": "NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS",
 }
 
 # What each architecture lacks (pynvml function names, or NVML_FI_* field names).
@@ -533,6 +533,7 @@ class FakeNvml:
         }
         self._by_address.update({ctypes.addressof(s): key for key, s in self._mig_structs.items()})
         self._unsupported = [g.unsupported_names() for g in spec.gpus]
+        self._field_names = field_names(spec.driver_version)
 
     # --- controls for tests and the simulated node ---
 
@@ -822,7 +823,7 @@ class FakeNvml:
     ) -> tuple[int, int, float]:
         """(nvmlReturn, valueType, value) of one field."""
         device, link_up, link_down = tables
-        name = _FIELD_NAMES.get(field_id)
+        name = self._field_names.get(field_id)
         self.field_requests[(index, name or str(field_id))] += 1
         failure = self._field_failures.get((index, name or str(field_id)))
         if failure is not None:
@@ -868,7 +869,7 @@ class FakeNvml:
             seconds = gpu.clock_event_seconds.get(reason, 0.0)
             if reason in gpu.clock_event_reasons:
                 seconds += self.t
-            device[_FIELD_NAMES[reason_field]] = (ull, seconds * 1e9)  # nanoseconds
+            device[reason_field] = (ull, seconds * 1e9)  # nanoseconds
         link_up: dict[str, tuple[int, float]] = {
             "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": (
                 ull,
@@ -884,7 +885,7 @@ class FakeNvml:
             "NVML_FI_DEV_NVLINK_ERROR_DL_CRC": (ull, errors.get("crc_flit", 0)),
         }
         for counter, counter_field in BLACKWELL_NVLINK_FIELDS.items():
-            link_up[_FIELD_NAMES[counter_field]] = (ull, gpu.nvlink_counters.get(counter, 0))
+            link_up[counter_field] = (ull, gpu.nvlink_counters.get(counter, 0))
         link_down = {
             **link_up,
             "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": (ull, 0),  # a down link carried nothing (in this fake)
@@ -1004,13 +1005,26 @@ class FakeNvml:
 _FIELD_NAMES: dict[int, str] = {
     value: name for name, value in vars(pynvml).items() if name.startswith("NVML_FI_") and isinstance(value, int)
 }
-# Aliases (e.g. CLOCKS_EVENT_REASON_SW_POWER_CAP = PERF_POLICY_POWER): prefer the clock event name.
-for _reason_field in CLOCK_EVENT_DURATION_FIELDS.values():
-    _FIELD_NAMES[_reason_field] = next(
-        name
-        for name, value in vars(pynvml).items()
-        if name.startswith("NVML_FI_DEV_CLOCKS_EVENT_REASON_") and value == _reason_field
-    )
+# NVML renumbered these in driver R590 (251-253 before, 269-271 since); the fake answers by
+# its own driver version's numbering, whatever the installed binding says.
+_RENUMBERED_IN_R590 = {
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN": (251, 269),
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN": (252, 270),
+    "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN": (253, 271),
+}
+
+
+def field_names(driver_version: str) -> dict[int, str]:
+    """Field id -> NVML_FI_* name as a driver of this version numbers them."""
+    names = {i: n for i, n in _FIELD_NAMES.items() if n not in _RENUMBERED_IN_R590}
+    since_r590 = int(driver_version.split(".")[0]) >= 590 if driver_version.split(".")[0].isdigit() else True
+    for name, (before, since) in _RENUMBERED_IN_R590.items():
+        names[since if since_r590 else before] = name
+    return names
+
+
+# Aliases (CLOCKS_EVENT_REASON_SW_POWER_CAP = PERF_POLICY_POWER, ...): the clock event name wins.
+_FIELD_NAMES.update({getattr(pynvml, name): name for name in CLOCK_EVENT_DURATION_FIELDS.values()})
 
 
 def _address(handle: Any) -> int:
