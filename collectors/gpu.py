@@ -254,8 +254,9 @@ CLOCK_EVENT_REASONS: dict[str, int] = {
     "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
     "hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
     "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
-    "board_limit": pynvml.nvmlClocksThrottleReasonBoardLimit,
-    "reliability": pynvml.nvmlClocksThrottleReasonReliability,
+    # Newer bits that bindings before 13.590 do not name (values from nvml.h).
+    "board_limit": getattr(pynvml, "nvmlClocksThrottleReasonBoardLimit", 0x200),
+    "reliability": getattr(pynvml, "nvmlClocksThrottleReasonReliability", 0x400),
 }
 
 
