@@ -114,6 +114,9 @@ class Collector:
     # Kernel uevent subsystems (e.g. "infiniband", "net", "pci") whose add/remove/change
     # events should make this collector run at once; see on_hotplug.
     hotplug_subsystems: ClassVar[Sequence[str]] = ()
+    # Collectors whose first round this one's first round waits for (up to their deadline),
+    # when they are enabled: e.g. ("gpu",) to read the GPU inventory (agent/gpus.py).
+    needs: ClassVar[Sequence[str]] = ()
 
     def __init__(self, context: CollectorContext) -> None:
         self.context = context

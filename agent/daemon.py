@@ -65,13 +65,14 @@ class Agent:
     def views(self) -> list[WorkerView]:
         return [w.view() for w in list(self.workers.values())]
 
-    def _new_worker(self, name: str, config: Config, predecessor: Worker | None) -> Worker:
+    def _new_worker(self, name: str, config: Config, predecessor: Worker | None, started: dict[str, Worker]) -> Worker:
         settings = config.collectors[name]
         logger = collector_logger(name)
         context = CollectorContext(
             paths=config.paths, options=dict(settings.options), log=logger, fakes=dict(self.setup.fakes)
         )
         collector = self.setup.available[name](context)
+        after = [started[needed] for needed in collector.needs if needed in started]
         return Worker(
             collector,
             interval=settings.interval,
@@ -79,13 +80,16 @@ class Agent:
             staleness_intervals=config.staleness_intervals,
             log=logger,
             predecessor=predecessor,
+            after=after,
         )
 
     def _apply_collectors(self, config: Config) -> None:
         """Start, keep or replace workers so they match ``config``."""
         old_config = self.config
         workers: dict[str, Worker] = {}
-        for name in config.enabled_collectors:
+        # Collectors others need first (e.g. gpu), so their workers exist when the others are made.
+        needed = {n for name in config.enabled_collectors for n in self.setup.available[name].needs}
+        for name in sorted(config.enabled_collectors, key=lambda n: n not in needed):
             current = self.workers.get(name)
             unchanged = (
                 current is not None
@@ -98,7 +102,7 @@ class Agent:
                 continue
             if current is not None:
                 current.stop()
-            workers[name] = self._new_worker(name, config, predecessor=current)
+            workers[name] = self._new_worker(name, config, predecessor=current, started=workers)
         for name, worker in self.workers.items():
             if name not in workers:
                 worker.stop()

@@ -1,34 +1,68 @@
-"""This node's GPUs by UUID -> NVML index, shared between collectors.
+"""This node's GPUs as the GPU collector last saw them, shared with the collectors that
+attribute GPUs to jobs, pods and inference engines.
 
-Collectors that learn about GPUs from somewhere other than NVML (the kubelet's pod-resources
-API names GPUs by UUID only) label their series with the NVML index as ``gpu`` like every
-other per-GPU series.  The collector that enumerates GPUs through NVML publishes what it
-found with ``publish_indexes``; others look an index up with ``index_of``.  Nothing is
-published until that collector has run, and a GPU it does not know gets ``None``: callers
-then leave ``gpu`` empty, and a PromQL join on ``uuid`` (``* on(uuid) group_left(gpu)
-lockstep_gpu_info``) still attributes the series.
-
-It is a process-wide table because the machine is process-wide: one agent, one set of GPUs.
+Only the GPU collector talks to NVML.  After each round it publishes the GPUs it found with
+their identity (NVML index, UUID, PCI bus id, /dev/nvidiaN minor), their MIG devices and the
+host PIDs of their compute processes; the Slurm, Kubernetes and inference collectors read
+that instead of calling NVML themselves.  It is a process-wide table because the machine is
+process-wide: one agent, one set of GPUs.  A collector that needs it declares
+``needs = ("gpu",)`` so its first round runs after the GPU collector's first round.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int  # host PID (a container needs the host PID namespace for it to mean anything)
+    used_memory_bytes: int | None
+    gpu_instance_id: int | None  # MIG instance the process runs in, else None
+    compute_instance_id: int | None
+
+
+@dataclass(frozen=True)
+class MigDevice:
+    uuid: str
+    gpu_instance_id: int
+    compute_instance_id: int
+    profile: str
+
+
+@dataclass(frozen=True)
+class PublishedGpu:
+    index: int  # NVML index
+    uuid: str
+    pci_bus_id: str
+    minor_number: int | None  # N of /dev/nvidiaN
+    model: str
+    up: bool
+    processes: tuple[GpuProcess, ...]
+    mig_devices: tuple[MigDevice, ...]
+
 
 _lock = threading.Lock()
-_index_by_uuid: dict[str, str] = {}
+_published: tuple[PublishedGpu, ...] = ()
 
 
-def publish_indexes(index_by_uuid: Mapping[str, int | str]) -> None:
-    """Record GPU (and MIG device) UUIDs with the NVML index of their GPU; replaces the table."""
-    table = {uuid: str(index) for uuid, index in index_by_uuid.items()}
-    global _index_by_uuid
+def publish(gpus: tuple[PublishedGpu, ...]) -> None:
+    """Replace the table (the GPU collector, after each round; empty when NVML is unusable)."""
+    global _published
     with _lock:
-        _index_by_uuid = table
+        _published = gpus
+
+
+def published() -> tuple[PublishedGpu, ...]:
+    """The GPUs of the GPU collector's latest round; empty until it has run or when it finds none."""
+    with _lock:
+        return _published
 
 
 def index_of(uuid: str) -> str | None:
-    """The NVML index of the GPU with this UUID, or None if no collector has reported it."""
-    with _lock:
-        return _index_by_uuid.get(uuid)
+    """The NVML index of the GPU with this UUID (or owning this MIG device), None if unknown."""
+    for gpu in published():
+        if gpu.uuid == uuid or any(mig.uuid == uuid for mig in gpu.mig_devices):
+            return str(gpu.index)
+    return None

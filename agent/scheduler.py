@@ -17,7 +17,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from prometheus_client.core import Metric
@@ -82,6 +82,7 @@ class Worker:
         staleness_intervals: int,
         log: logging.Logger,
         predecessor: Worker | None = None,
+        after: Sequence[Worker] = (),
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -92,6 +93,7 @@ class Worker:
         self.staleness_intervals = staleness_intervals
         self.log = log
         self._predecessor = predecessor
+        self._after = tuple(after)  # workers whose first run this one's first run waits for
         self._clock = clock
         self._wall_clock = wall_clock
         self._stop = threading.Event()
@@ -133,6 +135,9 @@ class Worker:
                 if self._stop.is_set():
                     return
             self._predecessor = None
+        for other in self._after:
+            # Bounded: a stuck or slow producer delays this collector by its deadline at most.
+            other.first_run_done.wait(other.deadline)
         next_due = self._clock()
         while True:
             self._wake.wait(max(0.0, next_due - self._clock()))

@@ -132,6 +132,7 @@ class KubernetesCollector(Collector):
     default_enabled = True
     default_interval = 15.0
     metrics = (POD_GPU_INFO,)
+    needs = ("gpu",)  # the GPU inventory (agent/gpus.py) gives each UUID its NVML index
     options = (
         Option(
             "socket",

@@ -116,12 +116,12 @@ def test_each_gpu_of_each_container_from_a_real_kubelet_api(tmp_path: Path) -> N
 
 
 def test_gpu_label_is_the_nvml_index_once_published(tmp_path: Path) -> None:
-    gpus.publish_indexes({UUID[0]: 0, UUID[1]: 5})
+    gpus.publish(tuple(gpus.PublishedGpu(i, UUID[n], "", None, "", True, (), ()) for n, i in ((0, 0), (1, 5))))
     try:
         with kubelet_socket(Kubelet(NODE), tmp_path) as socket:
             got = series(collector(socket, resources=("nvidia.com/gpu",)))
     finally:
-        gpus.publish_indexes({})
+        gpus.publish(())
     assert got == {
         key("ml", "train-0", "trainer", "nvidia.com/gpu", UUID[0], gpu="0"): 1,
         key("ml", "train-0", "trainer", "nvidia.com/gpu", UUID[1], gpu="5"): 1,

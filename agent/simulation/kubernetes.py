@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent import gpus
 from agent.simulation import Scenario
+from agent.simulation.gpu import GPU_UUIDS  # the fake NVML's GPUs, by NVML index
 
 if TYPE_CHECKING:
     from agent.simulation import SimulatedNode
@@ -23,9 +23,6 @@ SCENARIOS = (
         "two notebooks share GPU 7 by time-slicing; the kubelet's pod-resources API says which.",
     ),
 )
-
-# The simulated node's GPU UUIDs, by NVML index.
-GPU_UUIDS = tuple(f"GPU-8f0c3e2a-51d4-4c7e-9b1a-0000000000{index:02d}" for index in range(8))
 
 
 def _response():  # type: ignore[no-untyped-def]
@@ -57,7 +54,4 @@ def _response():  # type: ignore[no-untyped-def]
 def build(node: SimulatedNode, t: float) -> None:
     if node.scenario != "kubernetes":
         return
-    # What the GPU collector publishes once it has enumerated the (fake) GPUs through NVML;
-    # published here too so the demo's first round does not depend on which collector runs first.
-    gpus.publish_indexes({uuid: index for index, uuid in enumerate(GPU_UUIDS)})
     node.fakes["kubelet_pod_resources"] = lambda timeout: _response()

@@ -1,0 +1,177 @@
+"""The simulated node's GPUs: a fake NVML with 8 H100 SXM GPUs, 18 NVLinks each.
+
+A training job (Slurm job 4242, training process pid 2200, one rank per GPU) keeps every
+GPU busy.  Values are a pure function of (scenario, t): counters (energy, PCIe and NVLink
+bytes) grow with t from what a day since the driver was loaded accumulated.
+
+Scenarios:
+- ``gpu-lost``: GPU 5 falls off the bus at t=0 (XID 79); NVML answers GPU_IS_LOST for it.
+- ``gpu-mig``: GPUs 6 and 7 are partitioned with MIG and serve inference (the training job
+  runs on GPUs 0-5).
+- ``gpu-volta``: an older node's GPUs: 8 V100s with NVLink 2 (6 links), page retirement
+  instead of row remapping, and the fields Volta lacks probed once and left out.
+- ``straggler`` (defined by another area): GPU 3 is throttled: hw_slowdown active, its SM
+  clock ~1.4x below its peers' and its power lower.
+
+Other areas can name the GPUs with ``GPU_UUIDS`` and ``PCI_BUS_IDS`` (index i is
+/dev/nvidia<i>, minor number i).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING
+
+from agent.simulation import Scenario
+from agent.simulation.fake_nvml import (
+    MIB,
+    FakeNvml,
+    FakeSpec,
+    GpuSpec,
+    MigDeviceSpec,
+    ProcessSpec,
+    default_uuid,
+    with_defaults,
+)
+
+if TYPE_CHECKING:
+    from agent.simulation import SimulatedNode
+
+SCENARIOS = (
+    Scenario("gpu-lost", "GPU 5 fell off the bus (XID 79): it reports lockstep_gpu_up 0, the other GPUs go on."),
+    Scenario("gpu-mig", "GPUs 6 and 7 are partitioned with MIG and serve inference; training runs on GPUs 0-5."),
+    Scenario(
+        "gpu-volta",
+        "An older node: 8 V100s with NVLink 2, page retirement instead of row remapping; "
+        "what Volta lacks is probed once and left out.",
+    ),
+)
+
+GPUS = 8
+TRAINING_PID = 2200
+DRIVER_UPTIME = 86_400.0  # the driver was loaded a day before the demo starts
+# Unix time at t=0: the host area's boot time plus that day.  XID timestamps use it, so
+# an exposition of the simulated node is reproducible.
+WALL_CLOCK_AT_START = 1_767_225_600 + DRIVER_UPTIME
+PCI_BUS_IDS = tuple(f"00000000:{bus}:00.0" for bus in ("18", "2A", "3A", "5D", "9A", "AB", "BA", "DB"))
+GPU_UUIDS = tuple(default_uuid(i) for i in range(GPUS))
+STRAGGLER_GPU = 3
+LOST_GPU = 5
+
+
+def h100(i: int) -> GpuSpec:
+    """GPU i of the healthy training node."""
+    used = (71_200 + 37 * i) * MIB
+    return GpuSpec(
+        uuid=GPU_UUIDS[i],
+        pci_bus_id=PCI_BUS_IDS[i],
+        minor_number=i,
+        model="NVIDIA H100 80GB HBM3",
+        architecture="hopper",
+        memory_total_bytes=81_559 * MIB,
+        memory_used_bytes=used,
+        utilization_gpu_percent=96 + i % 3,
+        utilization_memory_percent=58 + i,
+        sm_clock_mhz=1980,
+        sm_clock_max_mhz=1980,
+        memory_clock_mhz=2619,
+        power_watts=612.0 + 7 * i,
+        power_limit_watts=700.0,
+        driver_uptime_seconds=DRIVER_UPTIME,
+        temperature_celsius=60 + i % 4,
+        memory_temperature_celsius=68 + i % 3,
+        clock_event_seconds={"sw_power_cap": 1520.5 + 13 * i},
+        pcie_transmitted_bytes_per_second=400e6,
+        pcie_received_bytes_per_second=1.6e9,
+        nvlink_links=18,
+        nvlink_transmitted_bytes_per_second=14_648_437 * 1024,  # ~15 GB/s per link and direction
+        nvlink_received_bytes_per_second=14_648_437 * 1024,
+        processes=(ProcessSpec(pid=TRAINING_PID, used_memory_bytes=used - 512 * MIB),),
+    )
+
+
+def throttled(gpu: GpuSpec) -> GpuSpec:
+    """The straggler: hardware slowdown engaged, SM clock ~1.4x lower, less power drawn."""
+    return dataclasses.replace(
+        gpu,
+        clock_event_reasons=("hw_slowdown",),
+        sm_clock_mhz=round(gpu.sm_clock_max_mhz / 1.4),
+        power_watts=430.0,
+        temperature_celsius=71,
+        utilization_gpu_percent=99,
+    )
+
+
+def mig(gpu: GpuSpec, devices: tuple[tuple[int, str, int, int], ...]) -> GpuSpec:
+    """The GPU in MIG mode with (gpu instance, profile, memory MiB, inference pid) devices."""
+    return dataclasses.replace(
+        gpu,
+        mig_devices=tuple(
+            MigDeviceSpec(
+                gpu_instance_id=gi, profile=profile, memory_total_bytes=mib * MIB, memory_used_bytes=mib * MIB * 9 // 10
+            )
+            for gi, profile, mib, _ in devices
+        ),
+        processes=tuple(
+            ProcessSpec(
+                pid=pid, used_memory_bytes=mib * MIB * 9 // 10 - 256 * MIB, gpu_instance_id=gi, compute_instance_id=0
+            )
+            for gi, _, mib, pid in devices
+        ),
+        memory_used_bytes=sum(mib * MIB * 9 // 10 for _, _, mib, _ in devices),
+        utilization_gpu_percent=0,
+        utilization_memory_percent=0,
+        power_watts=455.0,
+    )
+
+
+def v100(i: int) -> GpuSpec:
+    used = 29_000 * MIB
+    return GpuSpec(
+        uuid=GPU_UUIDS[i],
+        pci_bus_id=PCI_BUS_IDS[i],
+        minor_number=i,
+        model="Tesla V100-SXM2-32GB",
+        architecture="volta",
+        vbios_version="88.00.80.00.01",
+        memory_total_bytes=32_768 * MIB,
+        memory_used_bytes=used,
+        utilization_gpu_percent=94,
+        utilization_memory_percent=51,
+        sm_clock_mhz=1530,
+        sm_clock_max_mhz=1530,
+        memory_clock_mhz=877,
+        power_watts=268.0,
+        power_limit_watts=300.0,
+        driver_uptime_seconds=DRIVER_UPTIME,
+        temperature_celsius=58,
+        memory_temperature_celsius=61,
+        clock_event_seconds={"sw_power_cap": 310.0},
+        retired_pages_single_bit=2 if i == 2 else 0,
+        nvlink_links=6,
+        processes=(ProcessSpec(pid=TRAINING_PID, used_memory_bytes=used - 512 * MIB),),
+    )
+
+
+def node_spec(scenario: str) -> FakeSpec:
+    if scenario == "gpu-volta":
+        return FakeSpec(gpus=tuple(v100(i) for i in range(GPUS)), driver_version="535.183.06")
+    gpus = [h100(i) for i in range(GPUS)]
+    if scenario == "straggler":
+        gpus[STRAGGLER_GPU] = throttled(gpus[STRAGGLER_GPU])
+    elif scenario == "gpu-lost":
+        gpus[LOST_GPU] = dataclasses.replace(gpus[LOST_GPU], lost_at=0.0)
+    elif scenario == "gpu-mig":
+        gpus[6] = mig(gpus[6], ((1, "3g.40gb", 40_192, 3101), (2, "3g.40gb", 40_192, 3102)))
+        gpus[7] = mig(
+            gpus[7], ((1, "4g.40gb", 40_192, 3201), (5, "2g.20gb", 20_096, 3202), (13, "1g.10gb", 9_856, 3203))
+        )
+    return FakeSpec(gpus=tuple(with_defaults(g, i) for i, g in enumerate(gpus)))
+
+
+def build(node: SimulatedNode, t: float) -> None:
+    fake = node.fakes.get("nvml")
+    if fake is None:
+        fake = node.fakes["nvml"] = FakeNvml(node_spec(node.scenario))
+        node.fakes.setdefault("wall_clock", lambda: WALL_CLOCK_AT_START + node.t)
+    fake.set_time(t)
