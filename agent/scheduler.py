@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
 
@@ -38,10 +38,14 @@ HEALTHY_STATES = (State.OK, State.NOTHING_HERE)
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The metric families of one finished run, and when it finished (monotonic clock)."""
+    """The metric families of one finished run, and when it finished (monotonic clock).
+
+    ``rendered`` caches the snapshot's exposition text per format (filled by the exporter):
+    a snapshot never changes, so it is rendered once, not on every scrape."""
 
     families: tuple[Metric, ...]
     finished_at: float
+    rendered: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
