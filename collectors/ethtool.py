@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, MetricSpec, NothingHere, Option
+from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
 from agent.config import parse_bool, parse_string_list
 from agent.files import read_text
 from collectors.infiniband import rdma_netdevs
@@ -188,17 +188,18 @@ OUT_OF_BUFFER = MetricSpec(
     ("interface",),
 )
 FEC_CORRECTED = MetricSpec(
-    "lockstep_nic_fec_corrected_bits_total",
+    "lockstep_nic_fec_corrected_bit_errors_total",
     "counter",
-    "Bits the forward error correction repaired (rx_corrected_bits_phy); divided by "
-    "lockstep_nic_phy_received_bits_total it is the pre-FEC bit error ratio of the link.",
+    "Bit errors the forward error correction repaired (rx_corrected_bits_phy). The pre-FEC bit error "
+    "ratio of the link is its rate divided by 8 × the rate of lockstep_nic_phy_received_bytes_total.",
     ("interface",),
 )
-PHY_BITS = MetricSpec(
-    "lockstep_nic_phy_received_bits_total",
+PHY_BYTES = MetricSpec(
+    "lockstep_nic_phy_received_bytes_total",
     "counter",
-    "Bits received at the physical layer (rx_bits_phy), the denominator of the bit error ratio.",
+    "Data received at the physical layer (rx_bits_phy / 8), the denominator of the bit error ratio.",
     ("interface",),
+    unit="bytes",
 )
 CRC_ERRORS = MetricSpec(
     "lockstep_nic_crc_errors_total", "counter", "Frames received with a bad CRC (rx_crc_errors_phy).", ("interface",)
@@ -238,17 +239,18 @@ DCQCN_ENABLED = MetricSpec(
 )
 
 _PRIORITY_PAUSE = re.compile(r"^(rx|tx)_(prio[0-7]|global)_pause(_duration|_transition)?$")
-_SIMPLE: dict[str, tuple[MetricSpec, tuple[str, ...]]] = {
-    "tx_pause_storm_warning_events": (PAUSE_STORMS, ("warning",)),
-    "tx_pause_storm_error_events": (PAUSE_STORMS, ("error",)),
-    "rx_discards_phy": (DISCARDS, ("rx",)),
-    "tx_discards_phy": (DISCARDS, ("tx",)),
-    "rx_out_of_buffer": (OUT_OF_BUFFER, ()),
-    "rx_corrected_bits_phy": (FEC_CORRECTED, ()),
-    "rx_bits_phy": (PHY_BITS, ()),
-    "rx_crc_errors_phy": (CRC_ERRORS, ()),
-    "rx_symbol_err_phy": (SYMBOL_ERRORS, ()),
-    "link_down_events_phy": (LINK_DOWN, ()),
+# ethtool name -> (metric, its extra label values, divisor to the metric's unit)
+_SIMPLE: dict[str, tuple[MetricSpec, tuple[str, ...], int]] = {
+    "tx_pause_storm_warning_events": (PAUSE_STORMS, ("warning",), 1),
+    "tx_pause_storm_error_events": (PAUSE_STORMS, ("error",), 1),
+    "rx_discards_phy": (DISCARDS, ("rx",), 1),
+    "tx_discards_phy": (DISCARDS, ("tx",), 1),
+    "rx_out_of_buffer": (OUT_OF_BUFFER, (), 1),
+    "rx_corrected_bits_phy": (FEC_CORRECTED, (), 1),
+    "rx_bits_phy": (PHY_BYTES, (), 8),
+    "rx_crc_errors_phy": (CRC_ERRORS, (), 1),
+    "rx_symbol_err_phy": (SYMBOL_ERRORS, (), 1),
+    "link_down_events_phy": (LINK_DOWN, (), 1),
 }
 # Per-queue/per-channel statistics across drivers: mlx5 rx3_packets, ch0_events, ptp_cq0_cqe;
 # virtio/veth/ice rx_queue_0_packets; i40e/ixgbe tx-0.packets; bnxt [0]: rx_ucast_packets.
@@ -279,7 +281,7 @@ class EthtoolCollector(Collector):
         DISCARDS,
         OUT_OF_BUFFER,
         FEC_CORRECTED,
-        PHY_BITS,
+        PHY_BYTES,
         CRC_ERRORS,
         SYMBOL_ERRORS,
         LINK_DOWN,
@@ -316,7 +318,7 @@ class EthtoolCollector(Collector):
     )
     hotplug_subsystems = ("infiniband", "net")
 
-    def __init__(self, context):  # type: ignore[no-untyped-def]
+    def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         options = context.options
         self.include: tuple[str, ...] = tuple(options.get("interfaces_include", ()))
@@ -403,8 +405,8 @@ class EthtoolCollector(Collector):
                 continue
             simple = _SIMPLE.get(name)
             if simple is not None:
-                spec, extra = simple
-                families[spec.name].add_metric([interface, *extra], value)
+                spec, extra, divisor = simple
+                families[spec.name].add_metric([interface, *extra], value / divisor if divisor != 1 else value)
                 continue
             if self.statistics and any(fnmatch.fnmatchcase(name, p) for p in self.statistics):
                 if self.per_queue or not is_per_queue(name):

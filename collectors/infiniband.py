@@ -9,10 +9,10 @@ docs/fabric.md and the reference in the design notes for what each file means):
   in ``counters_ext/``; where that directory exists its values replace the 32-bit ones.
 - The legacy PMA counters do not wrap: they stop at their maximum (4, 8, 16 or 32 bits),
   and a pegged counter then has rate 0 forever.  Such counters are flagged by
-  ``lockstep_ib_port_counter_saturated``.
+  ``lockstep_ib_port_saturated``.
 - ``hw_counters/``: driver counters (mlx5 congestion, retransmission, ...).  The known ones
   get their own names; every other file is exported as
-  ``lockstep_rdma_hw_counter_total{counter=...}``, so counters new firmware adds are not lost.
+  ``lockstep_rdma_hw_stats_total{counter=...}``, so counters new firmware adds are not lost.
   The kernel caches a port's hw_counters for ``lifespan`` ms, so they are read back to back
   to get one consistent snapshot from one firmware query.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, MetricSpec, NothingHere
+from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere
 from agent.files import read_text
 
 LABELS = ("device", "port")
@@ -69,10 +69,11 @@ PORT_RATE = MetricSpec(
     unit="bytes per second",
 )
 SATURATED = MetricSpec(
-    "lockstep_ib_port_counter_saturated",
+    "lockstep_ib_port_saturated",
     "gauge",
-    "1 for a PMA port counter stuck at its maximum (IB PMA counters saturate instead of wrapping): "
-    "it no longer counts, so its rate reads 0 whatever happens. Present only for such counters.",
+    "1 for a PMA counter of the port (label counter: its counters/ file name) stuck at its maximum: IB PMA "
+    "counters saturate instead of wrapping, so it no longer counts and its rate reads 0 whatever happens. "
+    "Present only for such counters.",
     ("device", "port", "counter"),
 )
 UNPARSEABLE = MetricSpec(
@@ -84,7 +85,7 @@ UNPARSEABLE = MetricSpec(
     LABELS,
 )
 HW_COUNTER = MetricSpec(
-    "lockstep_rdma_hw_counter_total",
+    "lockstep_rdma_hw_stats_total",
     "counter",
     "A driver counter from ports/N/hw_counters that has no dedicated metric, by its file name.",
     ("device", "port", "counter"),
@@ -378,7 +379,7 @@ class InfinibandCollector(Collector):
     )
     hotplug_subsystems = ("infiniband", "net")
 
-    def __init__(self, context):  # type: ignore[no-untyped-def]
+    def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.root = self.paths.sysfs / INFINIBAND_CLASS
         self._discovery: Discovery | None = None
@@ -395,7 +396,9 @@ class InfinibandCollector(Collector):
         if self._unavailable:
             shown = ", ".join(sorted(self._unavailable)[:5])
             more = len(self._unavailable) - 5
-            return f"counters this hardware does not provide (skipped): {shown}" + (f" and {more} more" if more > 0 else "")
+            return f"counters this hardware does not provide (skipped): {shown}" + (
+                f" and {more} more" if more > 0 else ""
+            )
         return ""
 
     # --- discovery ---
@@ -467,7 +470,12 @@ class InfinibandCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         discovery = self._discover()
-        info, state, physical, rate = PORT_INFO.family(), PORT_STATE.family(), PORT_PHYSICAL_STATE.family(), PORT_RATE.family()
+        info, state, physical, rate = (
+            PORT_INFO.family(),
+            PORT_STATE.family(),
+            PORT_PHYSICAL_STATE.family(),
+            PORT_RATE.family(),
+        )
         pma = {name: spec.family() for name, spec in PMA_COUNTERS.items()}
         hw = {name: spec.family() for name, spec in HW_COUNTERS.items()}
         saturated, unparseable, generic = SATURATED.family(), UNPARSEABLE.family(), HW_COUNTER.family()
@@ -566,7 +574,9 @@ class InfinibandCollector(Collector):
         for name, text in zip(names, texts):
             if isinstance(text, OSError):
                 if text.errno not in UNAVAILABLE_ERRNOS:
-                    self._count_unparseable(port, name, f"{os.strerror(text.errno or 0).lower()} reading {text.filename}")
+                    self._count_unparseable(
+                        port, name, f"{os.strerror(text.errno or 0).lower()} reading {text.filename}"
+                    )
                 continue
             value = self._parse(port, name, text)
             if value is not None:
