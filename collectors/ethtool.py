@@ -69,14 +69,14 @@ class StatsReader(Protocol):
     def driver_info(self, interface: str) -> DriverInfo: ...
 
     def statistics(self, interface: str) -> list[tuple[str, int]]:
-        """Every ethtool statistic of the interface, (name stripped, value), in the driver's order."""
+        """Every ethtool statistic of the interface, (name as the driver spells it, value), in the driver's order."""
         ...
 
     def close(self) -> None: ...
 
 
 def _c_string(raw: bytes) -> str:
-    return raw.split(b"\0", 1)[0].decode("utf-8", "replace").strip()
+    return raw.split(b"\0", 1)[0].decode("utf-8", "replace")
 
 
 class IoctlStatsReader:
@@ -102,7 +102,7 @@ class IoctlStatsReader:
         self._ioctl(interface, buffer)
         raw = buffer.raw
         fields = [_c_string(raw[4 + 32 * i : 4 + 32 * (i + 1)]) for i in range(4)]
-        return DriverInfo(driver=fields[0], version=fields[1], firmware_version=fields[2], bus_info=fields[3])
+        return DriverInfo(*(field.strip() for field in fields))
 
     def _stats_count(self, interface: str) -> int:
         buffer = ctypes.create_string_buffer(struct.pack("IIQI", ETHTOOL_GSSET_INFO, 0, 1 << ETH_SS_STATS, 0), 24)
@@ -391,7 +391,8 @@ class EthtoolCollector(Collector):
             self.log.warning("cannot read the interface's statistics", extra={"interface": interface, "reason": why})
 
     def _add_statistics(self, families: dict[str, Any], interface: str, stats: Iterable[tuple[str, int]]) -> None:
-        for name, value in stats:
+        for raw_name, value in stats:
+            name = raw_name.strip()  # one kernel's string table had "tx_pause_storm_warning_events "
             match = _PRIORITY_PAUSE.match(name)
             if match:
                 direction, priority, kind = match.groups()
