@@ -269,16 +269,16 @@ class Port:
 
     device: str
     number: str
-    path: Path  # .../class/infiniband/<device>/ports/<number>
+    path: str  # .../class/infiniband/<device>/ports/<number>
     link_layer: str
     netdev: str
     node_guid: str
     firmware_version: str
     board_id: str
     hca_type: str
-    # (file path, counters/ name it stands for), in a fixed order: counters_ext/ files replace
-    # their 32-bit counters/ namesakes.
-    counter_files: tuple[tuple[str, str], ...]
+    # (directory under the port, file name, the counters/ name it stands for), in a fixed
+    # order; counters_ext/ files replace their 32-bit counters/ namesakes.
+    counter_files: tuple[tuple[str, str, str], ...]
     extended_width: bool  # 64-bit data/packet counters: they cannot saturate
 
 
@@ -294,6 +294,25 @@ def _read_line(path: Path) -> str:
         return read_text(path).strip()
     except OSError:
         return ""
+
+
+def _read_at(directory: int, name: str) -> bytes:
+    """A counter-sized sysfs attribute, relative to an open directory.
+
+    The hot path of a round (hundreds of files): opening relative to the directory spares
+    the kernel the walk down the whole path, and one read is enough because sysfs hands
+    over an attribute (at most a page) whole in the first read.  Together a quarter faster
+    than ``agent.files.read_text`` on the benchmark tree; discovery uses read_text.
+    """
+    fd = os.open(name, os.O_RDONLY, dir_fd=directory)
+    try:
+        return os.read(fd, 4096)
+    finally:
+        os.close(fd)
+
+
+def _open_dir(name: str, parent: int | None = None) -> int:
+    return os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=parent)
 
 
 def _resolve_netdev(device_dir: Path, port: str) -> str:
@@ -340,7 +359,7 @@ def parse_state(text: str) -> int:
     """'4: ACTIVE' -> 4."""
     number, colon, _ = text.partition(":")
     if not colon or not number.strip().isdigit():
-        raise ValueError(f"expected '<number>: <NAME>', got {text!r}")
+        raise ValueError(f"expected '<number>: <NAME>', got {text.strip()!r}")
     return int(number)
 
 
@@ -348,18 +367,8 @@ def parse_rate(text: str) -> float:
     """'100 Gb/sec (4X EDR)' -> 12.5e9 bytes per second."""
     parts = text.split()
     if len(parts) < 2 or parts[1] != "Gb/sec":
-        raise ValueError(f"expected '<number> Gb/sec ...', got {text!r}")
+        raise ValueError(f"expected '<number> Gb/sec ...', got {text.strip()!r}")
     return float(parts[0]) * 1e9 / 8
-
-
-def _parse_counter(text: str) -> int | None:
-    """A counter file's value; None for 'N/A (no PMA)'; ValueError if it is not a number."""
-    value = text.strip()
-    if value.isascii() and value.isdigit():
-        return int(value)
-    if value.startswith("N/A"):
-        return None
-    raise ValueError(f"not a number: {value[:40]!r}")
 
 
 class InfinibandCollector(Collector):
@@ -385,7 +394,7 @@ class InfinibandCollector(Collector):
         self._discovery: Discovery | None = None
         # (device, port) -> values skipped as unparseable so far; survives rediscovery.
         self._unparseable: dict[tuple[str, str], int] = {}
-        self._warned: set[tuple[str, str, str]] = set()  # warn once per bad counter file
+        self._warned: set[tuple[str, str, str]] = set()  # warn once per bad file
         self._unavailable: set[str] = set()  # "device/port/counter" skipped as unsupported, for doctor
 
     def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
@@ -393,13 +402,11 @@ class InfinibandCollector(Collector):
 
     def check(self) -> str:
         super().check()
-        if self._unavailable:
-            shown = ", ".join(sorted(self._unavailable)[:5])
-            more = len(self._unavailable) - 5
-            return f"counters this hardware does not provide (skipped): {shown}" + (
-                f" and {more} more" if more > 0 else ""
-            )
-        return ""
+        if not self._unavailable:
+            return ""
+        shown = ", ".join(sorted(self._unavailable)[:5])
+        more = len(self._unavailable) - 5
+        return f"counters this hardware does not provide (skipped): {shown}" + (f" and {more} more" if more > 0 else "")
 
     # --- discovery ---
 
@@ -436,46 +443,41 @@ class InfinibandCollector(Collector):
             port_dir = device_dir / "ports" / number
             link_layer = _read_line(port_dir / "link_layer")
             netdev = _resolve_netdev(device_dir, number) if link_layer == "Ethernet" else ""
-            files: dict[str, str] = {}  # counters/ name -> the file that holds its value
+            files: dict[str, tuple[str, str, str]] = {}  # counters/ name -> where its value is
             try:
                 names = os.listdir(port_dir / "counters")
             except OSError:
                 names = []
             for name in sorted(names):
                 if name in PMA_COUNTERS:
-                    files[name] = str(port_dir / "counters" / name)
+                    files[name] = ("counters", name, name)
             try:
                 ext_names = os.listdir(port_dir / "counters_ext")
             except OSError:
                 ext_names = []
             for name in sorted(ext_names):
                 if name in EXT_COUNTERS:
-                    files[EXT_COUNTERS[name]] = str(port_dir / "counters_ext" / name)
-            extended = "unicast_xmit_packets" in names or bool(ext_names)
+                    files[EXT_COUNTERS[name]] = ("counters_ext", name, EXT_COUNTERS[name])
             yield Port(
                 device=device,
                 number=number,
-                path=port_dir,
+                path=str(port_dir),
                 link_layer=link_layer,
                 netdev=netdev,
                 node_guid=node_guid,
                 firmware_version=firmware,
                 board_id=board_id,
                 hca_type=hca_type,
-                counter_files=tuple((path, name) for name, path in files.items()),
-                extended_width=extended,
+                counter_files=tuple(files.values()),
+                extended_width="unicast_xmit_packets" in names or bool(ext_names),
             )
 
     # --- one round ---
 
     def collect(self) -> Iterator[Metric]:
         discovery = self._discover()
-        info, state, physical, rate = (
-            PORT_INFO.family(),
-            PORT_STATE.family(),
-            PORT_PHYSICAL_STATE.family(),
-            PORT_RATE.family(),
-        )
+        info = PORT_INFO.family()
+        state, physical, rate = PORT_STATE.family(), PORT_PHYSICAL_STATE.family(), PORT_RATE.family()
         pma = {name: spec.family() for name, spec in PMA_COUNTERS.items()}
         hw = {name: spec.family() for name, spec in HW_COUNTERS.items()}
         saturated, unparseable, generic = SATURATED.family(), UNPARSEABLE.family(), HW_COUNTER.family()
@@ -483,14 +485,24 @@ class InfinibandCollector(Collector):
         for port in discovery.ports:
             labels = [port.device, port.number]
             try:
-                state_text = read_text(port.path / "state")
+                port_fd = _open_dir(port.path)
             except OSError:
                 vanished = True  # the port went away since discovery: rediscover next round
                 continue
-            self._gauge(state, labels, port, "state", state_text, parse_state)
-            self._gauge(physical, labels, port, "phys_state", _read_line(port.path / "phys_state"), parse_state)
-            rate_text = _read_line(port.path / "rate")
-            self._gauge(rate, labels, port, "rate", rate_text, parse_rate)
+            try:
+                texts = {}
+                for attribute in ("state", "phys_state", "rate"):
+                    try:
+                        texts[attribute] = _read_at(port_fd, attribute).decode("utf-8", "replace").strip()
+                    except OSError:
+                        texts[attribute] = ""  # the driver does not provide it
+                counters = self._read_counters(port, port_fd)
+                hw_counters = self._read_hw_counters(port, port_fd)
+            finally:
+                os.close(port_fd)
+            self._gauge(state, labels, port, "state", texts["state"], parse_state)
+            self._gauge(physical, labels, port, "phys_state", texts["phys_state"], parse_state)
+            self._gauge(rate, labels, port, "rate", texts["rate"], parse_rate)
             info.add_metric(
                 [
                     port.device,
@@ -501,21 +513,19 @@ class InfinibandCollector(Collector):
                     port.firmware_version,
                     port.board_id,
                     port.hca_type,
-                    rate_text,
+                    texts["rate"],
                 ],
                 1,
             )
-            for path, name in port.counter_files:
-                value = self._read_counter(port, path, name)
-                if value is None:
-                    continue
+            for name, value in counters:
                 pma[name].add_metric(labels, value * _MULTIPLIER.get(name, 1))
                 width = LEGACY_WIDTH.get(name) or (None if port.extended_width else LEGACY_DATA_WIDTH.get(name))
                 if width is not None and value >= (1 << width) - 1:
                     saturated.add_metric([*labels, name], 1)
-            for name, value in self._read_hw_counters(port):
-                if name in hw:
-                    hw[name].add_metric(labels, value)
+            for name, value in hw_counters:
+                family = hw.get(name)
+                if family is not None:
+                    family.add_metric(labels, value)
                 else:
                     generic.add_metric([*labels, name], value)
             unparseable.add_metric(labels, self._unparseable.get((port.device, port.number), 0))
@@ -527,61 +537,88 @@ class InfinibandCollector(Collector):
         yield from hw.values()
         yield generic
 
+    def _read_counters(self, port: Port, port_fd: int) -> list[tuple[str, int]]:
+        """The PMA counters of the port: (counters/ name, raw value), unavailable ones left out."""
+        values = []
+        directories: dict[str, int | None] = {}
+        try:
+            for directory, filename, name in port.counter_files:
+                if directory not in directories:
+                    try:
+                        directories[directory] = _open_dir(directory, port_fd)
+                    except OSError:
+                        directories[directory] = None
+                directory_fd = directories[directory]
+                if directory_fd is None:
+                    continue
+                try:
+                    raw = _read_at(directory_fd, filename)
+                except OSError as exc:
+                    self._skip(port, name, f"{port.path}/{directory}/{filename}", exc)
+                    continue
+                value = self._parse(port, name, raw)
+                if value is not None:
+                    values.append((name, value))
+        finally:
+            for fd in directories.values():
+                if fd is not None:
+                    os.close(fd)
+        return values
+
+    def _read_hw_counters(self, port: Port, port_fd: int) -> list[tuple[str, int]]:
+        """The port's hw_counters, listed afresh every round (drivers and `rdma statistic` add some)."""
+        try:
+            directory_fd = _open_dir("hw_counters", port_fd)
+        except OSError:
+            return []  # this driver has none
+        try:
+            names = sorted(n for n in os.listdir(directory_fd) if n not in HW_SETTINGS)
+            # Back to back, nothing in between: the kernel serves them all from one snapshot
+            # taken within its `lifespan` cache period.
+            raws: list[bytes | OSError] = []
+            for name in names:
+                try:
+                    raws.append(_read_at(directory_fd, name))
+                except OSError as exc:
+                    raws.append(exc)
+        except OSError:
+            return []
+        finally:
+            os.close(directory_fd)
+        values = []
+        for name, raw in zip(names, raws):
+            if isinstance(raw, OSError):
+                self._skip(port, name, f"{port.path}/hw_counters/{name}", raw)
+                continue
+            value = self._parse(port, name, raw)
+            if value is not None:
+                values.append((name, value))
+        return values
+
+    def _parse(self, port: Port, name: str, raw: bytes) -> int | None:
+        """A counter file's value; None for 'N/A (no PMA)' and for garbage (counted)."""
+        text = raw.strip()
+        if text.isdigit():  # bytes.isdigit: ASCII digits only
+            return int(text)
+        if text.startswith(b"N/A"):
+            self._unavailable.add(f"{port.device}/{port.number}/{name}")
+        else:
+            self._count_unparseable(port, name, f"not a number: {text[:40]!r}")
+        return None
+
+    def _skip(self, port: Port, name: str, path: str, exc: OSError) -> None:
+        if exc.errno in UNAVAILABLE_ERRNOS:
+            self._unavailable.add(f"{port.device}/{port.number}/{name}")
+        else:
+            self._count_unparseable(port, name, f"{os.strerror(exc.errno or 0).lower()} reading {path}")
+
     def _gauge(self, family, labels, port: Port, what: str, text: str, parse) -> None:  # type: ignore[no-untyped-def]
-        if not text.strip():
+        if not text:
             return  # the driver does not provide it
         try:
             family.add_metric(labels, parse(text))
         except ValueError as exc:
             self._count_unparseable(port, what, str(exc))
-
-    def _read_counter(self, port: Port, path: str, name: str) -> int | None:
-        try:
-            text = read_text(path)
-        except OSError as exc:
-            if exc.errno not in UNAVAILABLE_ERRNOS:
-                self._count_unparseable(port, name, f"{os.strerror(exc.errno or 0).lower()} reading {path}")
-            else:
-                self._unavailable.add(f"{port.device}/{port.number}/{name}")
-            return None
-        return self._parse(port, name, text)
-
-    def _parse(self, port: Port, name: str, text: str) -> int | None:
-        try:
-            value = _parse_counter(text)
-        except ValueError as exc:
-            self._count_unparseable(port, name, str(exc))
-            return None
-        if value is None:
-            self._unavailable.add(f"{port.device}/{port.number}/{name}")
-        return value
-
-    def _read_hw_counters(self, port: Port) -> list[tuple[str, int]]:
-        directory = port.path / "hw_counters"
-        try:
-            names = sorted(n for n in os.listdir(directory) if n not in HW_SETTINGS)
-        except OSError:
-            return []
-        # Back to back, nothing in between: the kernel serves them all from one snapshot
-        # taken within its `lifespan` cache period.
-        texts: list[str | OSError] = []
-        for name in names:
-            try:
-                texts.append(read_text(directory / name))
-            except OSError as exc:
-                texts.append(exc)
-        values = []
-        for name, text in zip(names, texts):
-            if isinstance(text, OSError):
-                if text.errno not in UNAVAILABLE_ERRNOS:
-                    self._count_unparseable(
-                        port, name, f"{os.strerror(text.errno or 0).lower()} reading {text.filename}"
-                    )
-                continue
-            value = self._parse(port, name, text)
-            if value is not None:
-                values.append((name, value))
-        return values
 
     def _count_unparseable(self, port: Port, counter: str, why: str) -> None:
         key = (port.device, port.number)
