@@ -366,12 +366,17 @@ class EthtoolCollector(Collector):
                 f"{self.paths.sysfs / 'class' / 'infiniband'}) and none matched by interfaces_include"
             )
         families: dict[str, Any] = {spec.name: spec.family() for spec in self.metrics}
+        missing = []
         for interface in interfaces.names:
             try:
                 info = self.reader.driver_info(interface)
                 stats = self.reader.statistics(interface)
             except OSError as exc:
-                self._note_failure(interface, exc)
+                if exc.errno in (errno.ENODEV, errno.ENXIO):
+                    missing.append(interface)
+                    self._interfaces = None  # gone since discovery, or in another network namespace
+                else:
+                    self._note_failure(interface, exc)
                 continue
             self._failing.pop(interface, None)
             families[NIC_INFO.name].add_metric(
@@ -379,12 +384,14 @@ class EthtoolCollector(Collector):
             )
             self._add_statistics(families, interface, stats)
             self._add_dcqcn(families[DCQCN_ENABLED.name], interface)
+        if missing and len(missing) == len(interfaces.names):
+            raise NothingHere(
+                f"no network interface {', '.join(missing)} in the agent's network namespace: sysfs lists them, "
+                "but the kernel does not know them here (run the agent in the host's network namespace)"
+            )
         yield from families.values()
 
     def _note_failure(self, interface: str, exc: OSError) -> None:
-        if exc.errno in (errno.ENODEV, errno.ENXIO):
-            self._interfaces = None  # gone since discovery
-            return
         why = exc.strerror or str(exc)
         if self._failing.get(interface) != why:
             self._failing[interface] = why

@@ -395,7 +395,8 @@ class InfinibandCollector(Collector):
         # (device, port) -> values skipped as unparseable so far; survives rediscovery.
         self._unparseable: dict[tuple[str, str], int] = {}
         self._warned: set[tuple[str, str, str]] = set()  # warn once per bad file
-        self._unavailable: set[str] = set()  # "device/port/counter" skipped as unsupported, for doctor
+        # (device, port) -> counters skipped as not provided by the hardware, for doctor
+        self._unavailable: dict[tuple[str, str], set[str]] = {}
 
     def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
         self._discovery = None  # an HCA or its netdev came, went or changed: discover again
@@ -404,9 +405,11 @@ class InfinibandCollector(Collector):
         super().check()
         if not self._unavailable:
             return ""
-        shown = ", ".join(sorted(self._unavailable)[:5])
-        more = len(self._unavailable) - 5
-        return f"counters this hardware does not provide (skipped): {shown}" + (f" and {more} more" if more > 0 else "")
+        ports = (
+            f"{device} port {port}: {', '.join(sorted(names)) if len(names) <= 3 else f'{len(names)} counters'}"
+            for (device, port), names in sorted(self._unavailable.items())
+        )
+        return "not provided by the hardware or driver (skipped): " + "; ".join(ports)
 
     # --- discovery ---
 
@@ -601,14 +604,14 @@ class InfinibandCollector(Collector):
         if text.isdigit():  # bytes.isdigit: ASCII digits only
             return int(text)
         if text.startswith(b"N/A"):
-            self._unavailable.add(f"{port.device}/{port.number}/{name}")
+            self._unavailable.setdefault((port.device, port.number), set()).add(name)
         else:
             self._count_unparseable(port, name, f"not a number: {text[:40]!r}")
         return None
 
     def _skip(self, port: Port, name: str, path: str, exc: OSError) -> None:
         if exc.errno in UNAVAILABLE_ERRNOS:
-            self._unavailable.add(f"{port.device}/{port.number}/{name}")
+            self._unavailable.setdefault((port.device, port.number), set()).add(name)
         else:
             self._count_unparseable(port, name, f"{os.strerror(exc.errno or 0).lower()} reading {path}")
 

@@ -199,6 +199,22 @@ def test_nothing_here_without_rdma_interfaces(tmp_path: Path) -> None:
         collect(make(sys_=tmp_path))
 
 
+def test_interfaces_of_another_network_namespace_are_nothing_here(tmp_path: Path) -> None:
+    """sysfs (mounted from the host) lists an RDMA netdev the agent's namespace does not have: the
+    real ioctl says ENODEV, and the collector says why in words."""
+    port = tmp_path / "class" / "infiniband" / "rxe0" / "ports" / "1"
+    port.mkdir(parents=True)
+    (port / "link_layer").write_text("Ethernet\n")
+    (port / "gid_attrs" / "ndevs").mkdir(parents=True)
+    (port / "gid_attrs" / "ndevs" / "0").write_text("lsnosuch0\n")
+    collector = EthtoolCollector(context(sys_=tmp_path))  # no fake: the real SIOCETHTOOL
+    try:
+        with pytest.raises(NothingHere, match=r"no network interface lsnosuch0 in the agent's network namespace"):
+            collect(collector)
+    finally:
+        collector.close()
+
+
 def test_close_closes_the_reader() -> None:
     reader = CapturedReader()
     make(reader=reader).close()

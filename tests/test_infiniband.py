@@ -163,6 +163,12 @@ def test_iwarp_port_with_no_pma_reports_everything_else() -> None:
     assert info(samples, "i40iw0")["link_layer"] == "Ethernet"
 
 
+def test_doctor_names_what_the_hardware_does_not_provide() -> None:
+    assert InfinibandCollector(context(sys_=SYSFS)).check() == (
+        "not provided by the hardware or driver (skipped): i40iw0 port 1: 21 counters"
+    )
+
+
 def test_roce_port_resolves_its_netdev_and_reports_congestion() -> None:
     samples = collect(InfinibandCollector(context(sys_=SYSFS)))
     assert info(samples, "mlx5_2") == {
