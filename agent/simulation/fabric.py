@@ -277,8 +277,24 @@ def build_infiniband(write: Writer, sysfs: Path, scenario: str, t: float, *, ib_
         write_ecn(write, sysfs, netdev)
 
 
+def changed_only(write: Writer) -> Writer:
+    """Write a file only when its content changes: most of the ~800 files are constant, and an
+    atomic replace costs ~0.5 ms on ext4 (it flushes the data), against ~10 µs to compare."""
+
+    def write_if_changed(path: Path, text: str) -> None:
+        try:
+            if path.read_text() == text:
+                return
+        except OSError:
+            pass
+        write(path, text)
+
+    return write_if_changed
+
+
 def build(node: SimulatedNode, t: float) -> None:
-    build_infiniband(node.write, node.paths.sysfs, node.scenario, t, ib_hcas=IB_HCAS, roce_ports=len(ROCE_NETDEVS))
+    write = changed_only(node.write)
+    build_infiniband(write, node.paths.sysfs, node.scenario, t, ib_hcas=IB_HCAS, roce_ports=len(ROCE_NETDEVS))
     node.fakes["ethtool"] = SimulatedEthtool(node)
     # Show a few more ethtool statistics as generic series (the collector's 'statistics' option).
     node.options.setdefault("ethtool", {})["statistics"] = ["rx_buffer_passed_thres_phy", "rx_pause_ctrl_phy"]
