@@ -265,7 +265,7 @@ def is_per_queue(name: str) -> bool:
 
 @dataclass(frozen=True)
 class Interfaces:
-    listing: tuple[str, ...]  # class/net and class/infiniband listings it was made from
+    listing: tuple[tuple[str, ...], tuple[str, ...]]  # the class/net and class/infiniband listings it was made from
     names: tuple[str, ...]
 
 
@@ -338,21 +338,13 @@ class EthtoolCollector(Collector):
 
     def _discover(self) -> Interfaces:
         sysfs = self.paths.sysfs
-        listing: list[str] = []
-        for directory in (sysfs / "class" / "net", sysfs / "class" / "infiniband"):
-            try:
-                listing += sorted(os.listdir(directory))
-            except OSError:
-                pass
-            listing.append("/")
-        key = tuple(listing)
+        net = _listing(sysfs / "class" / "net")
+        key = (net, _listing(sysfs / "class" / "infiniband"))
         cached = self._interfaces
         if cached is not None and cached.listing == key:
             return cached
         names = rdma_netdevs(sysfs)
-        if self.include:
-            net = key[: key.index("/")]
-            names |= {n for n in net if any(fnmatch.fnmatchcase(n, p) for p in self.include)}
+        names |= {n for n in net if any(fnmatch.fnmatchcase(n, p) for p in self.include)}
         names = {n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in self.exclude)}
         interfaces = Interfaces(key, tuple(sorted(names)))
         self._interfaces = interfaces
@@ -432,6 +424,13 @@ class EthtoolCollector(Collector):
                 value = _read_flag(enable / priority)
                 if value is not None:
                     family.add_metric([interface, role, priority], value)
+
+
+def _listing(directory: Path) -> tuple[str, ...]:
+    try:
+        return tuple(sorted(os.listdir(directory)))
+    except OSError:
+        return ()
 
 
 def _read_flag(path: Path) -> int | None:

@@ -84,7 +84,7 @@ UNPARSEABLE = MetricSpec(
     "reason other than the counter being unsupported. The warning log names the file.",
     LABELS,
 )
-HW_COUNTER = MetricSpec(
+GENERIC_HW_STAT = MetricSpec(
     "lockstep_rdma_hw_stats_total",
     "counter",
     "A driver counter from ports/N/hw_counters that has no dedicated metric, by its file name.",
@@ -205,7 +205,7 @@ LEGACY_WIDTH = {
 }
 LEGACY_DATA_WIDTH = {"port_xmit_data": 32, "port_rcv_data": 32, "port_xmit_packets": 32, "port_rcv_packets": 32}
 
-# hw_counters/ file -> its metric (mlx5 names).  Other files go to HW_COUNTER.
+# hw_counters/ file -> its metric (mlx5 names).  Other files go to GENERIC_HW_STAT.
 HW_COUNTERS: dict[str, MetricSpec] = {
     "np_ecn_marked_roce_packets": _counter(
         "lockstep_roce_ecn_marked_packets_total",
@@ -384,7 +384,7 @@ class InfinibandCollector(Collector):
         SATURATED,
         UNPARSEABLE,
         *HW_COUNTERS.values(),
-        HW_COUNTER,
+        GENERIC_HW_STAT,
     )
     hotplug_subsystems = ("infiniband", "net")
 
@@ -483,7 +483,7 @@ class InfinibandCollector(Collector):
         state, physical, rate = PORT_STATE.family(), PORT_PHYSICAL_STATE.family(), PORT_RATE.family()
         pma = {name: spec.family() for name, spec in PMA_COUNTERS.items()}
         hw = {name: spec.family() for name, spec in HW_COUNTERS.items()}
-        saturated, unparseable, generic = SATURATED.family(), UNPARSEABLE.family(), HW_COUNTER.family()
+        saturated, unparseable, generic = SATURATED.family(), UNPARSEABLE.family(), GENERIC_HW_STAT.family()
         vanished = False
         for port in discovery.ports:
             labels = [port.device, port.number]
