@@ -32,6 +32,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from prometheus_client.core import Metric
 
@@ -263,6 +264,16 @@ UNAVAILABLE_ERRNOS = frozenset({errno.ENOENT, errno.EINVAL, errno.EOPNOTSUPP, er
 INFINIBAND_CLASS = Path("class") / "infiniband"
 
 
+class CounterFile(NamedTuple):
+    """Where one PMA counter of a port is, and how to read it; decided at discovery."""
+
+    directory: str  # "counters" or "counters_ext"
+    filename: str
+    name: str  # the counters/ name it stands for (the metric and the saturation label)
+    multiplier: int  # 4 for the data counters (4-byte words)
+    ceiling: int | None  # the value at which a legacy counter is stuck, None if it cannot saturate
+
+
 @dataclass(frozen=True)
 class Port:
     """What discovery learns about one port: everything that does not change while it exists."""
@@ -276,10 +287,8 @@ class Port:
     firmware_version: str
     board_id: str
     hca_type: str
-    # (directory under the port, file name, the counters/ name it stands for), in a fixed
-    # order; counters_ext/ files replace their 32-bit counters/ namesakes.
-    counter_files: tuple[tuple[str, str, str], ...]
-    extended_width: bool  # 64-bit data/packet counters: they cannot saturate
+    # In a fixed order; counters_ext/ files replace their 32-bit counters/ namesakes.
+    counter_files: tuple[CounterFile, ...]
 
 
 @dataclass(frozen=True)
@@ -446,21 +455,28 @@ class InfinibandCollector(Collector):
             port_dir = device_dir / "ports" / number
             link_layer = _read_line(port_dir / "link_layer")
             netdev = _resolve_netdev(device_dir, number) if link_layer == "Ethernet" else ""
-            files: dict[str, tuple[str, str, str]] = {}  # counters/ name -> where its value is
+            locations: dict[str, tuple[str, str]] = {}  # counters/ name -> (directory, file) holding it
             try:
                 names = os.listdir(port_dir / "counters")
             except OSError:
                 names = []
             for name in sorted(names):
                 if name in PMA_COUNTERS:
-                    files[name] = ("counters", name, name)
+                    locations[name] = ("counters", name)
             try:
                 ext_names = os.listdir(port_dir / "counters_ext")
             except OSError:
                 ext_names = []
             for name in sorted(ext_names):
                 if name in EXT_COUNTERS:
-                    files[EXT_COUNTERS[name]] = ("counters_ext", name, EXT_COUNTERS[name])
+                    locations[EXT_COUNTERS[name]] = ("counters_ext", name)
+            # 64-bit data and packet counters (extended PMA, or counters_ext/) cannot saturate.
+            extended = "unicast_xmit_packets" in names or bool(ext_names)
+            counter_files = []
+            for name, (directory, filename) in locations.items():
+                width = LEGACY_WIDTH.get(name) or (None if extended else LEGACY_DATA_WIDTH.get(name))
+                ceiling = None if width is None else (1 << width) - 1
+                counter_files.append(CounterFile(directory, filename, name, _MULTIPLIER.get(name, 1), ceiling))
             yield Port(
                 device=device,
                 number=number,
@@ -471,8 +487,7 @@ class InfinibandCollector(Collector):
                 firmware_version=firmware,
                 board_id=board_id,
                 hca_type=hca_type,
-                counter_files=tuple(files.values()),
-                extended_width="unicast_xmit_packets" in names or bool(ext_names),
+                counter_files=tuple(counter_files),
             )
 
     # --- one round ---
@@ -520,11 +535,10 @@ class InfinibandCollector(Collector):
                 ],
                 1,
             )
-            for name, value in counters:
-                pma[name].add_metric(labels, value * _MULTIPLIER.get(name, 1))
-                width = LEGACY_WIDTH.get(name) or (None if port.extended_width else LEGACY_DATA_WIDTH.get(name))
-                if width is not None and value >= (1 << width) - 1:
-                    saturated.add_metric([*labels, name], 1)
+            for counter, value in counters:
+                pma[counter.name].add_metric(labels, value * counter.multiplier)
+                if counter.ceiling is not None and value >= counter.ceiling:
+                    saturated.add_metric([*labels, counter.name], 1)
             for name, value in hw_counters:
                 family = hw.get(name)
                 if family is not None:
@@ -540,12 +554,13 @@ class InfinibandCollector(Collector):
         yield from hw.values()
         yield generic
 
-    def _read_counters(self, port: Port, port_fd: int) -> list[tuple[str, int]]:
-        """The PMA counters of the port: (counters/ name, raw value), unavailable ones left out."""
+    def _read_counters(self, port: Port, port_fd: int) -> list[tuple[CounterFile, int]]:
+        """The PMA counters of the port with their raw values, unavailable ones left out."""
         values = []
         directories: dict[str, int | None] = {}
         try:
-            for directory, filename, name in port.counter_files:
+            for counter in port.counter_files:
+                directory, filename, name = counter.directory, counter.filename, counter.name
                 if directory not in directories:
                     try:
                         directories[directory] = _open_dir(directory, port_fd)
@@ -559,9 +574,11 @@ class InfinibandCollector(Collector):
                 except OSError as exc:
                     self._skip(port, name, f"{port.path}/{directory}/{filename}", exc)
                     continue
-                value = self._parse(port, name, raw)
-                if value is not None:
-                    values.append((name, value))
+                text = raw.strip()
+                if text.isdigit():  # bytes.isdigit: ASCII digits only
+                    values.append((counter, int(text)))
+                else:
+                    self._not_a_number(port, name, text)
         finally:
             for fd in directories.values():
                 if fd is not None:
@@ -593,21 +610,19 @@ class InfinibandCollector(Collector):
             if isinstance(raw, OSError):
                 self._skip(port, name, f"{port.path}/hw_counters/{name}", raw)
                 continue
-            value = self._parse(port, name, raw)
-            if value is not None:
-                values.append((name, value))
+            text = raw.strip()
+            if text.isdigit():
+                values.append((name, int(text)))
+            else:
+                self._not_a_number(port, name, text)
         return values
 
-    def _parse(self, port: Port, name: str, raw: bytes) -> int | None:
-        """A counter file's value; None for 'N/A (no PMA)' and for garbage (counted)."""
-        text = raw.strip()
-        if text.isdigit():  # bytes.isdigit: ASCII digits only
-            return int(text)
+    def _not_a_number(self, port: Port, name: str, text: bytes) -> None:
+        """'N/A (no PMA)': the hardware does not have it; anything else is garbage, counted."""
         if text.startswith(b"N/A"):
             self._unavailable.setdefault((port.device, port.number), set()).add(name)
         else:
             self._count_unparseable(port, name, f"not a number: {text[:40]!r}")
-        return None
 
     def _skip(self, port: Port, name: str, path: str, exc: OSError) -> None:
         if exc.errno in UNAVAILABLE_ERRNOS:
