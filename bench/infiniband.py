@@ -7,6 +7,8 @@ lifespan; agent/simulation/fabric.py), then, alternating so both see the same ma
 - ours: one ``InfinibandCollector.collect()`` round, families built (what the agent does each
   interval; a scrape then serves the snapshot without touching sysfs);
 - ours + render: the same round plus rendering the text exposition;
+- ours, PMA only: a round on a copy of the tree without hw_counters/, i.e. the files
+  node_exporter 1.5.0 reads (it does not read hw_counters/), for the cost per file;
 - node_exporter (Debian ``prometheus-node-exporter``, its own instance on a free port, only the
   infiniband collector, --path.sysfs at the same tree): one scrape of /metrics over a
   keep-alive connection (node_exporter reads sysfs on every scrape).
@@ -81,6 +83,12 @@ def main() -> int:
         bench_tree(paths, args.hcas)
         files = sum(1 for p in paths.sysfs.rglob("*") if p.is_file())
         collector = InfinibandCollector(CollectorContext(paths, {}, logging.getLogger("bench")))
+        pma_paths = Paths(sysfs=Path(tmp) / "pma-only" / "sys")
+        shutil.copytree(paths.sysfs, pma_paths.sysfs)
+        for directory in pma_paths.sysfs.glob("class/infiniband/*/ports/*/hw_counters"):
+            shutil.rmtree(directory)
+        pma_only = InfinibandCollector(CollectorContext(pma_paths, {}, logging.getLogger("bench")))
+        list(pma_only.collect())
         registry = CollectorRegistry()
 
         class Round:
@@ -103,7 +111,7 @@ def main() -> int:
                 return body.decode()
 
             theirs_text = scrape()
-            ours, ours_rendered, theirs = [], [], []
+            ours, ours_rendered, ours_pma, theirs = [], [], [], []
             for _ in range(args.rounds):
                 started = time.perf_counter()
                 for _family in collector.collect():
@@ -112,6 +120,10 @@ def main() -> int:
                 started = time.perf_counter()
                 generate_latest(registry)
                 ours_rendered.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                for _family in pma_only.collect():
+                    pass
+                ours_pma.append(time.perf_counter() - started)
                 started = time.perf_counter()
                 scrape()
                 theirs.append(time.perf_counter() - started)
@@ -137,13 +149,13 @@ def main() -> int:
         f"{transmitted(theirs_text, 'node_infiniband_port_data_transmitted_bytes_total'):.0f}"
     )
     rows = [("ours: collection round", ours), ("ours: round + text exposition", ours_rendered),
-            ("node_exporter: scrape", theirs)]  # fmt: skip
+            ("ours: round, PMA only", ours_pma), ("node_exporter: scrape", theirs)]  # fmt: skip
     for label, values in rows:
         print(
             f"{label:32s} p50 {percentile(values, 0.5) * 1e3:6.2f} ms   p99 {percentile(values, 0.99) * 1e3:6.2f} ms"
             f"   mean {statistics.fmean(values) * 1e3:6.2f} ms"
         )
-    for label, values in rows[:2]:
+    for label, values in rows[:3]:
         print(
             f"ratio {label.removeprefix('ours: ')} / node_exporter scrape: "
             f"p50 {percentile(values, 0.5) / percentile(theirs, 0.5):.2f}, "
