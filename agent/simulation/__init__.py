@@ -100,6 +100,13 @@ class SimulatedNode:
 
 
 def temporary_node(scenario: str) -> tuple[SimulatedNode, tempfile.TemporaryDirectory[str]]:
-    """A node in a fresh temporary directory; the caller keeps the directory object alive."""
-    directory = tempfile.TemporaryDirectory(prefix=f"lockstep-sim-{scenario}-")
+    """A node in a fresh temporary directory; the caller keeps the directory object alive.
+
+    In memory (/dev/shm) where there is one: the node rewrites hundreds of small files every
+    few seconds, and an atomic replace on a disk filesystem (ext4 flushes the data on rename)
+    costs ~0.5 ms of CPU each, against ~20 µs on tmpfs.
+    """
+    shm = "/dev/shm"
+    in_memory = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    directory = tempfile.TemporaryDirectory(prefix=f"lockstep-sim-{scenario}-", dir=in_memory)
     return SimulatedNode(Path(directory.name), scenario), directory
