@@ -27,7 +27,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -237,6 +237,7 @@ class SlurmCollector(Collector):
         self.node = opts.get("node_name") or os.uname().nodename.split(".")[0]
         self.gres_conf_path = opts.get("gres_conf") or ""
         self.controller = ControllerCache(
+            context.fakes.get("scontrol", run_scontrol),
             self.node,
             interval=opts.get("controller_interval", 60.0),
             timeout=opts.get("controller_timeout", 10.0),
@@ -452,7 +453,8 @@ class SlurmCollector(Collector):
         if controller.node is None:
             return
         info, state = NODE_INFO.family(), NODE_STATE.family()
-        info.add_metric([self.node, controller.node.get("State", ""), controller.node.get("Reason", "")], 1)
+        reason = controller.node.get("Reason", "")
+        info.add_metric([self.node, controller.node.get("State", ""), "" if reason == "(null)" else reason], 1)
         for flag in controller.node.get("State", "").lower().replace("*", "").split("+"):
             if flag:
                 state.add_metric([flag], 1)
@@ -521,6 +523,11 @@ def _oom_kills(job: LocalJob) -> int | None:
     return _read_keyed(job.memory_dir / "memory.oom_control", "oom_kill")
 
 
+def run_scontrol(args: list[str], timeout: float) -> str:
+    """``scontrol ARGS`` with a time limit; its stdout, or CalledProcessError/TimeoutExpired."""
+    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout, check=True).stdout
+
+
 @dataclass(frozen=True)
 class ControllerSnapshot:
     jobs: dict[str, JobDetails]
@@ -536,7 +543,10 @@ class ControllerCache:
     seconds, then carries on with what it has: a slow or dead slurmctld never stalls it.
     """
 
-    def __init__(self, node: str, interval: float, timeout: float, log: Any) -> None:
+    def __init__(
+        self, scontrol: Callable[[list[str], float], str], node: str, interval: float, timeout: float, log: Any
+    ) -> None:
+        self.scontrol = scontrol
         self.node_name = node
         self.interval = interval
         self.timeout = timeout
@@ -577,9 +587,7 @@ class ControllerCache:
         with self._lock:
             self.requests[command] = self.requests.get(command, 0) + 1
         try:
-            return subprocess.run(
-                ["scontrol", *args], capture_output=True, text=True, timeout=self.timeout, check=True
-            ).stdout
+            return self.scontrol(list(args), self.timeout)
         except (OSError, subprocess.SubprocessError) as exc:
             with self._lock:
                 self.failures[command] = self.failures.get(command, 0) + 1
