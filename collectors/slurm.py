@@ -252,17 +252,27 @@ class SlurmCollector(Collector):
         conf = os.environ.get("SLURM_CONF") or str(self.rootfs / "etc" / "slurm" / "slurm.conf")
         return shutil.which("scontrol") is not None or Path(conf).exists()
 
-    def discover_jobs(self) -> dict[str, LocalJob]:
+    def job_cgroup_parents(self) -> tuple[list[Path], list[Path]]:
+        """Where slurmd puts job cgroups on this node: v2 stepd scopes, v1 slurm* dirs."""
+        v2 = sorted(self.cgroup_root.glob("*.slice/*slurmstepd.scope"))
+        v1 = sorted(self.cgroup_root.glob("*/slurm*"))
+        return v2, v1
+
+    def discover_jobs(self) -> dict[str, LocalJob] | None:
+        """Jobs from their cgroups, or None when this node has no Slurm job cgroups at all."""
+        v2_scopes, v1_dirs = self.job_cgroup_parents()
+        if not v2_scopes and not v1_dirs:
+            return None
         jobs: dict[str, LocalJob] = {}
         # cgroup v2: system.slice/slurmstepd.scope/job_N, or <node>_slurmstepd.scope with multiple slurmd
-        for scope in sorted(self.cgroup_root.glob("*.slice/*slurmstepd.scope")):
+        for scope in v2_scopes:
             for job_dir in _job_dirs(scope):
                 job = jobs.setdefault(job_dir.name[4:], LocalJob(job_dir.name[4:]))
                 job.cpu_dir = job.memory_dir = job_dir
                 job.cgroup_v2 = True
                 job.pid_dirs.append(job_dir)
         # cgroup v1: <controller>/slurm[_node]/uid_U/job_N in each controller hierarchy
-        for slurm_dir in sorted(self.cgroup_root.glob("*/slurm*")):
+        for slurm_dir in v1_dirs:
             controller = slurm_dir.parent.name
             for uid_dir in sorted(slurm_dir.glob("uid_*")):
                 for job_dir in _job_dirs(uid_dir):
@@ -276,7 +286,16 @@ class SlurmCollector(Collector):
         for job in jobs.values():
             for directory in job.pid_dirs:
                 job.pids |= _cgroup_pids(directory)
-        return jobs
+            job.pids = {pid for pid in job.pids if not self._is_slurmstepd(pid)}
+        # A job cgroup with only slurmstepd, or nothing, left is a job that ended (or has not
+        # started its processes yet); slurmd may remove the cgroup late.
+        return {job_id: job for job_id, job in jobs.items() if job.pids}
+
+    def _is_slurmstepd(self, pid: int) -> bool:
+        try:
+            return read_text(self.proc / str(pid) / "comm").strip() == "slurmstepd"
+        except OSError:
+            return True  # gone: not one of the job's processes any more
 
     def jobs_from_listpids(self) -> dict[str, LocalJob]:
         """Nodes without job cgroups: ask the local slurmd (not slurmctld) for the jobs' pids."""
@@ -380,7 +399,9 @@ class SlurmCollector(Collector):
     # --- collection --------------------------------------------------------------------------
 
     def collect(self) -> Iterator[Metric]:
-        jobs = self.discover_jobs() or self.jobs_from_listpids()
+        jobs = self.discover_jobs()
+        if jobs is None:  # no job cgroups on this node (proctrack/linuxproc): ask the local slurmd
+            jobs = self.jobs_from_listpids()
         if not jobs and not self._slurm_present():
             raise NothingHere("no Slurm here: no job cgroups, no scontrol on PATH, no /etc/slurm/slurm.conf")
 

@@ -67,6 +67,21 @@ class SlurmCluster:
             time.sleep(0.2)
         raise AssertionError(f"jobs {job_ids} not running: {self.run('squeue')}")
 
+    def _stepd_pids(self) -> list[int]:
+        """This cluster's slurmstepd processes (they carry our SLURM_CONF in their environment)."""
+        ours = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if (entry / "comm").read_text().strip() == "slurmstepd" and ours in (
+                        entry / "environ"
+                    ).read_bytes().split(b"\0"):
+                        pids.append(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
     def rpc_counts(self) -> dict[str, int]:
         """sdiag's RPC counts by message type."""
         counts: dict[str, int] = {}
@@ -85,12 +100,21 @@ class SlurmCluster:
     def stop(self) -> None:
         self.run("scancel", "--user", "root", check=False)
         self.run("scancel", "--user", SECOND_USER, check=False)
+        # Let the jobs' slurmstepd finish before slurmd goes: orphaned ones wait for it forever.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.run("squeue", "-h", check=False).strip():
+            time.sleep(0.2)
         self.run("scontrol", "shutdown", check=False)
         for proc in self.processes:
             try:
                 proc.wait(10)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        for pid in self._stepd_pids():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
         subprocess.run(["munged", f"--socket={self.root / 'munge' / 'munge.sock'}", "--stop"], capture_output=True)
         for device in self.made_devices:
             device.unlink(missing_ok=True)
