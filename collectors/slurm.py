@@ -216,7 +216,7 @@ class SlurmCollector(Collector):
         Option(
             "controller_interval",
             parse_duration,
-            60.0,
+            120.0,
             "minimum time between rounds of requests to slurmctld (node state; new jobs when not root)",
         ),
         Option("controller_timeout", parse_duration, 10.0, "time limit of one request to slurmctld"),
@@ -239,7 +239,7 @@ class SlurmCollector(Collector):
         self.controller = ControllerCache(
             context.fakes.get("scontrol", run_scontrol),
             self.node,
-            interval=opts.get("controller_interval", 60.0),
+            interval=opts.get("controller_interval", 120.0),
             timeout=opts.get("controller_timeout", 10.0),
             log=self.log,
         )

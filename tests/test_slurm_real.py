@@ -31,6 +31,7 @@ def cluster() -> Iterator[slurm_cluster.SlurmCluster]:
 # user for good before the agent does anything.
 AS_USER = """
 import os, pwd, sys
+import encodings.idna  # the HTTP server's getfqdn needs it
 import agent.cli, agent.registry, collectors.slurm, pynvml
 agent.cli.build_parser(agent.registry.discover()).parse_args(sys.argv[2:])  # every lazy import, now
 user = pwd.getpwnam(sys.argv[1])
