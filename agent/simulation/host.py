@@ -64,3 +64,4 @@ def build(node: SimulatedNode, t: float) -> None:
             stat = f"{tid} ({comm}) {state} 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 {len(tasks)} 0 100\n"
             node.write(proc / str(pid) / "task" / str(tid) / "stat", stat)
         node.write(proc / str(pid) / "stat", (proc / str(pid) / "task" / str(pid) / "stat").read_text())
+        node.write(proc / str(pid) / "comm", comm.split(":")[0] + "\n")

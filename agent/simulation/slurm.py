@@ -1,0 +1,43 @@
+"""The simulated node's Slurm: job 4242 of user alice on all 8 GPUs, in a cgroup v2 tree.
+
+The job's processes' environment is readable (as for an agent running as root), so the
+collector needs slurmctld only for the node's state, which a fake ``scontrol`` answers.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.simulation import SimulatedNode
+
+JOB_ID = "4242"
+NODE = "gpu-node-07"
+STEPD_PID = 2101
+TRAINING_PID = 2200
+
+
+def build(node: SimulatedNode, t: float) -> None:
+    job = node.paths.sysfs / "fs" / "cgroup" / "system.slice" / "slurmstepd.scope" / f"job_{JOB_ID}"
+    node.write(job / "cpu.stat", f"usage_usec {int((3600 + t) * 8 * 0.92 * 1e6)}\n")
+    node.write(job / "memory.current", f"{412 * 2**30 + int(t) * 4096}\n")
+    node.write(job / "memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
+    node.write(job / "step_batch" / "user" / "task_0" / "cgroup.procs", f"{TRAINING_PID}\n")
+    environ = {
+        "SLURM_JOB_ID": JOB_ID,
+        "SLURM_JOB_USER": "alice",
+        "SLURM_JOB_ACCOUNT": "llm-pretrain",
+        "SLURM_JOB_PARTITION": "h100",
+        "SLURM_JOB_NAME": "llama-70b-pretrain",
+        "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
+        "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+    }
+    node.write(node.paths.procfs / str(TRAINING_PID) / "environ", "".join(f"{k}={v}\0" for k, v in environ.items()))
+    node.fakes["scontrol"] = _scontrol
+    node.options.setdefault("slurm", {})["node_name"] = NODE
+
+
+def _scontrol(args: list[str], timeout: float) -> str:
+    if args[-3:] == ["show", "node", NODE]:
+        return f"NodeName={NODE} Arch=x86_64 CPUTot=16 Gres=gpu:h100:8 State=ALLOCATED Partitions=h100 Reason=(null)\n"
+    raise OSError(f"simulated scontrol: no answer for {' '.join(args)}")

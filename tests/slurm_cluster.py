@@ -1,0 +1,195 @@
+"""A real single-node Slurm (Debian slurm-wlm + munge), started and stopped by the tests.
+
+Everything lives in a temporary directory with its own munge socket and key and free
+ports, so it never touches a Slurm or munge the machine may already run.  GPU GRES are
+declared on device nodes made with mknod (/dev/nvidia0..3, char major 195) in an order
+that differs from the device numbers, like the sites where existing tools mis-attribute.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+# gres.conf's File= order: a job's GRES IDX is a position in this list, not a device number.
+GRES_ORDER = (2, 0, 3, 1)
+SECOND_USER = "lockstep-bob"
+BINARIES = ("slurmctld", "slurmd", "munged", "sbatch", "scontrol", "squeue", "scancel", "sdiag")
+
+
+def available() -> bool:
+    return os.geteuid() == 0 and all(shutil.which(b) for b in BINARIES)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cgroup_v1_devices() -> bool:
+    return (Path("/sys/fs/cgroup/devices") / "devices.list").exists()
+
+
+@dataclass
+class SlurmCluster:
+    root: Path
+    node: str
+    env: dict[str, str]
+    made_devices: list[Path]
+    processes: list[subprocess.Popen[bytes]]
+    cgroup_v1: bool
+
+    def run(self, *args: str, user: str | None = None, check: bool = True) -> str:
+        command = list(args) if user is None else ["runuser", "-u", user, "--", *args]
+        result = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=60)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(args)} failed: {result.stderr}")
+        return result.stdout
+
+    def sbatch(self, *args: str, user: str | None = None) -> str:
+        out = self.run("sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", "sleep 600", user=user)
+        return out.strip().split(";")[0]
+
+    def wait_running(self, job_ids: list[str], timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            out = self.run("squeue", "-h", "-t", "RUNNING", "-o", "%i %A")
+            running = {word for line in out.splitlines() for word in line.split()}
+            if all(j in running for j in job_ids):
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"jobs {job_ids} not running: {self.run('squeue')}")
+
+    def _stepd_pids(self) -> list[int]:
+        """This cluster's slurmstepd processes (they carry our SLURM_CONF in their environment)."""
+        ours = f"SLURM_CONF={self.env['SLURM_CONF']}".encode()
+        pids = []
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    if (entry / "comm").read_text().strip() == "slurmstepd" and ours in (
+                        entry / "environ"
+                    ).read_bytes().split(b"\0"):
+                        pids.append(int(entry.name))
+                except OSError:
+                    continue
+        return pids
+
+    def rpc_counts(self) -> dict[str, int]:
+        """sdiag's RPC counts by message type."""
+        counts: dict[str, int] = {}
+        section = False
+        for line in self.run("sdiag").splitlines():
+            if line.startswith("Remote Procedure Call statistics by message type"):
+                section = True
+                continue
+            if section:
+                if not line.strip():
+                    break
+                name = line.split()[0]
+                counts[name] = int(line.split("count:")[1].split()[0])
+        return counts
+
+    def stop(self) -> None:
+        self.run("scancel", "--user", "root", check=False)
+        self.run("scancel", "--user", SECOND_USER, check=False)
+        # Let the jobs' slurmstepd finish before slurmd goes: orphaned ones wait for it forever.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and self.run("squeue", "-h", check=False).strip():
+            time.sleep(0.2)
+        self.run("scontrol", "shutdown", check=False)
+        for proc in self.processes:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        for pid in self._stepd_pids():
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["munged", f"--socket={self.root / 'munge' / 'munge.sock'}", "--stop"], capture_output=True)
+        for device in self.made_devices:
+            device.unlink(missing_ok=True)
+
+
+def start(root: Path) -> SlurmCluster:
+    node = socket.gethostname().split(".")[0]
+    os.chmod(root, 0o755)  # munge and the jobs' users must reach the munge socket
+    munge_dir = root / "munge"
+    munge_dir.mkdir(mode=0o755)
+    key = munge_dir / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    munge = pwd.getpwnam("munge")
+    for path in (munge_dir, key):
+        os.chown(path, munge.pw_uid, munge.pw_gid)
+    sock = munge_dir / "munge.sock"
+    subprocess.run(
+        ["runuser", "-u", "munge", "--", "munged", f"--socket={sock}", f"--key-file={key}",
+         f"--pid-file={munge_dir}/munged.pid", f"--log-file={munge_dir}/munged.log",
+         f"--seed-file={munge_dir}/munged.seed"],
+        check=True, capture_output=True, timeout=30,
+    )  # fmt: skip
+
+    made = []
+    for minor in range(4):
+        device = Path(f"/dev/nvidia{minor}")
+        if not device.exists():
+            os.mknod(device, 0o666 | 0o020000, os.makedev(195, minor))
+            made.append(device)
+    for directory in ("state", "spool", "log"):
+        (root / directory).mkdir()
+    cgroup_v1 = _cgroup_v1_devices()
+    plugins = (
+        "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n"
+        if cgroup_v1
+        else "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+    )
+    (root / "slurm.conf").write_text(
+        f"ClusterName=lockstep-test\nSlurmctldHost={node}\nSlurmUser=root\n"
+        f"SlurmctldPort={_free_port()}\nSlurmdPort={_free_port()}\n"
+        f"AuthType=auth/munge\nAuthInfo=socket={sock}\nCredType=cred/munge\n"
+        f"StateSaveLocation={root}/state\nSlurmdSpoolDir={root}/spool\n"
+        f"SlurmctldPidFile={root}/slurmctld.pid\nSlurmdPidFile={root}/slurmd.pid\n"
+        f"SlurmctldLogFile={root}/log/slurmctld.log\nSlurmdLogFile={root}/log/slurmd.log\n"
+        f"{plugins}JobAcctGatherType=jobacct_gather/none\nMpiDefault=none\n"
+        "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
+        "SlurmdParameters=config_overrides\nReturnToService=2\nGresTypes=gpu\nMinJobAge=2\n"
+        f"NodeName={node} CPUs=8 RealMemory=4000 Gres=gpu:4 State=UNKNOWN\n"
+        f"PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n"
+    )
+    (root / "gres.conf").write_text(
+        "".join(f"NodeName={node} Name=gpu File=/dev/nvidia{minor}\n" for minor in GRES_ORDER)
+    )
+    (root / "cgroup.conf").write_text(
+        "CgroupPlugin=cgroup/v1\nConstrainDevices=yes\nConstrainCores=no\nConstrainRAMSpace=yes\n"
+    )
+    env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
+    try:
+        pwd.getpwnam(SECOND_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--no-create-home", SECOND_USER], check=True)
+    processes = [
+        subprocess.Popen(["slurmctld", "-D", "-f", str(root / "slurm.conf")], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen(["slurmd", "-D", "-f", str(root / "slurm.conf")], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+    ]  # fmt: skip
+    cluster = SlurmCluster(root, node, env, made, processes, cgroup_v1)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        out = cluster.run("sinfo", "-h", "-o", "%T", check=False).strip()
+        if out in ("idle", "mixed", "allocated"):
+            return cluster
+        time.sleep(0.3)
+    log = (root / "log" / "slurmctld.log").read_text(errors="replace")[-2000:]
+    cluster.stop()
+    raise AssertionError(f"Slurm did not come up (sinfo: {out!r}); slurmctld log tail:\n{log}")

@@ -1,0 +1,192 @@
+"""Slurm collector on fixture trees of every cgroup layout, with captured scontrol output."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+
+from agent.collector import NothingHere
+from collectors.slurm import SlurmCollector, expand_brackets, parse_gres_conf
+from tests.conftest import FIXTURES, context, samples
+
+SLURM = FIXTURES / "slurm"
+
+
+class _Families:
+    def __init__(self, families):  # type: ignore[no-untyped-def]
+        self.families = families
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        return self.families
+
+
+def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: float = 0) -> Path:
+    """An `scontrol` on PATH that answers from captured output and logs each call."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "scontrol.log"
+    script = bin_dir / "scontrol"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {log}\n'
+        f"sleep {delay}\n"
+        'case "$*" in\n'
+        f'  "-d -o show job 102") cat {SLURM}/scontrol-show-job-gres.txt ;;\n'
+        f'  "-o show node node07") cat {SLURM}/scontrol-show-node-drain.txt ;;\n'
+        '  *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;\n'
+        "esac\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return log
+
+
+def collect(layout: str, **options: object) -> dict:
+    collector = SlurmCollector(
+        context(proc=SLURM / layout / "proc", sys_=SLURM / layout / "sys", node_name="node07", **options)
+    )
+    return samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+
+
+def info(job_id: str, user: str, account: str, partition: str, name: str, array_job: str = "", task: str = "") -> tuple:
+    labels = {
+        "job_id": job_id,
+        "user": user,
+        "account": account,
+        "partition": partition,
+        "job_name": name,
+        "array_job_id": array_job,
+        "array_task_id": task,
+    }
+    return ("lockstep_slurm_job_info", frozenset(labels.items()))
+
+
+def job(name: str, job_id: str) -> tuple:
+    return (name, frozenset({("job_id", job_id)}))
+
+
+def test_cgroup_v2_environ_and_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = fake_scontrol(tmp_path, monkeypatch)
+    s = collect("v2")
+    # Job 101's processes' environment is readable: no controller call for it.
+    assert s[info("101", "alice", "llm", "gpu", "pretrain 70b")] == 1
+    # Job 102 has no readable environment: one `scontrol show job` (captured real output).
+    assert s[info("102", "lockstep-bob", "", "gpu", "bobjob")] == 1
+    assert s[job("lockstep_slurm_job_cpu_seconds_total", "101")] == 123.456789
+    assert s[job("lockstep_slurm_job_memory_used_bytes", "101")] == 8589934592
+    assert s[job("lockstep_slurm_job_oom_kills_total", "101")] == 1
+    assert s[job("lockstep_slurm_job_processes", "101")] == 3
+    assert s[job("lockstep_slurm_job_cpu_seconds_total", "102")] == 5.0
+    assert s[job("lockstep_slurm_job_oom_kills_total", "102")] == 0
+    node = {
+        ("node", "node07"),
+        ("state", "MIXED+DRAIN"),
+        ("reason", "bad GPU 3: XID 79 [ops] [root@2026-11-21T23:24:27]"),
+    }
+    assert s[("lockstep_slurm_node_info", frozenset(node))] == 1
+    assert s[("lockstep_slurm_node_state", frozenset({("state", "drain")}))] == 1
+    assert s[("lockstep_slurm_node_state", frozenset({("state", "mixed")}))] == 1
+    assert log.read_text().splitlines() == ["-d -o show job 102", "-o show node node07"]
+    requests = "lockstep_slurm_controller_requests_total"
+    assert s[(requests, frozenset({("command", "scontrol show job")}))] == 1
+    assert s[(requests, frozenset({("command", "scontrol show node")}))] == 1
+    # Only real job directories count: the scope's own "system" cgroup is not a job.
+    assert sorted(k[1] for k in s if k[0] == "lockstep_slurm_job_processes") == [
+        frozenset({("job_id", "101")}),
+        frozenset({("job_id", "102")}),
+    ]
+
+
+def test_multiple_slurmd_scope_and_array_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_scontrol(tmp_path, monkeypatch)
+    s = collect("multi")
+    assert s[info("201", "bob", "", "debug", "sweep", "200", "3")] == 1
+    assert s[job("lockstep_slurm_job_cpu_seconds_total", "201")] == 2.5
+    assert s[job("lockstep_slurm_job_memory_used_bytes", "201")] == 4096
+
+
+def test_cgroup_v1_hierarchies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_scontrol(tmp_path, monkeypatch)
+    s = collect("v1")
+    assert s[info("301", "carol", "vision", "gpu", "resnet")] == 1
+    assert s[job("lockstep_slurm_job_cpu_seconds_total", "301")] == 42.0  # cpuacct.usage is ns
+    assert s[job("lockstep_slurm_job_memory_used_bytes", "301")] == 2147483648
+    assert s[job("lockstep_slurm_job_oom_kills_total", "301")] == 2
+    assert s[job("lockstep_slurm_job_processes", "301")] == 1
+
+
+def test_sluid_named_job_directory_reports_the_job_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_scontrol(tmp_path, monkeypatch)
+    s = collect("sluid")
+    assert s[info("401", "dave", "rl", "gpu", "ppo")] == 1
+    assert s[job("lockstep_slurm_job_cpu_seconds_total", "401")] == 1.0
+
+
+def test_controller_calls_are_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = fake_scontrol(tmp_path, monkeypatch)
+    collector = SlurmCollector(
+        context(proc=SLURM / "v2" / "proc", sys_=SLURM / "v2" / "sys", node_name="node07", controller_interval=3600.0)
+    )
+    for _ in range(5):
+        list(collector.collect())
+    assert len(log.read_text().splitlines()) == 2  # one round: the job and the node, once
+
+
+def test_slow_controller_never_stalls_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = fake_scontrol(tmp_path, monkeypatch, delay=30)
+    collector = SlurmCollector(
+        context(
+            proc=SLURM / "v2" / "proc",
+            sys_=SLURM / "v2" / "sys",
+            node_name="node07",
+            controller_wait=0.2,
+            controller_timeout=1.0,
+        )
+    )
+    started = time.monotonic()
+    s = samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    assert time.monotonic() - started < 5  # waited 0.2 s, not 30
+    assert s[info("101", "alice", "llm", "gpu", "pretrain 70b")] == 1  # local data still there
+    assert not [k for k in s if k[0] == "lockstep_slurm_job_info" and ("job_id", "102") in k[1]]
+    assert s[job("lockstep_slurm_job_cpu_seconds_total", "102")] == 5.0
+    collector.controller.refreshed.wait(10)  # the timed-out calls are counted as failures
+    s = samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    failures = "lockstep_slurm_controller_failures_total"
+    assert s[(failures, frozenset({("command", "scontrol show job")}))] == 1
+    assert s[(failures, frozenset({("command", "scontrol show node")}))] == 1
+    assert "lockstep_slurm_node_info" not in {k[0] for k in s}
+    assert log.exists()
+
+
+def test_no_slurm_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    collector = SlurmCollector(
+        context(
+            proc=tmp_path,
+            sys_=tmp_path,
+            node_name="x",
+        )
+    )
+    collector.rootfs = tmp_path
+    with pytest.raises(NothingHere, match="no Slurm here"):
+        list(collector.collect())
+
+
+def test_gres_conf_order_and_ranges() -> None:
+    text = (
+        "# GPUs wired in PCI order, not device order\n"
+        "AutoDetect=off\n"
+        "NodeName=node[01-08] Name=gpu File=/dev/nvidia[2,0]\n"
+        "NodeName=node07 Name=gpu File=/dev/nvidia3\n"
+        "NodeName=node09 Name=gpu File=/dev/nvidia9\n"
+        "Name=gpu File=/dev/nvidia1\n"
+        "Name=mps Count=100\n"
+    )
+    assert parse_gres_conf(text, "node07") == ["/dev/nvidia2", "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidia1"]
+    assert expand_brackets("n[01-03,10]") == ["n01", "n02", "n03", "n10"]
