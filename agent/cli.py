@@ -220,7 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"lockstep: {failure}", file=sys.stderr)
         return 1 if failures else 0
     if node is not None:
-        node.run_clock()
+        stop_clock = node.run_clock()
+        try:
+            return serve(setup, config)
+        finally:
+            stop_clock()  # before the temporary tree is removed
     return serve(setup, config)
 
 

@@ -28,6 +28,7 @@ import os
 import pkgutil
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -87,16 +88,23 @@ class SimulatedNode:
         tmp.write_text(text)
         os.replace(tmp, path)
 
-    def run_clock(self, step: float = 5.0) -> threading.Event:
-        """Advance simulated time in real time (for a served demo); set the event to stop."""
+    def run_clock(self, step: float = 5.0) -> Callable[[], None]:
+        """Advance simulated time in real time (for a served demo).  Returns the function that
+        stops it and waits for a render in progress, so the tree can then be removed."""
         stop = threading.Event()
 
         def tick() -> None:
             while not stop.wait(step):
                 self.render(self.t + step)
 
-        threading.Thread(target=tick, name="simulated-clock", daemon=True).start()
-        return stop
+        thread = threading.Thread(target=tick, name="simulated-clock", daemon=True)
+        thread.start()
+
+        def stop_clock() -> None:
+            stop.set()
+            thread.join(10)
+
+        return stop_clock
 
 
 def temporary_node(scenario: str) -> tuple[SimulatedNode, tempfile.TemporaryDirectory[str]]:
