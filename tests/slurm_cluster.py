@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import random
 import shutil
 import socket
 import subprocess
@@ -54,7 +55,7 @@ class SlurmCluster:
         return result.stdout
 
     def sbatch(self, *args: str, user: str | None = None) -> str:
-        out = self.run("sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", "sleep 600", user=user)
+        out = self.run("sbatch", "--parsable", "--output=/dev/null", *args, "--wrap", "sleep 3600", user=user)
         return out.strip().split(";")[0]
 
     def wait_running(self, job_ids: list[str], timeout: float = 30) -> None:
@@ -163,6 +164,8 @@ def start(root: Path) -> SlurmCluster:
         f"{plugins}JobAcctGatherType=jobacct_gather/none\nMpiDefault=none\n"
         "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
         "SlurmdParameters=config_overrides\nReturnToService=2\nGresTypes=gpu\nMinJobAge=2\n"
+        # Job ids of their own: job cgroups are per host, shared with any other Slurm here.
+        f"FirstJobId={random.randint(100_000, 900_000)}\n"
         f"NodeName={node} CPUs=8 RealMemory=4000 Gres=gpu:4 State=UNKNOWN\n"
         f"PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n"
     )
