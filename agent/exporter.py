@@ -121,18 +121,7 @@ class _Families:
 def self_metrics(views: Iterable[WorkerView]) -> Iterator[Metric]:
     build = BUILD_INFO.family()
     build.add_metric([__version__], 1)
-    up, state, duration, last_success, errors, runs, cpu = (
-        spec.family()
-        for spec in (
-            COLLECTOR_UP,
-            COLLECTOR_STATE,
-            COLLECTOR_DURATION,
-            COLLECTOR_LAST_SUCCESS,
-            COLLECTOR_ERRORS,
-            COLLECTOR_RUNS,
-            COLLECTOR_CPU,
-        )
-    )
+    up, state, duration, last_success, errors, runs, cpu = (spec.family() for spec in SELF_METRICS[1:])
     for view in views:
         up.add_metric([view.name], 1 if view.state in HEALTHY_STATES else 0)
         for candidate in State:
