@@ -88,6 +88,19 @@ class Paths:
     rootfs: Path = Path("/")
 
 
+class RunRequest:
+    """Lets a collector's own threads ask for a collection round now instead of at the next
+    interval (e.g. its event thread saw a GPU fall off the bus).  The agent connects it to the
+    collector's worker; unconnected (doctor, tests) it does nothing."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[], None] | None = None
+
+    def __call__(self) -> None:
+        if self.target is not None:
+            self.target()
+
+
 @dataclass(frozen=True)
 class CollectorContext:
     """What the agent hands a collector when it builds it."""
@@ -98,6 +111,7 @@ class CollectorContext:
     # Fakes plugged in by the simulated node (agent/simulation), keyed by what they replace,
     # e.g. "nvml".  Empty in production.
     fakes: dict[str, Any] = field(default_factory=dict)
+    run_now: RunRequest = field(default_factory=RunRequest)
 
 
 class Collector:

@@ -73,7 +73,7 @@ class Agent:
         )
         collector = self.setup.available[name](context)
         after = [started[needed] for needed in collector.needs if needed in started]
-        return Worker(
+        worker = Worker(
             collector,
             interval=settings.interval,
             deadline=settings.deadline,
@@ -82,6 +82,8 @@ class Agent:
             predecessor=predecessor,
             after=after,
         )
+        context.run_now.target = worker.wake
+        return worker
 
     def _apply_collectors(self, config: Config) -> None:
         """Start, keep or replace workers so they match ``config``."""

@@ -951,6 +951,9 @@ class GpuCollector(Collector):
         with self._xid_lock:
             self._xid_counts[(uuid, xid)] = self._xid_counts.get((uuid, xid), 0) + 1
             self._xid_last[uuid] = self._wall_clock()
+        # A round now, not at the next interval: an XID often means the GPU is failing (79: it
+        # fell off the bus), and on-call should see its state at once.
+        self.context.run_now()
 
     def _xid_samples(self, session: Session) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
         index_of = {g.uuid: str(g.index) for g in session.gpus}

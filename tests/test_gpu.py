@@ -16,6 +16,8 @@ import pytest
 from prometheus_client.exposition import generate_latest
 
 from agent.collector import CollectorContext, NothingHere, Paths
+from agent.config import Overrides, load_config
+from agent.daemon import Agent, Setup
 from agent.gpus import GpuProcess, MigDevice
 from agent.gpus import published as published_gpus
 from agent.simulation import gpu as sim_gpu
@@ -27,11 +29,13 @@ from agent.simulation.fake_nvml import (
     GpuSpec,
     MigDeviceSpec,
     ProcessSpec,
+    default_uuid,
     fake_from_gpus,
     load_spec,
     parse_spec,
     with_defaults,
 )
+from agent.webconfig import WebConfig
 from collectors import gpu as gpu_module
 from collectors.gpu import GpuCollector
 from tests.conftest import lockstep, samples, wait_until
@@ -733,3 +737,28 @@ def test_nvml_calls_per_gpu_per_round_on_8_gpus_with_18_links(collectors: list[G
     per_gpu = [fake.calls_for(gpu=i) / rounds for i in range(8)]
     assert per_gpu == [11] * 8
     assert fake.calls_for(gpu=0, function="nvmlDeviceGetFieldValues") == rounds
+
+
+def test_a_gpu_falling_off_the_bus_is_reported_at_once_not_at_the_next_interval() -> None:
+    """The XID thread sees XID 79 and asks for a round; the agent runs it without waiting 1 h."""
+    fake = FakeNvml(FakeSpec(gpus=(with_defaults(FULL, 0), with_defaults(FULL, 1)), xid_events=()))
+    available = {"gpu": FastGpuCollector}
+    overrides = Overrides(disable_defaults=True, enable=frozenset({"gpu"}))
+    setup = Setup(None, available, overrides, {"nvml": fake, "wall_clock": lambda: WALL_CLOCK})
+    config = load_config(None, available, overrides)
+    hour = dataclasses.replace(config.collectors["gpu"], interval=3600.0, deadline=30.0)
+    config = dataclasses.replace(config, collectors={"gpu": hour})
+    agent = Agent(setup, config, WebConfig())
+    try:
+        worker = agent.workers["gpu"]
+        worker.first_run_done.wait(10)
+        assert worker.view().runs_total == 1
+        fake.lose_gpu(1)
+        wait_until(lambda: worker.view().runs_total >= 2, timeout=10, what="a round triggered by XID 79")
+        body, _ = agent.exporter.render()
+        s = samples(body.decode())
+        assert s[key("lockstep_gpu_up", gpu="1", uuid=default_uuid(1))] == 0
+        assert s[key("lockstep_gpu_up", gpu="0", uuid=default_uuid(0))] == 1
+        assert s[key("lockstep_gpu_xid_errors_total", gpu="1", uuid=default_uuid(1), xid="79")] == 1
+    finally:
+        agent.stop()
