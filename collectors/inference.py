@@ -333,28 +333,39 @@ _CANDIDATE_COMM = re.compile(r"python|vllm|sglang|triton|text-gen|dynamo|pt_main
 
 
 def engine_of(argv: Sequence[str]) -> str | None:
-    """The engine a command line starts, or None."""
+    """The engine a command line starts, or None.
+
+    Console scripts (``vllm serve``) run as ``/usr/bin/python3 /usr/local/bin/vllm serve ...``;
+    modules as ``python -m vllm.entrypoints.openai.api_server``; binaries as themselves.
+    """
     if not argv:
         return None
     program = argv[0].rsplit("/", 1)[-1]
-    if program == "vllm" and "serve" in argv[1:2]:
+    if program.startswith("python"):
+        args = list(argv[1:])
+        while args and args[0].startswith("-") and args[0] != "-m":  # interpreter options
+            args = args[2:] if args[0] in ("-X", "-W") else args[1:]
+        if len(args) >= 2 and args[0] == "-m":
+            return _MODULES.get(args[1])
+        return engine_of(args)  # a script: look at it as the program
+    if program == "vllm" and argv[1:2] == ["serve"]:
+        return "vllm"
+    if program == "api_server.py" and "/vllm/entrypoints/" in argv[0]:
         return "vllm"
     if program == "tritonserver":
         return "triton"
     if program in ("text-generation-launcher", "text-generation-router"):
         return "tgi"
-    module = ""
-    if "-m" in argv[:-1]:
-        module = argv[argv.index("-m") + 1]
-    elif len(argv) > 1:
-        module = argv[1].removesuffix(".py").replace("/", ".")
-    if module.startswith("vllm.entrypoints") or ".vllm.entrypoints." in module:
-        return "vllm"
-    if module.startswith("sglang.launch_server") or module.endswith("sglang.launch_server"):
-        return "sglang"
-    if module.startswith("dynamo.frontend"):
-        return "dynamo"
     return None
+
+
+_MODULES = {
+    "vllm.entrypoints.openai.api_server": "vllm",
+    "vllm.entrypoints.api_server": "vllm",
+    "vllm.entrypoints.cli.main": "vllm",
+    "sglang.launch_server": "sglang",
+    "dynamo.frontend": "dynamo",
+}
 
 
 def _flag_value(argv: Sequence[str], flags: Sequence[str]) -> int | None:
