@@ -65,6 +65,8 @@ def test_emitted_and_declared_metrics_match() -> None:
     for scenario in scenarios():
         emitted |= names(demo_once(scenario))
     # A histogram family is emitted as <name>_bucket, _sum and _count samples.
-    emitted = {re.sub(r"_(bucket|sum|count)$", "", name) if name.startswith(tuple(histograms)) else name for name in emitted}
+    emitted = {
+        re.sub(r"_(bucket|sum|count)$", "", name) if name.startswith(tuple(histograms)) else name for name in emitted
+    }
     assert sorted(emitted - declared) == [], "emitted but not declared"
     assert sorted(declared - emitted) == [], "declared but emitted by no scenario of the simulated node"
