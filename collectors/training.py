@@ -435,15 +435,17 @@ class TrainingCollector(Collector):
         for key in sorted(self._ranks, key=lambda k: (k[0], int(k[1]), k[2])):
             rank = self._ranks[key]
             labels = list(key)
+            # Rounded to the nanosecond: sums of decimal step times carry binary noise
+            # (299.19999999999993) that is no information.
             steps.add_metric(labels, rank.steps)
-            wall.add_metric(labels, rank.step_seconds)
-            compute.add_metric(labels, rank.compute_seconds)
-            comm.add_metric(labels, rank.comm_wait_seconds)
-            data.add_metric(labels, rank.data_wait_seconds)
+            wall.add_metric(labels, round(rank.step_seconds, 9))
+            compute.add_metric(labels, round(rank.compute_seconds, 9))
+            comm.add_metric(labels, round(rank.comm_wait_seconds, 9))
+            data.add_metric(labels, round(rank.data_wait_seconds, 9))
             if rank.tokens is not None:
-                tokens.add_metric(labels, rank.tokens)
+                tokens.add_metric(labels, round(rank.tokens, 6))
             if rank.samples is not None:
-                samples.add_metric(labels, rank.samples)
+                samples.add_metric(labels, round(rank.samples, 6))
             if rank.last_step_ts is not None:
                 last.add_metric(labels, rank.last_step_ts)
         assert self._follower is not None

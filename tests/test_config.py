@@ -17,7 +17,7 @@ from agent.config import (
     parse_listen,
     parse_string_list,
 )
-from agent.registry import Discovery, Registered
+from agent.registry import Discovery, Registered, discover
 from collectors.host import HostCollector
 from tests.conftest import lockstep
 
@@ -144,7 +144,8 @@ def test_listen_forms() -> None:
 def test_config_check_command(tmp_path: Path) -> None:
     good = write(tmp_path, "collectors:\n  host:\n    interval: 10s\n")
     result = lockstep("config", "check", str(good))
-    assert (result.returncode, result.stdout) == (0, f"{good}: OK (collectors enabled: host)\n")
+    enabled = ", ".join(sorted(name for name, r in discover().collectors.items() if r.cls.default_enabled))
+    assert (result.returncode, result.stdout) == (0, f"{good}: OK (collectors enabled: {enabled})\n")
     bad = tmp_path / "bad.yml"
     bad.write_text("listen: x\ncollectors:\n  host:\n    deadline: never\n")
     result = lockstep("config", "check", str(bad))
