@@ -126,9 +126,8 @@ class FileFollower:
                     break
                 static.append(part)
             directory = os.path.join("/", *static)
-            while not os.path.isdir(directory) and directory != "/":
-                directory = os.path.dirname(directory)
-            found.add(directory)
+            if os.path.isdir(directory):  # when it appears, a sweep finds what is in it
+                found.add(directory)
         return found
 
     # --- reading ---
@@ -299,16 +298,24 @@ class DirectoryWatcher:
         self._watches: dict[str, Any] = {}
         self._started = False
 
-    def watch(self, directories: Iterable[str]) -> None:
+    def watch(self, directories: Iterable[str]) -> list[str]:
+        """Watch these directories (and no others); returns the problems, in words."""
         wanted = set(directories)
+        problems = []
         for directory in set(self._watches) - wanted:
-            self._observer.unschedule(self._watches.pop(directory))
+            try:
+                self._observer.unschedule(self._watches.pop(directory))
+            except (KeyError, OSError):
+                pass  # its watch ended with the directory
         for directory in sorted(wanted - set(self._watches)):
-            if os.path.isdir(directory):
+            try:
                 self._watches[directory] = self._observer.schedule(self._handler, directory, recursive=False)
+            except OSError as exc:  # vanished meanwhile, or the inotify watch limit
+                problems.append(f"{directory}: {exc.strerror or exc}")
         if not self._started:
             self._observer.start()
             self._started = True
+        return problems
 
     @property
     def directories(self) -> set[str]:

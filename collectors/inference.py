@@ -121,6 +121,8 @@ PROCESS_INFO = MetricSpec(
 DEFAULT_TIMEOUT = 3.0
 MAX_BODY_BYTES = 32 * 1024 * 1024
 MAX_SCRAPE_THREADS = 16
+# How long a discovered engine whose process is gone is still reported (up 0).
+GONE_ENGINE_SECONDS = 600.0
 
 
 class ScrapeError(Exception):
@@ -538,6 +540,9 @@ class InferenceCollector(Collector):
         self._pool_lock = threading.Lock()
         self._models: dict[str, list[str]] = {}  # endpoint -> models of its last good answer
         self._down: dict[str, str] = {}  # endpoint -> why, for logging changes once
+        # Discovered endpoints -> (target, when a process last served it), monotonic clock.
+        self._discovered: dict[str, tuple[Target, float]] = {}
+        self.clock = time.monotonic  # tests replace it
         self.notes: list[str] = []  # what discovery could not do, for doctor
 
     def check(self) -> str:
@@ -578,14 +583,31 @@ class InferenceCollector(Collector):
             target = Target(engine.engine, url=url, endpoint=url)
             targets.append(target)
             engines[target.endpoint] = engine
-        if not targets:
+        # A discovered engine whose process is gone (crashed, stopped) stays, down, for a
+        # while: `up == 0` should see it rather than the series just vanishing.
+        now = self.clock()
+        for endpoint in engines:
+            self._discovered[endpoint] = (next(t for t in targets if t.endpoint == endpoint), now)
+        gone = []
+        for endpoint, (target, seen) in list(self._discovered.items()):
+            if endpoint in engines:
+                continue
+            if now - seen >= GONE_ENGINE_SECONDS or target in self.configured:
+                del self._discovered[endpoint]
+                continue
+            title = ENGINE_FORMATS[target.engine].title
+            gone.append(Result(target, None, f"the {title} process that served it is gone"))
+        if not targets and not gone:
             raise NothingHere(
                 "no inference targets configured (--inference.target ENGINE=URL) and no "
                 + ", ".join(e.title for e in ENGINE_FORMATS.values())
                 + " server found among this node's processes"
                 + (f" ({'; '.join(self.notes)})" if self.notes else "")
             )
-        return self._scrape_all(targets), engines, table
+        for result in gone:
+            self._log_change(result)
+        results = sorted(self._scrape_all(targets) + gone, key=lambda r: (r.target.engine, r.target.endpoint))
+        return results, engines, table
 
     def _local_engines(self, table: dict[int, Process]) -> list[LocalEngine]:
         """Engine servers among the processes, with the port their metrics are on."""

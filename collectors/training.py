@@ -331,6 +331,7 @@ class TrainingCollector(Collector):
         # the line before the starting point), whose remaining records are not counted:
         # its beginning was never read.
         self._under_way: dict[FileId, str] = {}
+        self._watch_problems: list[str] = []
 
     def check(self) -> str:
         if not self.patterns:
@@ -386,10 +387,13 @@ class TrainingCollector(Collector):
         try:
             if self._watcher is None:
                 self._watcher = DirectoryWatcher(self._on_file_event)
-            self._watcher.watch(self._follower.directories())
+            problems = self._watcher.watch(self._follower.directories())
         except OSError as exc:
-            # e.g. the inotify watch limit: the sweep every round still reads everything.
-            self.log.warning("cannot watch log directories, polling only: %s", exc)
+            problems = [str(exc)]
+        # e.g. the inotify watch limit: the sweep every round still reads everything.
+        if problems and problems != self._watch_problems:
+            self.log.warning("cannot watch log directories, reading them every round only: %s", "; ".join(problems))
+        self._watch_problems = problems
 
     def _ingest(self, lines: list[Line]) -> None:
         now = self.clock()

@@ -546,7 +546,8 @@ finally:
 
 def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Path) -> None:
     """A real process that looks like vLLM to /proc: found by its command line and its
-    listening socket, scraped, and listed with its worker and Slurm job."""
+    listening socket, scraped, and listed with its worker and Slurm job; when it exits,
+    it is reported down for a while, then forgotten."""
     script = tmp_path / "bin" / "vllm"
     script.parent.mkdir()
     script.write_text(FAKE_VLLM.format(python=sys.executable))
@@ -559,22 +560,25 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
         text=True,
         env={**os.environ, "SLURM_JOB_ID": "777"},
     )
+    endpoint = f"http://127.0.0.1:{port}/metrics"
+    up = ("lockstep_inference_up", frozenset({"engine": "vllm", "endpoint": endpoint, "model": "llama"}.items()))
+    collector = InferenceCollector(context(proc=Path("/proc")))
+    clock = [1000.0]
+    collector.clock = lambda: clock[0]
+
+    def ours(s: dict) -> dict:
+        return {k: v for k, v in s.items() if dict(k[1]).get("endpoint") == endpoint}
+
+    def run_or_nothing() -> dict:
+        try:
+            return run(collector)
+        except NothingHere:
+            return {}
+
     try:
         assert server.stdout is not None
         worker = int(server.stdout.readline())
-        endpoint = f"http://127.0.0.1:{port}/metrics"
-
-        def scraped() -> dict | None:
-            collector = InferenceCollector(context(proc=Path("/proc")))
-            try:
-                s = run(collector)
-            finally:
-                collector.close()
-            labels = {"engine": "vllm", "endpoint": endpoint, "model": "llama"}
-            up = ("lockstep_inference_up", frozenset(labels.items()))
-            return s if s.get(up) == 1 else None
-
-        s = wait_until(scraped, timeout=20, step=0.2, what="the fake vLLM to be found and scraped")
+        s = wait_until(lambda: (r := run_or_nothing()).get(up) == 1 and r, timeout=20, step=0.2, what="the fake vLLM")
         assert series(s, "lockstep_inference_kv_cache_usage_ratio", "vllm", endpoint, "llama") == 0.75
         info = sorted(
             (dict(labels)["pid"], dict(labels)["job_id"])
@@ -585,6 +589,12 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
     finally:
         server.terminate()
         server.wait(timeout=10)
+    clock[0] += 599
+    assert ours(run_or_nothing()) == {up: 0}  # gone: down, same labels, no process info
+    assert collector.check().find(f"{endpoint}: the vLLM process that served it is gone") >= 0
+    clock[0] += 1
+    assert ours(run_or_nothing()) == {}
+    collector.close()
 
 
 def test_configured_local_target_is_not_scraped_twice_and_gets_its_processes(tmp_path: Path) -> None:
