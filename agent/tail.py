@@ -6,7 +6,8 @@ call, and survives what log files go through:
 
 - files appearing later (new ranks, a restarted job): read from their first byte;
 - growth: read from where the last read stopped, at most ``read_budget`` bytes per file
-  per call, so a huge backlog is worked off over several rounds instead of one long one;
+  per call and ``sweep_budget`` bytes per sweep, so a huge backlog is worked off over
+  several rounds instead of one long one;
 - rotation by rename (logrotate ``create``, Python's RotatingFileHandler): files are
   followed by identity (device, inode) through an open descriptor, so the rest of the
   old file is still read after the rename and the new file at the old path is read from
@@ -90,12 +91,14 @@ class FileFollower:
         start_at_end: bool,
         max_line_bytes: int = 64 * 1024,
         read_budget: int = 16 * 1024 * 1024,
+        sweep_budget: int = 32 * 1024 * 1024,
         log: logging.Logger | None = None,
     ) -> None:
         self.patterns = tuple(_under(root, p) for p in patterns)
         self.start_at_end = start_at_end
         self.max_line_bytes = max_line_bytes
         self.read_budget = read_budget
+        self.sweep_budget = sweep_budget
         self.log = log or logging.getLogger(__name__)
         self._files: dict[FileId, _Followed] = {}
         self._swept = False
@@ -145,14 +148,16 @@ class FileFollower:
                 if stat.S_ISREG(st.st_mode):
                     found.setdefault((st.st_dev, st.st_ino), path)
         lines: list[Line] = []
+        budget = self.sweep_budget
         # Files that no longer match (rotated out of the pattern, deleted) first: what was
         # written to them came before what is in the files that took their place.
         for file, followed in list(self._files.items()):
             if file in found:
                 continue
-            drained = self._read(followed)
+            drained, used = self._read_counted(followed, budget)
+            budget -= used
             lines += drained
-            followed.quiet_orphan_sweeps = 0 if drained else followed.quiet_orphan_sweeps + 1
+            followed.quiet_orphan_sweeps = 0 if used else followed.quiet_orphan_sweeps + 1
             if followed.quiet_orphan_sweeps >= self.ORPHAN_SWEEPS:
                 lines += self._close(followed)
         for file, path in found.items():
@@ -161,7 +166,9 @@ class FileFollower:
                 continue
             current.path = path
             current.quiet_orphan_sweeps = 0
-            lines += self._read(current)
+            read, used = self._read_counted(current, budget)
+            budget -= used
+            lines += read
         self._swept = True
         return lines
 
@@ -229,6 +236,10 @@ class FileFollower:
         return []
 
     def _read(self, followed: _Followed) -> list[Line]:
+        return self._read_counted(followed, self.read_budget)[0]
+
+    def _read_counted(self, followed: _Followed, budget: int) -> tuple[list[Line], int]:
+        """Read what was appended, at most min(budget, read_budget) bytes: (lines, bytes read)."""
         size = os.fstat(followed.fd).st_size
         if size < followed.offset:
             self.truncations += 1
@@ -240,15 +251,16 @@ class FileFollower:
         if followed.context is not None:
             lines.append(followed.context)
             followed.context = None
-        budget = self.read_budget
-        while budget > 0:
-            chunk = os.pread(followed.fd, min(_CHUNK, budget), followed.offset)
+        budget = min(budget, self.read_budget)
+        used = 0
+        while used < budget:
+            chunk = os.pread(followed.fd, min(_CHUNK, budget - used), followed.offset)
             if not chunk:
                 break
             followed.offset += len(chunk)
-            budget -= len(chunk)
+            used += len(chunk)
             lines += self._split(followed, chunk)
-        return lines
+        return lines, used
 
     def _split(self, followed: _Followed, chunk: bytes) -> list[Line]:
         lines: list[Line] = []

@@ -27,6 +27,7 @@ Other metrics (loss, gpu_utilization_pct, ...) are valid and ignored.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -150,6 +151,11 @@ def parse_timestamp(value: Any) -> float:
         return float(value)
     if not isinstance(value, str):
         raise BadLine("bad_record")
+    return _parse_timestamp_text(value)
+
+
+@functools.lru_cache(maxsize=4096)  # the records of one step share their ts
+def _parse_timestamp_text(value: str) -> float:
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"  # Python 3.10's fromisoformat does not take Z
@@ -358,36 +364,41 @@ class TrainingCollector(Collector):
                     del self._ranks[key]  # the job finished (or the rank moved): drop its series
                 elif rank.pending is not None and now - rank.last_record_at >= PENDING_STEP_FLUSH_SECONDS:
                     rank.finish_step()
-            self._watch()
+            directories = self._follower.directories()
             families = self._families()
+        # Outside our lock: watchdog's dispatcher holds its own lock while it calls
+        # _on_file_event, which takes ours.
+        self._watch(directories)
         return iter(families)
 
     def close(self) -> None:
         with self._lock:
-            if self._watcher is not None:
-                self._watcher.stop()
-                self._watcher = None
-            if self._follower is not None:
-                self._follower.close()
-                self._follower = None
+            watcher, self._watcher = self._watcher, None
+            follower, self._follower = self._follower, None  # events from now on read nothing
+        if watcher is not None:
+            watcher.stop()  # not under our lock, see collect()
+        if follower is not None:
+            follower.close()
 
     # --- reading ---
 
     def _on_file_event(self, path: str) -> None:
         """From the watchdog thread: read the file now (growth, rotation, truncation)."""
         with self._lock:
-            if self._follower is not None:
-                try:
-                    self._ingest(self._follower.read_path(path))
-                except OSError as exc:
-                    self.log.debug("reading %s after an event failed: %s", path, exc)
+            if self._follower is None:
+                return
+            try:
+                self._ingest(self._follower.read_path(path))
+            except Exception as exc:  # never let one file kill the event thread; the sweep retries
+                self.log.debug("reading %s after an event failed: %s", path, exc)
 
-    def _watch(self) -> None:
-        assert self._follower is not None
+    def _watch(self, directories: set[str]) -> None:
+        """Point the watcher at ``directories``.  Called from the collector's own thread
+        only (collect, then close at the end), never with our lock held."""
         try:
             if self._watcher is None:
                 self._watcher = DirectoryWatcher(self._on_file_event)
-            problems = self._watcher.watch(self._follower.directories())
+            problems = self._watcher.watch(directories)
         except OSError as exc:
             problems = [str(exc)]
         # e.g. the inotify watch limit: the sweep every round still reads everything.

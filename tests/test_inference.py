@@ -238,8 +238,11 @@ def engines() -> Iterator[Engines]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+    class Server(http.server.ThreadingHTTPServer):
+        request_queue_size = 64  # the default 5 drops concurrent connections for a second
+        daemon_threads = True
+
+    server = Server(("127.0.0.1", 0), Handler)
     server.block_on_close = False  # type: ignore[attr-defined]
     state = Engines(server.server_address[1])
     thread = threading.Thread(target=server.serve_forever, daemon=True)
