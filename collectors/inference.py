@@ -543,10 +543,15 @@ class InferenceCollector(Collector):
         # Discovered endpoints -> (target, when a process last served it), monotonic clock.
         self._discovered: dict[str, tuple[Target, float]] = {}
         self.clock = time.monotonic  # tests replace it
+        self._quiet = False
         self.notes: list[str] = []  # what discovery could not do, for doctor
 
     def check(self) -> str:
-        results = self._round()[0]
+        self._quiet = True  # doctor prints the reasons itself
+        try:
+            results = self._round()[0]
+        finally:
+            self._quiet = False
         down = [f"{r.target.endpoint}: {r.error}" for r in results if r.readings is None]
         return "; ".join(down + self.notes)
 
@@ -679,6 +684,8 @@ class InferenceCollector(Collector):
         return engine.normalise(samples)
 
     def _log_change(self, result: Result) -> None:
+        if self._quiet:
+            return
         endpoint = result.target.endpoint
         if result.readings is None and self._down.get(endpoint) != result.error:
             self.log.warning(
