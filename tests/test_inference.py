@@ -526,7 +526,8 @@ def test_engine_processes_are_recognised_by_their_command_line(argv: list[str], 
 FAKE_VLLM = """\
 #!{python}
 # Looks like `vllm serve` to /proc: a console script named vllm, run by the interpreter.
-import http.server, subprocess, sys, time
+import http.server, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # so that the worker is stopped too
 port = int(sys.argv[sys.argv.index("--port") + 1])
 worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 text = open(sys.argv[sys.argv.index("--metrics-file") + 1], "rb").read()
@@ -578,6 +579,7 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
         except NothingHere:
             return {}
 
+    worker = 0  # not known until the server says
     try:
         assert server.stdout is not None
         worker = int(server.stdout.readline())
@@ -590,8 +592,7 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
         )
         assert info == sorted([(str(server.pid), "777"), (str(worker), "777")])
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        stop(server, worker)
     clock[0] += 599
     assert ours(run_or_nothing()) == {up: 0}  # gone: down, same labels, no process info
     assert collector.check().find(f"{endpoint}: the vLLM process that served it is gone") >= 0
@@ -613,9 +614,10 @@ def test_configured_local_target_is_not_scraped_twice_and_gets_its_processes(tmp
         stdout=subprocess.PIPE,
         text=True,
     )
+    worker = 0  # not known until the server says
     try:
         assert server.stdout is not None
-        server.stdout.readline()
+        worker = int(server.stdout.readline())
         configured = f"http://localhost:{port}/metrics"
 
         def scraped() -> dict | None:
@@ -631,8 +633,21 @@ def test_configured_local_target_is_not_scraped_twice_and_gets_its_processes(tmp
         ours = {e for e in endpoints if f":{port}/" in e}
         assert ours == {configured}
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        stop(server, worker)
+
+
+def stop(server: subprocess.Popen[str], worker: int) -> None:
+    """Stop the fake engine; it stops its worker on SIGTERM, so nothing is left behind."""
+    server.terminate()
+    server.wait(timeout=10)
+
+    def worker_gone() -> bool:
+        try:
+            return Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            return True
+
+    wait_until(worker_gone, what=f"the fake engine's worker {worker} to exit")
 
 
 def test_scrapes_run_concurrently(engines: Engines) -> None:
