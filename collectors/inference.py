@@ -15,7 +15,8 @@ slow, answers with an error or with something that is not its engine's expositio
 Engine-to-GPU and engine-to-job ties are an info series,
 ``lockstep_inference_process_info{engine,endpoint,pid,job_id}``: the engine's server
 process and every process below it (its workers hold the GPU contexts), each with the
-Slurm job it runs in.  The GPU collector's per-process series joins on ``pid``.
+Slurm job it runs in.  The GPUs are those whose NVML compute-process list (the GPU
+collector's) holds one of these pids: the seam is the pid.
 
 Fakes: ``context.fakes["inference_http"]``, a callable ``(url, timeout) -> str`` raising
 ScrapeError or OSError, replaces HTTP (the simulated node serves its engines that way).
@@ -114,7 +115,7 @@ PROCESS_INFO = MetricSpec(
     "lockstep_inference_process_info",
     "gauge",
     "A process of a local engine (its server and every process below it), with the Slurm job it runs "
-    'in ("" if none); join on pid with the GPU collector\'s per-process series to get its GPUs. Always 1.',
+    'in ("" if none); the engine\'s GPUs are those whose NVML compute-process list has one of these pids. Always 1.',
     ("engine", "endpoint", "pid", "job_id"),
 )
 
