@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-MetricType = Literal["gauge", "counter"]
+MetricType = Literal["gauge", "counter", "histogram"]
 
 
 class NothingHere(Exception):
@@ -38,7 +38,8 @@ class MetricSpec:
     """One metric, declared once, next to the code that emits it.
 
     ``name`` is the full exposed name: counters end in ``_total``.  ``unit`` is for the
-    catalogue (docs/metrics.md); the name already carries the base unit.
+    catalogue (docs/metrics.md); the name already carries the base unit.  A histogram's
+    name is its family name; its samples are ``<name>_bucket``, ``_sum`` and ``_count``.
     """
 
     name: str
@@ -52,12 +53,22 @@ class MetricSpec:
             raise ValueError(f"metric {self.name!r}: names start with 'lockstep_'")
         if (self.type == "counter") != self.name.endswith("_total"):
             raise ValueError(f"metric {self.name!r}: counters, and only counters, end in '_total'")
+        if self.type == "histogram" and self.name.endswith(("_bucket", "_sum", "_count")):
+            raise ValueError(f"metric {self.name!r}: a histogram is named without its sample suffixes")
 
     def family(self) -> GaugeMetricFamily | CounterMetricFamily:
         """A fresh, empty family for this metric, with its declared labels."""
+        if self.type == "histogram":
+            raise TypeError(f"metric {self.name!r} is a histogram: use histogram_family()")
         if self.type == "counter":
             return CounterMetricFamily(self.name, self.help, labels=self.labels)
         return GaugeMetricFamily(self.name, self.help, labels=self.labels)
+
+    def histogram_family(self) -> HistogramMetricFamily:
+        """A fresh, empty histogram family (add_metric(labels, buckets, sum_value))."""
+        if self.type != "histogram":
+            raise TypeError(f"metric {self.name!r} is a {self.type}: use family()")
+        return HistogramMetricFamily(self.name, self.help, labels=self.labels)
 
 
 @dataclass(frozen=True)

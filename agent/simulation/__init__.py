@@ -18,6 +18,10 @@ An area that needs a collector pointed at its data (a checkpoint root, a log glo
 Shared facts of the simulated node, so the areas tell one consistent story: 8 H100-class
 GPUs (NVML index 0-7, /dev/nvidia0-7), Slurm job 4242 of user alice running one rank per
 GPU (local rank i on GPU i), its slurmstepd pid 2101 and training process pid 2200.
+Job 4242 has 16 ranks on two nodes: this node is node001 (ranks 0-7), node002 runs ranks
+8-15; the ranks' metric logs are under /scratch/runs/llama-70b__job=4242__task=N/logs/
+(rootfs).  In scenario ``straggler`` rank 3 (GPU 3) is the slow one; in ``kv-pressure`` a
+vLLM server (pid 3100, engine core 3101, outside Slurm) listens on port 8000 (workloads.py).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from agent.simulation import SimulatedNode
 
 JOB_ID = "4242"
-NODE = "gpu-node-07"
+NODE = "node001"  # as the training logs name this host
 STEPD_PID = 2101
 TRAINING_PID = 2200
 

@@ -1,0 +1,179 @@
+"""Processes as procfs shows them: the process table, command lines, listening TCP
+sockets, and the Slurm job a process belongs to.
+
+Reads ``<procfs>`` directly (honouring --path.procfs) rather than through psutil, whose
+procfs root is one process-wide global (see collectors/host.py).  Every function takes
+the procfs root and tolerates processes that vanish while being read.
+
+Command lines are read only for the processes a caller asks about: reading
+``/proc/PID/cmdline`` takes the target's memory-map lock and can block behind a process
+stuck in the kernel, whereas ``/proc/PID/stat`` does not.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.files import read_text
+
+_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
+_SLURM_JOB_IN_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    ppid: int
+    comm: str  # the kernel's 15-character command name
+
+
+@dataclass(frozen=True)
+class ListeningSocket:
+    address: str  # as text: "0.0.0.0", "127.0.0.1", "::", "10.0.0.5"
+    port: int
+    inode: int
+
+
+def process_table(procfs: Path) -> dict[int, Process]:
+    """Every process, from /proc/PID/stat (no cmdline reads)."""
+    table = {}
+    try:
+        entries = os.listdir(procfs)
+    except OSError:
+        return {}
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            stat = read_text(procfs / name / "stat")
+        except OSError:
+            continue  # exited meanwhile
+        # "PID (comm) S PPID ...": comm may contain spaces and parentheses.
+        open_paren, close_paren = stat.find("("), stat.rfind(")")
+        if open_paren < 0 or close_paren < open_paren:
+            continue
+        fields = stat[close_paren + 2 :].split()
+        if len(fields) < 2 or not fields[1].lstrip("-").isdigit():
+            continue
+        table[int(name)] = Process(int(name), int(fields[1]), stat[open_paren + 1 : close_paren])
+    return table
+
+
+def cmdline(procfs: Path, pid: int) -> list[str]:
+    """The process's argv ([] for kernel threads, or when it is gone)."""
+    try:
+        raw = read_text(procfs / str(pid) / "cmdline")
+    except OSError:
+        return []
+    return [arg for arg in raw.split("\0") if arg] if "\0" in raw else raw.split()
+
+
+def socket_inodes(procfs: Path, pid: int) -> set[int]:
+    """Inodes of the sockets the process has open (its fds pointing at 'socket:[N]').
+
+    Raises PermissionError when the agent may not look at the process's descriptors.
+    """
+    fd_dir = procfs / str(pid) / "fd"
+    inodes = set()
+    try:
+        names = os.listdir(fd_dir)
+    except FileNotFoundError:
+        return set()
+    for name in names:
+        try:
+            target = os.readlink(fd_dir / name)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def listening_sockets(procfs: Path, pid: int) -> list[ListeningSocket]:
+    """TCP sockets the process listens on, read from its own network namespace's tables
+    (/proc/PID/net/tcp and tcp6) and matched to its descriptors by inode."""
+    inodes = socket_inodes(procfs, pid)
+    if not inodes:
+        return []
+    found = []
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        try:
+            text = read_text(procfs / str(pid) / "net" / table)
+        except OSError:
+            continue
+        for line in text.splitlines()[1:]:
+            fields = line.split()
+            if len(fields) < 10 or fields[3] != _LISTEN or not fields[9].isdigit():
+                continue
+            inode = int(fields[9])
+            if inode not in inodes:
+                continue
+            address, _, port = fields[1].partition(":")
+            if len(address) != width:
+                continue
+            found.append(ListeningSocket(_address(address), int(port, 16), inode))
+    return sorted(found, key=lambda s: (s.port, s.address))
+
+
+def _address(hex_address: str) -> str:
+    """/proc/net/tcp's address: 32-bit words in host (little-endian) byte order."""
+    words = bytes.fromhex(hex_address)
+    raw = b"".join(words[i : i + 4][::-1] for i in range(0, len(words), 4))
+    return str(ipaddress.ip_address(raw))
+
+
+def descendants(table: dict[int, Process], root: int) -> list[int]:
+    """root and every process below it, sorted."""
+    children: dict[int, list[int]] = {}
+    for process in table.values():
+        children.setdefault(process.ppid, []).append(process.pid)
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, ()))
+    return sorted(found)
+
+
+def slurm_job(procfs: Path, pid: int) -> str:
+    """The Slurm job a process runs in, "" if none (or it cannot be told).
+
+    From its cgroup path (``.../job_4242/...``, cgroup v1 or v2, readable by anyone), else
+    from SLURM_JOB_ID in its environment (needs the right to read it; only that one
+    variable is looked at, nothing else of the environment is kept or logged).
+    """
+    try:
+        match = _SLURM_JOB_IN_CGROUP.search(read_text(procfs / str(pid) / "cgroup"))
+        if match:
+            return match.group(1)
+    except OSError:
+        pass
+    try:
+        environ = (procfs / str(pid) / "environ").read_bytes()
+    except OSError:
+        return ""
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"SLURM_JOB_ID="):
+            value = entry[len(b"SLURM_JOB_ID=") :].decode("ascii", "replace")
+            return value if value.isdigit() else ""
+    return ""
+
+
+def same_network_namespace(procfs: Path, pids: Iterable[int]) -> dict[int, bool]:
+    """Whether each process shares the agent's network namespace (True when unknown)."""
+    try:
+        ours = os.readlink(procfs / "self" / "ns" / "net")
+    except OSError:
+        return dict.fromkeys(pids, True)
+    result = {}
+    for pid in pids:
+        try:
+            result[pid] = os.readlink(procfs / str(pid) / "ns" / "net") == ours
+        except OSError:
+            result[pid] = True
+    return result

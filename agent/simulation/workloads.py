@@ -1,0 +1,280 @@
+"""The simulated node's workloads: job 4242's per-rank training logs, and in the
+``kv-pressure`` scenario a vLLM server running out of KV cache.
+
+Training (every scenario): job 4242 of user alice has 16 ranks, 8 per node; ranks 0-7
+run here on node001 (local rank i on GPU i), ranks 8-15 on node002.  The job's run
+directory is on a shared file system, so this node sees all 16 logs under
+``/scratch/runs/llama-70b__job=4242__task=N/logs/rank-NNN.metrics.jsonl`` (rootfs).
+node001's ranks write with collectors/training_emitter.py (explicit compute and
+communication-wait times, tokens, samples); node002's ranks write the older record set
+(step_time_sec, data_time_sec, allreduce_time_pct, throughput_examples_per_sec), from
+which the collector derives the same quantities.  The job started 300 s before the demo.
+
+``straggler``: from 120 s before the demo, rank 3 (GPU 3, which the GPU area throttles)
+computes slower, reaching 1.4x its peers' compute time 60 s later.  Every rank's step
+takes as long as the slowest rank's compute plus data and transfer time, so all wall
+step times stay equal while the peers' communication wait grows.
+
+``kv-pressure``: a vLLM server, pid 3100 (``vllm serve ... --port 8000``) with its engine
+core 3101, listens on 0.0.0.0:8000; the inference collector finds it from procfs and
+scrapes http://127.0.0.1:8000/metrics, answered by ``node.fakes["inference_http"]``.
+Its KV-cache usage climbs towards 0.97 (0.949 at the demo's start), with preemptions and
+a growing queue.
+
+Logs are appended to (never replaced, which the collector would take for a rotation),
+and their content is a pure function of (scenario, t).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agent.simulation import Scenario
+from agent.simulation.host import BOOT_TIME
+from collectors.training_emitter import format_timestamp, step_lines
+
+if TYPE_CHECKING:
+    from agent.simulation import SimulatedNode
+
+SCENARIOS = (
+    Scenario(
+        "kv-pressure",
+        "A vLLM server on the node runs out of KV cache: usage climbs to ~0.97, requests are "
+        "preempted and the queue grows.",
+    ),
+    Scenario(
+        "straggler",
+        "Job 4242's rank 3 (on GPU 3, throttled) computes 1.4x as long as its 15 peers, whose "
+        "communication wait grows; every rank's wall step time is the same.",
+    ),
+)
+
+DEMO_EPOCH = BOOT_TIME + 86_400  # Unix time at t=0: the node has been up a day
+JOB_ID = "4242"
+RANKS = 16
+RANKS_PER_NODE = 8
+HOSTS = ("node001", "node002")
+STRAGGLER_RANK = 3
+JOB_START = -300.0  # seconds relative to t=0
+STRAGGLER_ONSET = -120.0
+STRAGGLER_RAMP = 60.0
+STRAGGLER_FACTOR = 1.4
+DATA_WAIT, COMPUTE, TRANSFER = 0.10, 1.30, 0.20  # a healthy step: 1.6 s wall
+TOKENS_PER_STEP, SAMPLES_PER_STEP = 32768, 8
+LOG_GLOB = "/scratch/runs/*__job=*/logs/rank-*.metrics.jsonl"
+
+VLLM_PID, VLLM_ENGINE_CORE_PID, VLLM_PORT, VLLM_SOCKET_INODE = 3100, 3101, 8000, 48100
+VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+VLLM_URL = f"http://127.0.0.1:{VLLM_PORT}/metrics"
+PRESSURE_ONSET = -120.0  # the KV-cache episode began two minutes before the demo
+
+# Steps of the job so far, per scenario: (end time relative to t=0, straggler factor).
+_timelines: dict[str, list[tuple[float, float]]] = {}
+# Per log file: (steps written, file size then), to append instead of rewriting.
+_written: dict[str, tuple[int, int]] = {}
+
+
+def build(node: SimulatedNode, t: float) -> None:
+    node.options["training"] = {"logs": [LOG_GLOB], "start_at": "beginning"}
+    _training_logs(node, t)
+    if node.scenario == "kv-pressure":
+        _vllm_process(node)
+        endpoints = node.fakes.setdefault("inference_http", SimulatedEndpoints())
+        endpoints.pages = {VLLM_URL: vllm_exposition(t)}
+
+
+# --- training ---
+
+
+def straggler_factor(scenario: str, start: float) -> float:
+    if scenario != "straggler":
+        return 1.0
+    progress = min(1.0, max(0.0, (start - STRAGGLER_ONSET) / STRAGGLER_RAMP))
+    return 1.0 + (STRAGGLER_FACTOR - 1.0) * progress
+
+
+def timeline(scenario: str, t: float) -> list[tuple[float, float]]:
+    """The job's finished steps by time t: (end, straggler factor) each."""
+    steps = _timelines.setdefault(scenario, [])
+    while True:
+        start = steps[-1][0] if steps else JOB_START
+        factor = straggler_factor(scenario, start)
+        end = round(start + DATA_WAIT + COMPUTE * factor + TRANSFER, 6)
+        if end > t:
+            break
+        steps.append((end, factor))
+    return [step for step in steps if step[0] <= t]
+
+
+def rank_step_text(rank: int, step: int, end: float, factor: float) -> str:
+    compute = COMPUTE * (factor if rank == STRAGGLER_RANK else 1.0)
+    wall = DATA_WAIT + COMPUTE * factor + TRANSFER
+    comm_wait = wall - DATA_WAIT - compute
+    host = HOSTS[rank // RANKS_PER_NODE]
+    if host == HOSTS[0]:
+        return step_lines(
+            job_id=JOB_ID,
+            rank=rank,
+            host=host,
+            step=step,
+            ts=DEMO_EPOCH + end,
+            step_time=wall,
+            compute_time=compute,
+            comm_wait_time=comm_wait,
+            data_time=DATA_WAIT,
+            tokens=TOKENS_PER_STEP,
+            samples=SAMPLES_PER_STEP,
+        )
+    # node002: the older record set, no step number (steps are told apart by ts).
+    stamp = format_timestamp(DEMO_EPOCH + end)
+    values = (
+        ("step_time_sec", round(wall, 6), "s"),
+        ("data_time_sec", DATA_WAIT, "s"),
+        ("allreduce_time_pct", round(comm_wait / wall * 100, 4), "%"),
+        ("throughput_examples_per_sec", round(SAMPLES_PER_STEP / wall, 4), "examples/s"),
+        ("gpu_utilization_pct", 97.0, "%"),
+    )
+    return "".join(
+        json.dumps(
+            {"ts": stamp, "job_id": JOB_ID, "rank": rank, "host": host, "metric": m, "value": v, "unit": u},
+            separators=(",", ":"),
+        )
+        + "\n"
+        for m, v, u in values
+    )
+
+
+def log_path(node: SimulatedNode, rank: int) -> Path:
+    task = rank // RANKS_PER_NODE
+    run = f"llama-70b__job={JOB_ID}__task={task}"
+    return node.paths.rootfs / "scratch" / "runs" / run / "logs" / f"rank-{rank:03d}.metrics.jsonl"
+
+
+def _training_logs(node: SimulatedNode, t: float) -> None:
+    steps = timeline(node.scenario, t)
+    for rank in range(RANKS):
+        path = log_path(node, rank)
+        written, size = _written.get(str(path), (0, -1))
+        if not path.exists() or path.stat().st_size != size or written > len(steps):
+            text = "".join(rank_step_text(rank, k, *steps[k]) for k in range(len(steps)))
+            node.write(path, text)
+        else:
+            text = "".join(rank_step_text(rank, k, *steps[k]) for k in range(written, len(steps)))
+            with open(path, "a") as log:
+                log.write(text)
+        _written[str(path)] = (len(steps), path.stat().st_size)
+
+
+# --- inference ---
+
+
+class SimulatedEndpoints:
+    """Stands in for HTTP: URL -> the exposition text the engine would answer with."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, str] = {}
+
+    def __call__(self, url: str, timeout: float) -> str:
+        if url not in self.pages:
+            raise ConnectionRefusedError(f"nothing listens at {url} on the simulated node")
+        return self.pages[url]
+
+
+def _vllm_process(node: SimulatedNode) -> None:
+    proc = node.paths.procfs
+    processes = {
+        VLLM_PID: ("vllm", 1, ["vllm", "serve", VLLM_MODEL, "--port", str(VLLM_PORT)]),
+        VLLM_ENGINE_CORE_PID: ("VLLM::EngineCor", VLLM_PID, ["VLLM::EngineCore"]),
+    }
+    for pid, (comm, ppid, argv) in processes.items():
+        stat = f"{pid} ({comm}) S {ppid} {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n"
+        node.write(proc / str(pid) / "stat", stat)
+        node.write(proc / str(pid) / "task" / str(pid) / "stat", stat)
+        node.write(proc / str(pid) / "cmdline", "\0".join(argv) + "\0")
+        node.write(proc / str(pid) / "cgroup", "0::/system.slice/vllm.service\n")
+    fd = proc / str(VLLM_PID) / "fd" / "17"
+    if not fd.is_symlink():
+        fd.parent.mkdir(parents=True, exist_ok=True)
+        os.symlink(f"socket:[{VLLM_SOCKET_INODE}]", fd)
+    # 0.0.0.0:8000 (1F40) listening (0A), owned by the socket above.
+    node.write(
+        proc / str(VLLM_PID) / "net" / "tcp",
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        f"   0: 00000000:{VLLM_PORT:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 "
+        f"{VLLM_SOCKET_INODE} 1 0000000000000000 100 0 0 10 0\n",
+    )
+
+
+def kv_cache_usage(t: float) -> float:
+    return 0.55 + 0.42 * (1 - math.exp(-(t - PRESSURE_ONSET) / 40.0))
+
+
+_TTFT_BOUNDS = ("0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5", "5.0", "7.5", "10.0")
+_TTFT_CDF = (0.02, 0.05, 0.09, 0.14, 0.2, 0.35, 0.5, 0.62, 0.7, 0.86, 0.95, 0.98, 0.995)
+_ITL_BOUNDS = ("0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0.4", "0.5", "0.75", "1.0", "2.5")
+_ITL_CDF = (0.05, 0.3, 0.6, 0.75, 0.85, 0.92, 0.96, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0)
+
+
+def vllm_exposition(t: float) -> str:
+    """What vLLM's /metrics says at time t, in its own names (current vLLM, V1 engine)."""
+    elapsed = t - PRESSURE_ONSET
+    labels = f'engine="0",model_name="{VLLM_MODEL}"'
+    created = DEMO_EPOCH - 3600.0
+    waiting = min(96, 4 + int(0.2 * elapsed))
+    preemptions = int(max(0.0, elapsed - 30.0) * 0.8)
+    queries = 1_200_000 + 9_000 * int(elapsed)
+    hits = int(queries * 0.35)
+    requests = 20_000 + 12 * int(elapsed)
+    tokens = 3_000_000 + 2_400 * int(elapsed)
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{labels}}} 48.0",
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}",
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+        "# TYPE vllm:kv_cache_usage_perc gauge",
+        f"vllm:kv_cache_usage_perc{{{labels}}} {round(kv_cache_usage(t), 6)}",
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{{{labels}}} {float(queries)}",
+        f"vllm:prefix_cache_queries_created{{{labels}}} {created}",
+        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f"vllm:prefix_cache_hits_total{{{labels}}} {float(hits)}",
+        f"vllm:prefix_cache_hits_created{{{labels}}} {created}",
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{labels}}} {float(preemptions)}",
+        f"vllm:num_preemptions_created{{{labels}}} {created}",
+        "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+        "# TYPE vllm:generation_tokens_total counter",
+        f"vllm:generation_tokens_total{{{labels}}} {float(tokens)}",
+        f"vllm:generation_tokens_created{{{labels}}} {created}",
+    ]
+    for name, help_text, bounds, cdf, count, mean in (
+        ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BOUNDS,
+         _TTFT_CDF, requests, 1.2),
+        ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BOUNDS,
+         _ITL_CDF, tokens, 0.062),
+    ):  # fmt: skip
+        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
+        for bound, share in zip(bounds, cdf):
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {float(round(count * share))}')
+        lines += [
+            f'{name}_bucket{{{labels},le="+Inf"}} {float(count)}',
+            f"{name}_count{{{labels}}} {float(count)}",
+            f"{name}_sum{{{labels}}} {round(count * mean, 3)}",
+            f"{name}_created{{{labels}}} {created}",
+        ]
+    lines += [
+        "# HELP python_info Python platform information",
+        "# TYPE python_info gauge",
+        'python_info{implementation="CPython",major="3",minor="12",patchlevel="3",version="3.12.3"} 1.0',
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,370 @@
+"""Following growing line-oriented files matched by globs, as ``tail -F`` does.
+
+Used by the training collector for per-rank JSON-lines logs; nothing in here knows the
+record format.  A ``FileFollower`` returns the complete lines appended since the last
+call, and survives what log files go through:
+
+- files appearing later (new ranks, a restarted job): read from their first byte;
+- growth: read from where the last read stopped, at most ``read_budget`` bytes per file
+  per call and ``sweep_budget`` bytes per sweep, so a huge backlog is worked off over
+  several rounds instead of one long one;
+- rotation by rename (logrotate ``create``, Python's RotatingFileHandler): files are
+  followed by identity (device, inode) through an open descriptor, so the rest of the
+  old file is still read after the rename and the new file at the old path is read from
+  its start; a rotated name that still matches the glob is not read twice;
+- truncation in place (``copytruncate``, ``> file``): the file became shorter than the
+  read position, so reading restarts at 0;
+- a partial last line (the writer is mid-``write``): kept until its newline arrives;
+- over-long lines (garbage without newlines): dropped and counted, never buffered
+  without bound;
+- huge existing files: with ``start_at_end`` the files present at the first sweep are
+  followed from their end (a partial line there is skipped), so a restarted agent does
+  not replay gigabytes of history; the last complete line before that point is handed
+  over once, marked ``context``, for the caller to recognise a unit already under way.
+
+``DirectoryWatcher`` turns watchdog (inotify) events in the followed files' directories
+into immediate reads, so growth, rotation and truncation are seen as they happen; the
+periodic ``sweep`` (glob + read everything) is the backstop for what makes no local
+event (writes from other nodes on NFS/Lustre, an inotify queue overflow).
+
+Not thread-safe: the caller serialises ``sweep`` and ``read_path`` (one lock).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import logging
+import os
+import stat
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FileId = tuple[int, int]  # (st_dev, st_ino)
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Line:
+    """One complete line (without its newline) and where it came from."""
+
+    file: FileId
+    path: str
+    data: bytes
+    # True for the last complete line before where reading of a file started at its end
+    # (start_at_end): not new data, but context, e.g. to recognise the rest of a unit (a
+    # training step) whose beginning was skipped.
+    context: bool = False
+
+
+@dataclass
+class _Followed:
+    fd: int
+    file: FileId
+    path: str  # where it was last seen
+    offset: int
+    context: Line | None = None  # handed over with the first read
+    partial: bytearray = field(default_factory=bytearray)
+    discarding: bool = False  # dropping bytes up to the next newline (over-long or skipped partial line)
+    quiet_orphan_sweeps: int = 0  # sweeps in a row in which it matched no glob and gave nothing
+
+
+class FileFollower:
+    """Follows the regular files matching ``patterns`` (host paths, ``**`` allowed).
+
+    ``root`` is where the host's file system is (``--path.rootfs``): patterns are
+    resolved under it.  Counters for the caller's metrics: ``lines_too_long``,
+    ``truncations``, ``rotations``.
+    """
+
+    # An orphan (rotated away or deleted) is closed after this many sweeps without new
+    # data: a writer may append a little to the old file before it reopens its path.
+    ORPHAN_SWEEPS = 2
+
+    def __init__(
+        self,
+        patterns: Sequence[str],
+        root: Path = Path("/"),
+        *,
+        start_at_end: bool,
+        max_line_bytes: int = 64 * 1024,
+        read_budget: int = 16 * 1024 * 1024,
+        sweep_budget: int = 32 * 1024 * 1024,
+        log: logging.Logger | None = None,
+    ) -> None:
+        self.patterns = tuple(_under(root, p) for p in patterns)
+        self.start_at_end = start_at_end
+        self.max_line_bytes = max_line_bytes
+        self.read_budget = read_budget
+        self.sweep_budget = sweep_budget
+        self.log = log or logging.getLogger(__name__)
+        self._files: dict[FileId, _Followed] = {}
+        self._swept = False
+        self.lines_too_long = 0
+        self.truncations = 0
+        self.rotations = 0
+
+    # --- what is followed ---
+
+    @property
+    def followed(self) -> int:
+        return len(self._files)
+
+    def matches(self, path: str) -> bool:
+        """Whether ``path`` matches one of the patterns, with glob's rules."""
+        parts = _parts(path)
+        return any(_match(_parts(pattern), parts) for pattern in self.patterns)
+
+    def directories(self) -> set[str]:
+        """Directories worth watching: those of followed files, and each pattern's
+        deepest existing directory without wildcards (where new files or run
+        directories appear)."""
+        found = {os.path.dirname(f.path) for f in self._files.values()}
+        for pattern in self.patterns:
+            static = []
+            for part in _parts(pattern)[:-1]:
+                if glob.has_magic(part):
+                    break
+                static.append(part)
+            directory = os.path.join("/", *static)
+            if os.path.isdir(directory):  # when it appears, a sweep finds what is in it
+                found.add(directory)
+        return found
+
+    # --- reading ---
+
+    def sweep(self) -> list[Line]:
+        """Find the files matching the patterns now and read what was appended to every
+        followed file (including rotated-away ones still being drained)."""
+        found: dict[FileId, str] = {}
+        for pattern in self.patterns:
+            for path in sorted(glob.glob(pattern, recursive=True)):
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue  # vanished between glob and stat
+                if stat.S_ISREG(st.st_mode):
+                    found.setdefault((st.st_dev, st.st_ino), path)
+        lines: list[Line] = []
+        budget = self.sweep_budget
+        # Files that no longer match (rotated out of the pattern, deleted) first: what was
+        # written to them came before what is in the files that took their place.
+        for file, followed in list(self._files.items()):
+            if file in found:
+                continue
+            drained, used = self._read_counted(followed, budget)
+            budget -= used
+            lines += drained
+            followed.quiet_orphan_sweeps = 0 if used else followed.quiet_orphan_sweeps + 1
+            if followed.quiet_orphan_sweeps >= self.ORPHAN_SWEEPS:
+                lines += self._close(followed)
+        for file, path in found.items():
+            current = self._files.get(file) or self._open(path, file, at_end=self.start_at_end and not self._swept)
+            if current is None:
+                continue
+            current.path = path
+            current.quiet_orphan_sweeps = 0
+            read, used = self._read_counted(current, budget)
+            budget -= used
+            lines += read
+        self._swept = True
+        return lines
+
+    def read_path(self, path: str) -> list[Line]:
+        """A file-system event names ``path``: read it now (it grew, appeared, or a new
+        file took the place of one that was rotated away)."""
+        try:
+            st = os.stat(path)
+        except OSError:
+            return []  # gone: its descriptor is drained by the next sweep
+        file = (st.st_dev, st.st_ino)
+        followed = self._files.get(file)
+        if followed is not None:
+            followed.path = path
+            return self._read(followed)
+        if not self._swept or not stat.S_ISREG(st.st_mode) or not self.matches(path):
+            return []
+        lines: list[Line] = []
+        for other in list(self._files.values()):
+            if other.path == path:  # the file that was here was rotated away: drain it first
+                lines += self._read(other)
+        followed = self._open(path, file, at_end=False)
+        if followed is not None:
+            lines += self._read(followed)
+        return lines
+
+    def close(self) -> None:
+        for followed in list(self._files.values()):
+            self._close(followed)
+
+    # --- internals ---
+
+    def _open(self, path: str, file: FileId, at_end: bool) -> _Followed | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError as exc:
+            self.log.warning("cannot open log file", extra={"path": path, "error": str(exc)})
+            return None
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != file:  # replaced between stat and open: next sweep
+            os.close(fd)
+            return None
+        followed = _Followed(fd=fd, file=file, path=path, offset=0)
+        if at_end and st.st_size > 0:
+            followed.offset = st.st_size
+            tail = os.pread(fd, min(st.st_size, self.max_line_bytes + 1), max(0, st.st_size - self.max_line_bytes - 1))
+            # Starting inside a line: drop its rest when it arrives.
+            followed.discarding = not tail.endswith(b"\n")
+            complete = tail[: max(0, tail.rfind(b"\n"))]
+            start = complete.rfind(b"\n") + 1
+            if complete.strip() and (start > 0 or len(tail) == st.st_size):
+                followed.context = Line(file, path, complete[start:], context=True)
+        if any(f.path == path for f in self._files.values()):
+            self.rotations += 1
+            self.log.info("log file rotated: following the new file from its start", extra={"path": path})
+        self._files[file] = followed
+        return followed
+
+    def _close(self, followed: _Followed) -> list[Line]:
+        """Stop following; a last line without its newline is handed over as it is."""
+        os.close(followed.fd)
+        del self._files[followed.file]
+        if followed.partial and not followed.discarding:
+            return [Line(followed.file, followed.path, bytes(followed.partial))]
+        return []
+
+    def _read(self, followed: _Followed) -> list[Line]:
+        return self._read_counted(followed, self.read_budget)[0]
+
+    def _read_counted(self, followed: _Followed, budget: int) -> tuple[list[Line], int]:
+        """Read what was appended, at most min(budget, read_budget) bytes: (lines, bytes read)."""
+        size = os.fstat(followed.fd).st_size
+        if size < followed.offset:
+            self.truncations += 1
+            self.log.info("log file truncated, reading it from the start", extra={"path": followed.path})
+            followed.offset = 0
+            followed.partial.clear()
+            followed.discarding = False
+        lines: list[Line] = []
+        if followed.context is not None:
+            lines.append(followed.context)
+            followed.context = None
+        budget = min(budget, self.read_budget)
+        used = 0
+        while used < budget:
+            chunk = os.pread(followed.fd, min(_CHUNK, budget - used), followed.offset)
+            if not chunk:
+                break
+            followed.offset += len(chunk)
+            used += len(chunk)
+            lines += self._split(followed, chunk)
+        return lines, used
+
+    def _split(self, followed: _Followed, chunk: bytes) -> list[Line]:
+        lines: list[Line] = []
+        start = 0
+        while True:
+            newline = chunk.find(b"\n", start)
+            piece = chunk[start:] if newline < 0 else chunk[start:newline]
+            if not followed.discarding:
+                followed.partial += piece
+                if len(followed.partial) > self.max_line_bytes:
+                    self.lines_too_long += 1
+                    followed.partial.clear()
+                    followed.discarding = True
+            if newline < 0:
+                return lines
+            if followed.discarding:
+                followed.discarding = False  # the newline ends the dropped line
+            elif followed.partial.strip():
+                lines.append(Line(followed.file, followed.path, bytes(followed.partial)))
+            followed.partial.clear()
+            start = newline + 1
+
+
+class DirectoryWatcher:
+    """Calls ``on_path(path)`` for every file-system event in the watched directories.
+
+    Wraps a watchdog observer (inotify on Linux).  ``watch(directories)`` replaces the
+    set of watched directories (each non-recursively).  Raises OSError when the kernel
+    refuses (e.g. the inotify watch limit); the caller then relies on polling.
+    """
+
+    def __init__(self, on_path: Callable[[str], None]) -> None:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                if event.is_directory or event.event_type in ("opened", "closed_no_write"):
+                    return
+                on_path(os.fsdecode(event.src_path))
+                if getattr(event, "dest_path", ""):
+                    on_path(os.fsdecode(event.dest_path))
+
+        self._handler = Handler()
+        self._observer: Any = Observer()
+        self._observer.daemon = True
+        self._watches: dict[str, Any] = {}
+        self._started = False
+
+    def watch(self, directories: Iterable[str]) -> list[str]:
+        """Watch these directories (and no others); returns the problems, in words."""
+        wanted = set(directories)
+        problems = []
+        for directory in set(self._watches) - wanted:
+            try:
+                self._observer.unschedule(self._watches.pop(directory))
+            except (KeyError, OSError):
+                pass  # its watch ended with the directory
+        for directory in sorted(wanted - set(self._watches)):
+            try:
+                self._watches[directory] = self._observer.schedule(self._handler, directory, recursive=False)
+            except OSError as exc:  # vanished meanwhile, or the inotify watch limit
+                problems.append(f"{directory}: {exc.strerror or exc}")
+        if not self._started:
+            self._observer.start()
+            self._started = True
+        return problems
+
+    @property
+    def directories(self) -> set[str]:
+        return set(self._watches)
+
+    def stop(self) -> None:
+        if self._started:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+
+
+def _under(root: Path, pattern: str) -> str:
+    """A host path pattern as seen from here, with the host's file system at ``root``."""
+    if str(root) == "/":
+        return os.path.normpath(pattern)
+    return os.path.normpath(os.path.join(str(root), pattern.lstrip("/")))
+
+
+def _parts(path: str) -> list[str]:
+    return [p for p in os.path.normpath(path).split("/") if p]
+
+
+def _match(pattern: Sequence[str], parts: Sequence[str]) -> bool:
+    """glob semantics per path component: ``*`` stays within one, ``**`` spans any
+    number, and names starting with a dot only match patterns that do."""
+    if not pattern:
+        return not parts
+    head = pattern[0]
+    if head == "**":
+        return any(_match(pattern[1:], parts[i:]) for i in range(len(parts) + 1) if not _hidden(parts[:i]))
+    if not parts:
+        return False
+    name = parts[0]
+    if name.startswith(".") and not head.startswith("."):
+        return False
+    return fnmatch.fnmatchcase(name, head) and _match(pattern[1:], parts[1:])
+
+
+def _hidden(parts: Sequence[str]) -> bool:
+    return any(p.startswith(".") for p in parts)

@@ -1,0 +1,105 @@
+"""agent/tail.py: following files by glob, with watchdog events, on real files."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from agent.tail import DirectoryWatcher, FileFollower, Line, _match, _parts
+from tests.conftest import wait_until
+
+
+@pytest.mark.parametrize(
+    ("pattern", "path", "matches"),
+    [
+        ("/r/*/logs/rank-*.jsonl", "/r/a__job=1/logs/rank-000.jsonl", True),
+        ("/r/*/logs/rank-*.jsonl", "/r/a/b/logs/rank-000.jsonl", False),  # * stays in one component
+        ("/r/**/rank-*.jsonl", "/r/a/b/logs/rank-000.jsonl", True),
+        ("/r/**/rank-*.jsonl", "/r/rank-000.jsonl", True),  # ** may be no directory at all
+        ("/r/*.jsonl", "/r/.rank-000.jsonl", False),  # hidden files need a pattern with a dot
+        ("/r/**/*.jsonl", "/r/.cache/rank-000.jsonl", False),
+        ("/r/*.jsonl", "/r/rank-000.jsonl.1", False),
+    ],
+)
+def test_patterns_match_like_glob(pattern: str, path: str, matches: bool) -> None:
+    assert _match(_parts(pattern), _parts(path)) is matches
+
+
+def texts(lines: list[Line]) -> list[str]:
+    return [line.data.decode() for line in lines]
+
+
+def test_deleted_file_is_drained_then_closed_and_its_unterminated_last_line_handed_over(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("one\n")
+    follower = FileFollower([str(tmp_path / "*.log")], start_at_end=False)
+    assert texts(follower.sweep()) == ["one"]
+    with open(log, "a") as f:
+        f.write("two\nthree")  # the writer died before the newline
+    log.unlink()
+    assert texts(follower.sweep()) == ["two"]
+    assert follower.followed == 1
+    assert texts(follower.sweep()) == []
+    assert texts(follower.sweep()) == ["three"]  # closed after two quiet rounds
+    assert follower.followed == 0
+
+
+def test_over_long_line_is_dropped_without_buffering_it_all(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    follower = FileFollower([str(log)], start_at_end=False, max_line_bytes=100)
+    log.write_text("x" * 150)
+    assert texts(follower.sweep()) == []
+    with open(log, "a") as f:
+        f.write("y" * 10_000 + "\nok\n")
+    assert texts(follower.sweep()) == ["ok"]
+    assert follower.lines_too_long == 1
+    follower.close()
+
+
+def test_start_at_end_hands_over_the_last_complete_line_as_context(tmp_path: Path) -> None:
+    log = tmp_path / "a.log"
+    log.write_text("old\nlast\npart")
+    follower = FileFollower([str(log)], start_at_end=True)
+    assert [(line.data, line.context) for line in follower.sweep()] == [(b"last", True)]
+    with open(log, "a") as f:
+        f.write("ial\nnew\n")  # the rest of the line we started inside is dropped
+    assert [(line.data, line.context) for line in follower.sweep()] == [(b"new", False)]
+    follower.close()
+
+
+def test_watchdog_events_read_growth_new_files_and_truncation_without_a_sweep(tmp_path: Path) -> None:
+    lock = threading.Lock()
+    received: list[str] = []
+    follower = FileFollower([str(tmp_path / "*.log")], start_at_end=False)
+
+    def on_path(path: str) -> None:
+        with lock:
+            received.extend(texts(follower.read_path(path)))
+
+    (tmp_path / "a.log").write_text("a1\n")
+    with lock:
+        received.extend(texts(follower.sweep()))
+    watcher = DirectoryWatcher(on_path)
+    watcher.watch(follower.directories())
+    try:
+        assert watcher.directories == {str(tmp_path)}
+        with open(tmp_path / "a.log", "a") as f:
+            f.write("a2\n")
+        wait_until(lambda: "a2" in received, what="the appended line via an event")
+        (tmp_path / "b.log").write_text("b1\n")
+        wait_until(lambda: "b1" in received, what="the new file via an event")
+        os.truncate(tmp_path / "a.log", 0)
+        wait_until(lambda: follower.truncations == 1, what="the truncation via an event")
+        with open(tmp_path / "a.log", "a") as f:
+            f.write("a3 after truncation\n")
+        wait_until(lambda: "a3 after truncation" in received, what="the line after truncation")
+        os.rename(tmp_path / "a.log", tmp_path / "a.log.1")
+        (tmp_path / "a.log").write_text("a4 in the new file\n")
+        wait_until(lambda: "a4 in the new file" in received, what="the new file after rotation")
+    finally:
+        watcher.stop()
+        follower.close()
+    assert received == ["a1", "a2", "b1", "a3 after truncation", "a4 in the new file"]

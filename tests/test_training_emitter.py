@@ -1,0 +1,121 @@
+"""collectors/training_emitter.py: what a training loop imports to write its step log."""
+
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.exposition import generate_latest
+
+from collectors import training_emitter
+from collectors.training import TrainingCollector
+from collectors.training_emitter import StepLog, StepTimer, format_timestamp
+from tests.conftest import context, samples
+
+MODULE = Path(training_emitter.__file__)
+
+
+def test_uses_the_standard_library_only() -> None:
+    tree = ast.parse(MODULE.read_text())
+    imported = {
+        alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names
+    }
+    imported |= {
+        node.module.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert sorted(imported - set(sys.stdlib_module_names) - {"__future__"}) == []
+
+
+def test_writes_one_record_per_metric_with_the_launchers_defaults(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    monkeypatch.setenv("RANK", "5")
+    with StepLog(tmp_path, host="node001") as log:
+        log.step(1.5, compute_time=1.0, comm_wait_time=0.25, data_time=0.125, tokens=4096, ts=1_767_312_000.25)
+        log.step(1.5, ts=1_767_312_001.75)
+    path = tmp_path / "rank-005.metrics.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records[0] == {
+        "ts": "2026-01-02T00:00:00.250Z",
+        "job_id": "4242",
+        "rank": 5,
+        "host": "node001",
+        "step": 0,
+        "metric": "data_time_sec",
+        "value": 0.125,
+        "unit": "s",
+    }
+    assert [(r["step"], r["metric"], r["value"]) for r in records] == [
+        (0, "data_time_sec", 0.125),
+        (0, "compute_time_sec", 1.0),
+        (0, "comm_wait_time_sec", 0.25),
+        (0, "tokens", 4096),
+        (0, "step_time_sec", 1.5),  # last: it closes the step
+        (1, "step_time_sec", 1.5),
+    ]
+
+
+def test_rejects_values_that_are_not_times() -> None:
+    with pytest.raises(ValueError, match=r"compute_time must be a finite number >= 0, got -1"):
+        training_emitter.step_lines(job_id="1", rank=0, host="h", step=0, ts=0, step_time=1, compute_time=-1)
+    with pytest.raises(ValueError, match=r"step_time must be a finite number >= 0, got nan"):
+        training_emitter.step_lines(job_id="1", rank=0, host="h", step=0, ts=0, step_time=float("nan"))
+
+
+def test_timestamps_are_utc_with_milliseconds() -> None:
+    assert format_timestamp(1_767_312_000.0) == "2026-01-02T00:00:00.000Z"
+    assert format_timestamp(1_767_312_061.999) == "2026-01-02T00:01:01.999Z"
+
+
+def test_step_timer_times_phases_and_starts_the_next_step() -> None:
+    timer = StepTimer()
+    with timer.phase("data"):
+        time.sleep(0.01)
+    with timer.phase("compute"):
+        time.sleep(0.02)
+    first = timer.finish()
+    assert set(first) == {"step_time", "data_time", "compute_time", "comm_wait_time"}
+    assert first["comm_wait_time"] == 0.0
+    assert first["step_time"] >= first["data_time"] + first["compute_time"] > 0
+    second = timer.finish()
+    assert second["data_time"] == second["compute_time"] == 0.0
+    with pytest.raises(ValueError, match="unknown phase 'forward'"):
+        with timer.phase("forward"):
+            pass
+
+
+def test_a_copy_of_the_file_works_without_lockstep_and_the_collector_reads_it(tmp_path: Path) -> None:
+    """The documented use without installing Lockstep: copy the file next to the training code."""
+    shutil.copy(MODULE, tmp_path / "training_emitter.py")
+    (tmp_path / "train.py").write_text(
+        "import importlib.util\n"
+        "assert importlib.util.find_spec('collectors') is None, 'lockstep must not be importable here'\n"
+        "from training_emitter import StepLog\n"
+        "log = StepLog('logs', job_id='31', rank=2, host='n1')\n"
+        "for k in range(3):\n"
+        "    log.step(2.0, compute_time=1.5, comm_wait_time=0.25, data_time=0.25, samples=16)\n"
+        "log.close()\n"
+    )
+    # -S: no site-packages (where Lockstep is installed), -E: no PYTHONPATH.
+    subprocess.run([sys.executable, "-S", "-E", "train.py"], cwd=tmp_path, check=True, timeout=60)
+    collector = TrainingCollector(
+        context(logs=(str(tmp_path / "logs" / "rank-*.metrics.jsonl"),), start_at="beginning", idle_timeout=600.0)
+    )
+
+    class Families:
+        def collect(self):  # type: ignore[no-untyped-def]
+            return list(collector.collect())
+
+    s = samples(generate_latest(Families()).decode())  # type: ignore[arg-type]
+    collector.close()
+    labels = frozenset({"job_id": "31", "rank": "2", "host": "n1"}.items())
+    assert s[("lockstep_training_steps_total", labels)] == 3
+    assert s[("lockstep_training_compute_seconds_total", labels)] == 4.5
+    assert s[("lockstep_training_samples_total", labels)] == 48
