@@ -43,7 +43,7 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from agent import __version__
+from agent import __version__, gpus
 from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
 from agent.config import parse_bool, parse_duration, parse_string_list
 from agent.procs import (
@@ -117,6 +117,14 @@ PROCESS_INFO = MetricSpec(
     "A process of a local engine (its server and every process below it), with the Slurm job it runs "
     'in ("" if none); the engine\'s GPUs are those whose NVML compute-process list has one of these pids. Always 1.',
     ("engine", "endpoint", "pid", "job_id"),
+)
+
+GPU_INFO = MetricSpec(
+    "lockstep_inference_gpu_info",
+    "gauge",
+    "A GPU a local engine runs on (one of the engine's processes is in the GPU's NVML compute-process "
+    "list); gpu is the NVML index as on lockstep_gpu_* series. Always 1.",
+    ("engine", "endpoint", "gpu", "uuid"),
 )
 
 DEFAULT_TIMEOUT = 3.0
@@ -517,7 +525,9 @@ class InferenceCollector(Collector):
         TTFT,
         ITL,
         PROCESS_INFO,
+        GPU_INFO,
     )
+    needs = ("gpu",)  # the GPU inventory (agent/gpus.py) says which GPUs run the engines' processes
     options = (
         Option(
             "targets",
@@ -747,8 +757,14 @@ class InferenceCollector(Collector):
                     if histogram is not None:
                         buckets = [(floatToGoString(b), c) for b, c in sorted(histogram.buckets.items())]
                         family_h.add_metric(labels, buckets, histogram.sum)
+        gpu_info = GPU_INFO.family()
+        published = gpus.published()  # the GPU collector's latest round
         for endpoint, engine in sorted(engines.items()):
-            for pid in descendants(table, engine.root):
+            pids = set(descendants(table, engine.root))
+            for pid in sorted(pids):
                 info.add_metric([engine.engine, endpoint, str(pid), slurm_job(self.paths.procfs, pid)], 1)
-        families: list[Metric] = [up, kv, waiting, running, preemptions, hits, queries, ttft, itl, info]
+            for gpu in published:
+                if any(process.pid in pids for process in gpu.processes):
+                    gpu_info.add_metric([engine.engine, endpoint, str(gpu.index), gpu.uuid], 1)
+        families: list[Metric] = [up, kv, waiting, running, preemptions, hits, queries, ttft, itl, info, gpu_info]
         return [f for f in families if f.samples]

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.exposition import generate_latest
 
+from agent import gpus
 from agent.collector import NothingHere
 from collectors.inference import InferenceCollector, engine_of, parse_target, parse_targets
 from tests.conftest import context, free_port, lockstep, samples, wait_until
@@ -590,7 +591,18 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
             if name == "lockstep_inference_process_info" and dict(labels)["endpoint"] == endpoint
         )
         assert info == sorted([(str(server.pid), "777"), (str(worker), "777")])
+        # The GPU collector saw the worker on GPU 5: the engine is tied to that GPU.
+        gpus.publish(
+            (
+                gpus.PublishedGpu(4, "GPU-four", "", 4, "", True, (gpus.GpuProcess(1, None, None, None),), ()),
+                gpus.PublishedGpu(5, "GPU-five", "", 5, "", True, (gpus.GpuProcess(worker, 1, None, None),), ()),
+            )
+        )
+        s = run(collector)
+        tied = {dict(labels)["gpu"] for (name, labels), _ in s.items() if name == "lockstep_inference_gpu_info"}
+        assert tied == {"5"}
     finally:
+        gpus.publish(())
         stop(server, worker)
     clock[0] += 599
     assert ours(run_or_nothing()) == {up: 0}  # gone: down, same labels, no process info

@@ -161,6 +161,10 @@ def node_spec(scenario: str) -> FakeSpec:
         gpus[STRAGGLER_GPU] = throttled(gpus[STRAGGLER_GPU])
     elif scenario == "gpu-lost":
         gpus[LOST_GPU] = dataclasses.replace(gpus[LOST_GPU], lost_at=0.0)
+    elif scenario == "kv-pressure":
+        # The workloads area's vLLM server (pid 3100) runs its engine core, pid 3101, on GPU 7.
+        serving = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB)
+        gpus[7] = dataclasses.replace(gpus[7], processes=(*gpus[7].processes, serving))
     elif scenario == "gpu-mig":
         gpus[6] = mig(gpus[6], ((1, "3g.40gb", 40_192, 3101), (2, "3g.40gb", 40_192, 3102)))
         gpus[7] = mig(
