@@ -432,21 +432,7 @@ class TrainingCollector(Collector):
     # --- output ---
 
     def _families(self) -> list[Metric]:
-        steps, wall, compute, comm, data, tokens, samples, last, files, invalid = (
-            spec.family()
-            for spec in (
-                STEPS,
-                STEP_SECONDS,
-                COMPUTE_SECONDS,
-                COMM_WAIT_SECONDS,
-                DATA_WAIT_SECONDS,
-                TOKENS,
-                SAMPLES,
-                LAST_STEP,
-                FILES,
-                INVALID,
-            )
-        )
+        steps, wall, compute, comm, data, tokens, samples, last, files, invalid = (s.family() for s in self.metrics)
         for key in sorted(self._ranks, key=lambda k: (k[0], int(k[1]), k[2])):
             rank = self._ranks[key]
             labels = list(key)
