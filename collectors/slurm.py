@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import threading
 import time
@@ -243,8 +242,21 @@ class SlurmCollector(Collector):
     # --- discovery -----------------------------------------------------------------------
 
     def _slurm_present(self) -> bool:
-        conf = os.environ.get("SLURM_CONF") or str(self.rootfs / "etc" / "slurm" / "slurm.conf")
-        return shutil.which("scontrol") is not None or Path(conf).exists()
+        """This node is a Slurm node: it has a slurm.conf (configless nodes: slurmd's cached
+        copy under /run/slurm/conf) or runs slurmd."""
+        candidates = [self.rootfs / "etc/slurm/slurm.conf", self.rootfs / "run/slurm/conf/slurm.conf"]
+        if os.environ.get("SLURM_CONF"):
+            candidates.append(Path(os.environ["SLURM_CONF"]))
+        if any(path.exists() for path in candidates):
+            return True
+        try:
+            return any(
+                read_text(self.proc / entry / "comm").strip() == "slurmd"
+                for entry in os.listdir(self.proc)
+                if entry.isdigit() and os.path.exists(self.proc / entry / "comm")
+            )
+        except OSError:
+            return False
 
     def job_cgroup_parents(self) -> tuple[list[Path], list[Path]]:
         """Where slurmd puts job cgroups on this node: v2 stepd scopes, v1 slurm* dirs."""
@@ -361,7 +373,7 @@ class SlurmCollector(Collector):
         if jobs is None:  # no job cgroups on this node (proctrack/linuxproc): ask the local slurmd
             jobs = self.jobs_from_listpids()
         if not jobs and not self._slurm_present():
-            raise NothingHere("no Slurm here: no job cgroups, no scontrol on PATH, no /etc/slurm/slurm.conf")
+            raise NothingHere("no Slurm here: no job cgroups, no slurm.conf (/etc/slurm or /run/slurm/conf), no slurmd")
 
         details: dict[str, JobDetails] = {}
         missing = []
@@ -502,6 +514,16 @@ def _oom_kills(job: LocalJob) -> int | None:
     return _read_keyed(job.memory_dir / "memory.oom_control", "oom_kill")
 
 
+def _why(exc: BaseException) -> str:
+    """What scontrol said (its last stderr line), rather than Python's account of the exit."""
+    if isinstance(exc, subprocess.TimeoutExpired):
+        return f"no answer within {exc.timeout:g}s"
+    if isinstance(exc, subprocess.CalledProcessError):
+        said = (exc.stderr or "").strip().splitlines()
+        return f"exit status {exc.returncode}: {said[-1] if said else 'no message'}"
+    return str(exc)
+
+
 def run_scontrol(args: list[str], timeout: float) -> str:
     """``scontrol ARGS`` with a time limit; its stdout, or CalledProcessError/TimeoutExpired."""
     return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout, check=True).stdout
@@ -570,7 +592,7 @@ class ControllerCache:
         except (OSError, subprocess.SubprocessError) as exc:
             with self._lock:
                 self.failures[command] = self.failures.get(command, 0) + 1
-            self.log.warning("slurmctld request failed", extra={"command": command, "error": str(exc)})
+            self.log.warning("slurmctld request failed", extra={"command": command, "error": _why(exc)})
             return None
 
     def _refresh(self, wanted: list[str]) -> None:
