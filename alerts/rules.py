@@ -287,7 +287,8 @@ WORKLOAD_ALERTS = Group(
             "LockstepCheckpointOverdue",
             "warning",
             "5m",
-            "(\n  root:lockstep_checkpoint_last_success_timestamp_seconds:age\n"
+            # The age is computed here, not taken from the recording rule, which lags by an evaluation.
+            "(\n  time() - lockstep_checkpoint_last_success_timestamp_seconds\n"
             f"  > {num(T.CHECKPOINT_OVERDUE_INTERVALS)} * root:lockstep_checkpoint_expected_interval_seconds:or_default\n)\n"
             "unless\n(\n  lockstep_checkpoint_in_progress_seconds\n"
             f"  > {num(T.CHECKPOINT_STALL_INTERVALS)} * root:lockstep_checkpoint_expected_interval_seconds:or_default\n)",
@@ -547,8 +548,8 @@ AGENT_ALERTS = Group(
             "{{ if $labels.instance }}Lockstep agent on " + WHERE + " is down{{ else }}No Lockstep agent is scraped"
             "{{ end }}",
             "{{ if $labels.instance }}Prometheus cannot scrape the Lockstep agent on " + WHERE + "{{ else }}"
-            f'Prometheus has no target in scrape job "{T.AGENT_JOB}" at all{{{{ end }}}}: none of the node\'s '
-            "alerts can fire while it is down. Check the agent's service (systemctl status lockstep, or the "
+            f'Prometheus has no target in scrape job "{T.AGENT_JOB}" at all{{{{ end }}}}: no other Lockstep '
+            "alert can fire for a node whose agent is not scraped. Check the agent's service (systemctl status lockstep, or the "
             "DaemonSet's pod) and the network path from Prometheus.",
         ),
     ),
