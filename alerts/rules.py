@@ -617,6 +617,10 @@ def groups_dict(groups: tuple[Group, ...], for_scale: float = 1.0, clock_offset:
 class _Dumper(yaml.SafeDumper):
     """Block style for multi-line strings (PromQL over several lines reads as written)."""
 
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        # Indent list items under their key, as yamllint (and most hand-written YAML) wants.
+        super().increase_indent(flow, False)
+
 
 def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     style = "|" if "\n" in value else None
