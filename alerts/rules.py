@@ -211,6 +211,8 @@ FABRIC_RECORDING = Group(
     ),
 )
 
+EXPECTED_INTERVAL = "root:lockstep_checkpoint_expected_interval_seconds:or_default"
+
 RECORDING_GROUPS = (TRAINING_RECORDING, GPU_RECORDING, INFERENCE_RECORDING, STORAGE_RECORDING, FABRIC_RECORDING)
 
 # --- Alerts --------------------------------------------------------------------------------------
@@ -222,7 +224,8 @@ WORKLOAD_ALERTS = Group(
             "LockstepTrainingStraggler",
             "warning",
             "10m",
-            f"job_rank:lockstep_training_compute_seconds:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
+            "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
+            f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
             f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}",
             f"Rank {label('rank')} of job {label('job_id')} is a straggler",
             f"Rank {label('rank')} of job {label('job_id')} on {WHERE} takes {VALUE_2F}x its job's median compute "
@@ -276,8 +279,7 @@ WORKLOAD_ALERTS = Group(
             "LockstepCheckpointStalled",
             "critical",
             "5m",
-            "lockstep_checkpoint_in_progress_seconds\n"
-            f"> {num(T.CHECKPOINT_STALL_INTERVALS)} * root:lockstep_checkpoint_expected_interval_seconds:or_default",
+            f"lockstep_checkpoint_in_progress_seconds\n> {num(T.CHECKPOINT_STALL_INTERVALS)} * {EXPECTED_INTERVAL}",
             f"Checkpoint save under {label('root')} is stalled",
             f"A save under {label('root')} on {WHERE} has been in progress for {VALUE_DURATION}, longer than the "
             "root's save interval, and has not completed: the job may be blocked writing it and everything since "
@@ -289,9 +291,9 @@ WORKLOAD_ALERTS = Group(
             "5m",
             # The age is computed here, not taken from the recording rule, which lags by an evaluation.
             "(\n  time() - lockstep_checkpoint_last_success_timestamp_seconds\n"
-            f"  > {num(T.CHECKPOINT_OVERDUE_INTERVALS)} * root:lockstep_checkpoint_expected_interval_seconds:or_default\n)\n"
+            f"  > {num(T.CHECKPOINT_OVERDUE_INTERVALS)} * {EXPECTED_INTERVAL}\n)\n"
             "unless\n(\n  lockstep_checkpoint_in_progress_seconds\n"
-            f"  > {num(T.CHECKPOINT_STALL_INTERVALS)} * root:lockstep_checkpoint_expected_interval_seconds:or_default\n)",
+            f"  > {num(T.CHECKPOINT_STALL_INTERVALS)} * {EXPECTED_INTERVAL}\n)",
             f"No checkpoint completed under {label('root')} for too long",
             f"The last completed save under {label('root')} on {WHERE} finished {VALUE_DURATION} ago, more than "
             f"{num(T.CHECKPOINT_OVERDUE_INTERVALS)} save intervals, and no save is stuck in progress (that would be "
@@ -462,7 +464,9 @@ FABRIC_ALERTS = Group(
             f"max {by('interface', 'role')} (lockstep_roce_dcqcn_enabled) == 0\nor\n"
             f"rate(lockstep_roce_cnp_ignored_total[10m]) > {num(T.ROCE_CNP_IGNORED_PER_SECOND)}",
             f"RoCE congestion control is off on {WHERE}",
-            "{{ if $labels.interface }}DCQCN " + label("role") + " is disabled on every priority of "
+            "{{ if $labels.interface }}DCQCN "
+            + label("role")
+            + " is disabled on every priority of "
             + label("interface")
             + "{{ else }}"
             + label("device")
@@ -549,7 +553,8 @@ AGENT_ALERTS = Group(
             "{{ end }}",
             "{{ if $labels.instance }}Prometheus cannot scrape the Lockstep agent on " + WHERE + "{{ else }}"
             f'Prometheus has no target in scrape job "{T.AGENT_JOB}" at all{{{{ end }}}}: no other Lockstep '
-            "alert can fire for a node whose agent is not scraped. Check the agent's service (systemctl status lockstep, or the "
+            "alert can fire for a node whose agent is not scraped. Check the agent's service "
+            "(systemctl status lockstep, or the "
             "DaemonSet's pod) and the network path from Prometheus.",
         ),
     ),
@@ -607,7 +612,9 @@ def rule_dict(rule: Recording | Alert, for_scale: float = 1.0, clock_offset: flo
     }
 
 
-def groups_dict(groups: tuple[Group, ...], for_scale: float = 1.0, clock_offset: float = 0.0) -> list[dict[str, object]]:
+def groups_dict(
+    groups: tuple[Group, ...], for_scale: float = 1.0, clock_offset: float = 0.0
+) -> list[dict[str, object]]:
     return [
         {"name": group.name, "rules": [rule_dict(rule, for_scale, clock_offset) for rule in group.rules]}
         for group in groups

@@ -15,7 +15,11 @@ def stale_files() -> list[str]:
     stale = [path for path, text in render_all().items() if _read(REPO / path) != text]
     generated = set(render_all())
     # A dashboard that was renamed or removed leaves its old JSON behind: that is stale too.
-    stale += [f"dashboards/{p.name}" for p in sorted((REPO / "dashboards").glob("*.json")) if f"dashboards/{p.name}" not in generated]
+    stale += [
+        f"dashboards/{p.name}"
+        for p in sorted((REPO / "dashboards").glob("*.json"))
+        if f"dashboards/{p.name}" not in generated
+    ]
     return stale
 
 

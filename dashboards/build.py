@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import attr
+from grafanalib._gen import DashboardEncoder
 from grafanalib.core import (
     Dashboard,
     GridPos,
@@ -32,7 +33,6 @@ from grafanalib.core import (
     Time,
     TimeSeries,
 )
-from grafanalib._gen import DashboardEncoder
 
 from alerts import thresholds as T
 
@@ -188,7 +188,13 @@ class CurrentHeatmap(Panel):
                     "calculate": True,
                     "calculation": {"yBuckets": {"mode": "count", "value": "20"}},
                     "cellGap": 1,
-                    "color": {"mode": "scheme", "scheme": "Oranges", "steps": 64, "exponent": 0.5, "fill": "dark-orange"},
+                    "color": {
+                        "mode": "scheme",
+                        "scheme": "Oranges",
+                        "steps": 64,
+                        "exponent": 0.5,
+                        "fill": "dark-orange",
+                    },
                     "yAxis": {"axisPlacement": "left", "unit": self.unit},
                     "legend": {"show": True},
                     "tooltip": {"mode": "single", "yHistogram": True, "showColorScale": True},
@@ -201,7 +207,10 @@ class CurrentHeatmap(Panel):
 
 
 def heatmap(title: str, expr: str, unit: str, description: str = "", width: int = 12, height: int = 8) -> Cell:
-    panel = CurrentHeatmap(title=title, description=description, dataSource=DS, targets=targets([(expr, "")]), unit=unit)
+    # grafanalib's Panel is untyped, so mypy knows only the attribute declared here.
+    panel = CurrentHeatmap(  # type: ignore[call-arg]
+        title=title, description=description, dataSource=DS, targets=targets([(expr, "")]), unit=unit
+    )
     return Cell(panel, width, height)
 
 
@@ -404,7 +413,10 @@ def node() -> Board:
             ),
             timeseries(
                 "Load",
-                [(f"lockstep_host_load1{{{SEL}}}", "{{instance}} 1m"), (f"lockstep_host_load15{{{SEL}}}", "{{instance}} 15m")],
+                [
+                    (f"lockstep_host_load1{{{SEL}}}", "{{instance}} 1m"),
+                    (f"lockstep_host_load15{{{SEL}}}", "{{instance}} 15m"),
+                ],
                 "short",
                 width=8,
             ),
@@ -418,7 +430,8 @@ def node() -> Board:
                 ],
                 "percentunit",
                 "Share of time some (or all: full) tasks waited for CPU, memory or I/O. "
-                f"LockstepIOStall fires when io full stays above {T.IO_FULL_PRESSURE_RATIO:.0%} (5 min) for 10 minutes.",
+                f"LockstepIOStall fires when io full stays above {T.IO_FULL_PRESSURE_RATIO:.0%} (5 min) "
+                "for 10 minutes.",
                 above((T.IO_FULL_PRESSURE_RATIO, RED)),
             ),
             timeseries(
@@ -482,7 +495,12 @@ def gpu() -> Board:
             ),
             timeseries(
                 "SM clock against the job's median",
-                [(f"job_gpu:lockstep_gpu_sm_clock_hertz:ratio_to_median5m{{{SEL}}}", "{{instance}} GPU {{gpu}} job {{job_id}}")],
+                [
+                    (
+                        f"job_gpu:lockstep_gpu_sm_clock_hertz:ratio_to_median5m{{{SEL}}}",
+                        "{{instance}} GPU {{gpu}} job {{job_id}}",
+                    )
+                ],
                 "percentunit",
                 "Each busy GPU's SM clock over the median of its Slurm job's GPUs (5 min). "
                 f"LockstepGPUStraggler fires below {T.GPU_STRAGGLER_SM_CLOCK_RATIO:.0%} for 10 minutes.",
@@ -557,7 +575,8 @@ def gpu() -> Board:
                 ],
                 "none",
                 "Uncorrectable ECC errors since the driver loaded (LockstepGPUUncorrectableECC on any increase), "
-                "a pending remapping (the GPU needs a reset) and a failed one (LockstepGPURowRemapFailure: replace it).",
+                "a pending remapping (the GPU needs a reset) and a failed one (LockstepGPURowRemapFailure: "
+                "replace it).",
                 NONE_BAD,
                 hide=("Time", "job"),
             ),
@@ -669,14 +688,25 @@ def fabric() -> Board:
             timeseries(
                 "Receive errors and transmit discards",
                 [
-                    (f"rate(lockstep_ib_port_receive_errors_total{{{SEL}}}[{RATE}])", "{{instance}} {{device}} rx errors"),
-                    (f"rate(lockstep_ib_port_transmit_discards_total{{{SEL}}}[{RATE}])", "{{instance}} {{device}} tx discards"),
+                    (
+                        f"rate(lockstep_ib_port_receive_errors_total{{{SEL}}}[{RATE}])",
+                        "{{instance}} {{device}} rx errors",
+                    ),
+                    (
+                        f"rate(lockstep_ib_port_transmit_discards_total{{{SEL}}}[{RATE}])",
+                        "{{instance}} {{device}} tx discards",
+                    ),
                 ],
                 "cps",
             ),
             timeseries(
                 "PFC pause (share of time)",
-                [(f"interface:lockstep_pfc_pause_seconds:ratio5m{{{SEL}}}", "{{instance}} {{interface}} prio {{priority}} {{direction}}")],
+                [
+                    (
+                        f"interface:lockstep_pfc_pause_seconds:ratio5m{{{SEL}}}",
+                        "{{instance}} {{interface}} prio {{priority}} {{direction}}",
+                    )
+                ],
                 "percentunit",
                 "tx: this host paused its switch port (its receive path is filling); rx: it was paused. "
                 f"LockstepPFCStorm fires above {T.PFC_TX_PAUSE_RATIO:.0%} tx for 2 minutes.",
@@ -684,7 +714,12 @@ def fabric() -> Board:
             ),
             timeseries(
                 "Pause storm events (10m)",
-                [(f"increase(lockstep_pfc_pause_storm_events_total{{{SEL}}}[10m])", "{{instance}} {{interface}} {{level}}")],
+                [
+                    (
+                        f"increase(lockstep_pfc_pause_storm_events_total{{{SEL}}}[10m])",
+                        "{{instance}} {{interface}} {{level}}",
+                    )
+                ],
                 "short",
                 "The NIC's own storm detector (mlx5): any event fires LockstepPFCStorm.",
                 NONE_BAD,
@@ -692,7 +727,10 @@ def fabric() -> Board:
             timeseries(
                 "ECN marks and congestion notifications",
                 [
-                    (f"rate(lockstep_roce_ecn_marked_packets_total{{{SEL}}}[{RATE}])", "{{instance}} {{device}} ECN marked"),
+                    (
+                        f"rate(lockstep_roce_ecn_marked_packets_total{{{SEL}}}[{RATE}])",
+                        "{{instance}} {{device}} ECN marked",
+                    ),
                     (f"rate(lockstep_roce_cnp_sent_total{{{SEL}}}[{RATE}])", "{{instance}} {{device}} CNP sent"),
                     (f"rate(lockstep_roce_cnp_handled_total{{{SEL}}}[{RATE}])", "{{instance}} {{device}} CNP handled"),
                     (f"rate(lockstep_roce_cnp_ignored_total{{{SEL}}}[{RATE}])", "{{instance}} {{device}} CNP ignored"),
@@ -715,6 +753,9 @@ def fabric() -> Board:
             ),
         ],
     )
+
+
+EXPECTED_INTERVAL = "root:lockstep_checkpoint_expected_interval_seconds:or_default"
 
 
 def storage() -> Board:
@@ -756,8 +797,10 @@ def storage() -> Board:
                 "NFS round-trip time",
                 [
                     (
-                        f"sum by (instance, mountpoint, operation) (rate(lockstep_nfs_rtt_seconds_total{{{SEL}}}[{RATE}]))"
-                        f" / sum by (instance, mountpoint, operation) (rate(lockstep_nfs_operations_total{{{SEL}}}[{RATE}]))",
+                        "sum by (instance, mountpoint, operation)"
+                        f" (rate(lockstep_nfs_rtt_seconds_total{{{SEL}}}[{RATE}]))"
+                        " / sum by (instance, mountpoint, operation)"
+                        f" (rate(lockstep_nfs_operations_total{{{SEL}}}[{RATE}]))",
                         "{{instance}} {{mountpoint}} {{operation}}",
                     )
                 ],
@@ -798,7 +841,7 @@ def storage() -> Board:
                 [
                     (f"root:lockstep_checkpoint_last_success_timestamp_seconds:age{{{SEL}}}", "{{instance}} {{root}}"),
                     (
-                        f"{T.CHECKPOINT_OVERDUE_INTERVALS:g} * root:lockstep_checkpoint_expected_interval_seconds:or_default{{{SEL}}}",
+                        f"{T.CHECKPOINT_OVERDUE_INTERVALS:g} * {EXPECTED_INTERVAL}{{{SEL}}}",
                         "{{instance}} {{root}} overdue after",
                     ),
                 ],
@@ -812,7 +855,7 @@ def storage() -> Board:
                 [
                     (f"lockstep_checkpoint_in_progress_seconds{{{SEL}}}", "{{instance}} {{root}}"),
                     (
-                        f"{T.CHECKPOINT_STALL_INTERVALS:g} * root:lockstep_checkpoint_expected_interval_seconds:or_default{{{SEL}}}",
+                        f"{T.CHECKPOINT_STALL_INTERVALS:g} * {EXPECTED_INTERVAL}{{{SEL}}}",
                         "{{instance}} {{root}} stalled after",
                     ),
                 ],
@@ -852,7 +895,9 @@ def storage() -> Board:
 
 def slurm_job() -> Board:
     on_job_gpus = f"* on (cluster, instance, uuid) group_left (job_id) lockstep_slurm_job_gpu_info{{{JOB}}}"
-    on_job_nodes = f"* on (cluster, instance) group_left () group by (cluster, instance) (lockstep_slurm_job_info{{{JOB}}})"
+    on_job_nodes = (
+        f"* on (cluster, instance) group_left () group by (cluster, instance) (lockstep_slurm_job_info{{{JOB}}})"
+    )
     return Board(
         "lockstep-slurm-job",
         "Lockstep / Slurm job",
@@ -965,7 +1010,12 @@ def slurm_job() -> Board:
             ),
             timeseries(
                 "PFC pause on the job's nodes (share of time)",
-                [(f"interface:lockstep_pfc_pause_seconds:ratio5m {on_job_nodes}", "{{instance}} {{interface}} {{direction}}")],
+                [
+                    (
+                        f"interface:lockstep_pfc_pause_seconds:ratio5m {on_job_nodes}",
+                        "{{instance}} {{interface}} {{direction}}",
+                    )
+                ],
                 "percentunit",
                 thresholds=above((T.PFC_TX_PAUSE_RATIO, RED)),
             ),
@@ -1010,14 +1060,21 @@ def inference() -> Board:
                 "Preemptions per minute",
                 [(f"rate(lockstep_inference_preemptions_total{{{SEL}}}[{RATE}]) * 60", "{{instance}} {{endpoint}}")],
                 "cpm",
-                f"LockstepKVCachePreemptions fires above {T.KV_PREEMPTIONS_PER_MINUTE:g} a minute (5 min) for 5 minutes.",
+                f"LockstepKVCachePreemptions fires above {T.KV_PREEMPTIONS_PER_MINUTE:g} a minute (5 min) "
+                "for 5 minutes.",
                 above((T.KV_PREEMPTIONS_PER_MINUTE, RED)),
             ),
             timeseries(
                 "KV cache usage (5 min average) against queue",
                 [
-                    (f"endpoint:lockstep_inference_kv_cache_usage_ratio:avg5m{{{SEL}}}", "{{instance}} {{endpoint}} KV"),
-                    (f"endpoint:lockstep_inference_requests_waiting:avg5m{{{SEL}}}", "{{instance}} {{endpoint}} waiting"),
+                    (
+                        f"endpoint:lockstep_inference_kv_cache_usage_ratio:avg5m{{{SEL}}}",
+                        "{{instance}} {{endpoint}} KV",
+                    ),
+                    (
+                        f"endpoint:lockstep_inference_requests_waiting:avg5m{{{SEL}}}",
+                        "{{instance}} {{endpoint}} waiting",
+                    ),
                 ],
                 "short",
                 "Both on one axis: KV usage 0-1, waiting requests as counted.",
@@ -1077,7 +1134,12 @@ def agent() -> Board:
             ),
             timeseries(
                 "Time since the last successful run",
-                [(f"time() - lockstep_collector_last_success_timestamp_seconds{{{SEL}}}", "{{instance}} {{collector}}")],
+                [
+                    (
+                        f"time() - lockstep_collector_last_success_timestamp_seconds{{{SEL}}}",
+                        "{{instance}} {{collector}}",
+                    )
+                ],
                 "s",
             ),
             timeseries(

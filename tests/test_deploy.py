@@ -43,9 +43,7 @@ def resources() -> list[dict[str, Any]]:
 
 
 def one(kind: str, docs: list[dict[str, Any]] | None = None, name: str | None = None) -> dict[str, Any]:
-    (found,) = [
-        d for d in (docs or resources()) if d["kind"] == kind and name in (None, d["metadata"]["name"])
-    ]
+    (found,) = [d for d in (docs or resources()) if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return found
 
 
