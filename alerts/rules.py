@@ -581,28 +581,63 @@ _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def scale_duration(duration: str, factor: float) -> str:
-    """A Prometheus duration times factor, in whole seconds (at least 1 s unless it was 0)."""
+_RANGE = re.compile(r"\[(\d+[smhd])\]|offset (\d+[smhd])")
+
+
+def scale_duration(duration: str, factor: float, minimum: int = 1) -> str:
+    """A Prometheus duration times factor, in whole seconds (at least minimum unless it was 0)."""
     match = _DURATION.match(duration)
     if not match:
         raise ValueError(f"not a simple Prometheus duration: {duration!r}")
     seconds = int(match.group(1)) * _SECONDS[match.group(2)]
     if seconds == 0:
         return "0s"
-    return f"{max(1, round(seconds * factor))}s"
+    return f"{max(minimum, round(seconds * factor))}s"
 
 
-def rule_dict(rule: Recording | Alert, for_scale: float = 1.0, clock_offset: float = 0.0) -> dict[str, object]:
-    expr = rule.expr
-    if clock_offset:
-        expr = expr.replace("time()", f"(time() - {clock_offset:.0f})")
+@dataclass(frozen=True)
+class Compression:
+    """Test-only changes for running the rules against a demo for a minute or two
+    (tests/test_alerts_e2e.py); production renders without any.
+
+    for_scale: every `for:` times this.  range_scale, min_range: every range window ([5m]) and
+    offset times range_scale, at least min_range seconds: rate() divides by the whole window, so a
+    window longer than the data reads low.  clock_offset: time() reads this many seconds earlier
+    (the simulated node's wall clock runs behind the real one)."""
+
+    for_scale: float = 1.0
+    range_scale: float = 1.0
+    min_range: int = 1
+    clock_offset: float = 0.0
+
+    def expr(self, expr: str) -> str:
+        if self.range_scale != 1.0:
+
+            def scaled(match: re.Match[str]) -> str:
+                if match.group(1):
+                    return f"[{scale_duration(match.group(1), self.range_scale, self.min_range)}]"
+                return f"offset {scale_duration(match.group(2), self.range_scale, self.min_range)}"
+
+            expr = _RANGE.sub(scaled, expr)
+        if self.clock_offset:
+            expr = expr.replace("time()", f"(time() - {self.clock_offset:.0f})")
+        return expr
+
+    def for_(self, duration: str) -> str:
+        return duration if self.for_scale == 1.0 else scale_duration(duration, self.for_scale)
+
+
+PRODUCTION = Compression()
+
+
+def rule_dict(rule: Recording | Alert, compression: Compression = PRODUCTION) -> dict[str, object]:
+    expr = compression.expr(rule.expr)
     if isinstance(rule, Recording):
         return {"record": rule.record, "expr": expr}
-    duration = rule.for_ if for_scale == 1.0 else scale_duration(rule.for_, for_scale)
     return {
         "alert": rule.name,
         "expr": expr,
-        "for": duration,
+        "for": compression.for_(rule.for_),
         "labels": {"severity": rule.severity},
         "annotations": {
             "summary": rule.summary,
@@ -612,13 +647,8 @@ def rule_dict(rule: Recording | Alert, for_scale: float = 1.0, clock_offset: flo
     }
 
 
-def groups_dict(
-    groups: tuple[Group, ...], for_scale: float = 1.0, clock_offset: float = 0.0
-) -> list[dict[str, object]]:
-    return [
-        {"name": group.name, "rules": [rule_dict(rule, for_scale, clock_offset) for rule in group.rules]}
-        for group in groups
-    ]
+def groups_dict(groups: tuple[Group, ...], compression: Compression = PRODUCTION) -> list[dict[str, object]]:
+    return [{"name": group.name, "rules": [rule_dict(rule, compression) for rule in group.rules]} for group in groups]
 
 
 class _Dumper(yaml.SafeDumper):
@@ -641,11 +671,11 @@ def dump(data: object) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=1000, allow_unicode=True)
 
 
-def render_rule_files(for_scale: float = 1.0, clock_offset: float = 0.0) -> dict[str, str]:
+def render_rule_files(compression: Compression = PRODUCTION) -> dict[str, str]:
     """Rule file path (relative to the repository) -> content."""
     return {
-        RULE_FILES["recording"]: HEADER + dump({"groups": groups_dict(RECORDING_GROUPS, for_scale, clock_offset)}),
-        RULE_FILES["alerting"]: HEADER + dump({"groups": groups_dict(ALERT_GROUPS, for_scale, clock_offset)}),
+        RULE_FILES["recording"]: HEADER + dump({"groups": groups_dict(RECORDING_GROUPS, compression)}),
+        RULE_FILES["alerting"]: HEADER + dump({"groups": groups_dict(ALERT_GROUPS, compression)}),
     }
 
 

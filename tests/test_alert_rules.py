@@ -201,18 +201,33 @@ def test_every_alert_has_a_runbook_section_naming_an_existing_panel() -> None:
 
 
 @pytest.mark.parametrize(
-    ("duration", "factor", "scaled"),
-    [("10m", 1 / 30, "20s"), ("5m", 1 / 30, "10s"), ("1m", 1 / 30, "2s"), ("0m", 1 / 30, "0s"), ("2m", 1 / 300, "1s")],
+    ("duration", "factor", "minimum", "scaled"),
+    [
+        ("10m", 1 / 30, 1, "20s"),
+        ("5m", 1 / 30, 1, "10s"),
+        ("1m", 1 / 30, 1, "2s"),
+        ("0m", 1 / 30, 1, "0s"),
+        ("2m", 1 / 300, 1, "1s"),
+        ("5m", 1 / 10, 30, "30s"),
+        ("1h", 1 / 10, 30, "360s"),
+    ],
 )
-def test_for_durations_scale_for_the_end_to_end_test(duration: str, factor: float, scaled: str) -> None:
-    assert rules.scale_duration(duration, factor) == scaled
+def test_durations_scale_for_the_end_to_end_test(duration: str, factor: float, minimum: int, scaled: str) -> None:
+    assert rules.scale_duration(duration, factor, minimum) == scaled
 
 
-def test_the_end_to_end_rendering_changes_only_for_and_the_clock() -> None:
+def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> None:
+    compression = rules.Compression(for_scale=1 / 30, range_scale=1 / 10, min_range=30, clock_offset=1000)
     production = yaml.safe_load(rules.render_rule_files()[rules.RULE_FILES["alerting"]])
-    scaled = yaml.safe_load(rules.render_rule_files(for_scale=1 / 30)[rules.RULE_FILES["alerting"]])
-    for group, scaled_group in zip(production["groups"], scaled["groups"]):
-        for rule, scaled_rule in zip(group["rules"], scaled_group["rules"]):
-            assert {**rule, "for": None} == {**scaled_rule, "for": None}
-    shifted = rules.render_rule_files(clock_offset=1000)[rules.RULE_FILES["recording"]]
-    assert "(time() - 1000) - lockstep_checkpoint_last_success_timestamp_seconds" in shifted
+    compressed = yaml.safe_load(rules.render_rule_files(compression)[rules.RULE_FILES["alerting"]])
+    durations = re.compile(r"\[\d+[smhd]\]|offset \d+[smhd]|\(?time\(\)( - \d+\))?")
+    for group, compressed_group in zip(production["groups"], compressed["groups"]):
+        for rule, compressed_rule in zip(group["rules"], compressed_group["rules"]):
+            assert {**rule, "for": None, "expr": None} == {**compressed_rule, "for": None, "expr": None}
+            assert durations.sub("D", rule["expr"]) == durations.sub("D", compressed_rule["expr"])
+    by_name = {r["alert"]: r for g in compressed["groups"] for r in g["rules"]}
+    assert by_name["LockstepIOStall"]["for"] == "20s"
+    assert by_name["LockstepIBSymbolErrors"]["expr"].startswith("increase(lockstep_ib_port_symbol_errors_total[360s])")
+    recording = rules.render_rule_files(compression)[rules.RULE_FILES["recording"]]
+    assert "(time() - 1000) - lockstep_checkpoint_last_success_timestamp_seconds" in recording
+    assert "rate(lockstep_training_compute_seconds_total[30s])" in recording
