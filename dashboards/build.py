@@ -76,6 +76,7 @@ def targets(queries: Sequence[tuple[str, str]], *, instant: bool = False, table:
             instant=instant,
             format="table" if table else "time_series",
             datasource=DS,
+            intervalFactor=1,  # full resolution (grafanalib's default, 2, halves it)
         )
         for i, (expr, legend) in enumerate(queries)
     ]
@@ -102,6 +103,7 @@ def timeseries(
 ) -> Cell:
     panel = TimeSeries(
         title=title,
+        maxDataPoints=None,  # as many points as the panel is wide (grafanalib's default is 100)
         description=description,
         dataSource=DS,
         targets=targets(queries),
@@ -130,6 +132,7 @@ def stat(
 ) -> Cell:
     panel = Stat(
         title=title,
+        maxDataPoints=None,  # as many points as the panel is wide (grafanalib's default is 100)
         description=description,
         dataSource=DS,
         targets=targets([(expr, "")], instant=True),
@@ -155,6 +158,7 @@ def table(
 ) -> Cell:
     panel = Table(
         title=title,
+        maxDataPoints=None,  # as many points as the panel is wide (grafanalib's default is 100)
         description=description,
         dataSource=DS,
         targets=targets(queries, instant=True, table=True),
@@ -209,7 +213,12 @@ class CurrentHeatmap(Panel):
 def heatmap(title: str, expr: str, unit: str, description: str = "", width: int = 12, height: int = 8) -> Cell:
     # grafanalib's Panel is untyped, so mypy knows only the attribute declared here.
     panel = CurrentHeatmap(  # type: ignore[call-arg]
-        title=title, description=description, dataSource=DS, targets=targets([(expr, "")]), unit=unit
+        title=title,
+        description=description,
+        dataSource=DS,
+        targets=targets([(expr, "")]),
+        unit=unit,
+        maxDataPoints=None,
     )
     return Cell(panel, width, height)
 
@@ -236,7 +245,7 @@ def datasource_variable() -> Template:
 
 
 def query_variable(name: str, label: str, query: str, *, include_all: bool = True, multi: bool = True) -> Template:
-    return Template(
+    variable = Template(
         name=name,
         label=label,
         query=query,
@@ -248,6 +257,9 @@ def query_variable(name: str, label: str, query: str, *, include_all: bool = Tru
         refresh=2,  # on time range change: nodes and jobs come and go
         sort=1,
     )
+    if include_all:  # selected: All, as Grafana writes it (grafanalib would write the raw "$__all")
+        variable._current = {"selected": True, "text": ["All"], "value": ["$__all"]}
+    return variable
 
 
 CLUSTER = query_variable("cluster", "Cluster", "label_values(lockstep_build_info, cluster)")
