@@ -2,11 +2,12 @@
 there, and every dashboard query runs and returns data.
 
 One Prometheus (Debian `prometheus`, started here on a free port with a temporary storage dir)
-scrapes one `lockstep demo --scenario X` per scenario every second, each target labelled
-cluster=X, plus one target nobody listens on (cluster=agent-down).  It loads the generated rule
-files, rendered with two test-only changes (alerts/rules.py render_rule_files):
+scrapes one `lockstep demo --scenario X` per case every second, each target labelled
+cluster=<case>: the scenarios, a healthy node whose kubernetes collector fails, and a target
+nobody listens on (agent-down).  It loads the generated rule files, rendered with two test-only
+changes (alerts/rules.py Compression):
 
-- durations are compressed (COMPRESSION): every `for:` 30 times (10m becomes 20 s), every range
+- durations are compressed: every `for:` 30 times (10m becomes 20 s), every range
   window and offset 10 times but to no less than 30 s, six steps of the simulated clock ([5m]
   becomes [30s]).  rate() divides by the whole window, so a 5-minute window over one minute of
   data would read a fifth of the rate;
@@ -14,8 +15,8 @@ files, rendered with two test-only changes (alerts/rules.py render_rule_files):
   starts at 2026-01-02T00:00:00Z (agent/simulation/storage.py EPOCH), so the age of the last
   checkpoint is the age the node sees.
 
-While the scenarios run, the test polls the alerts API every second and keeps, per scenario,
-every alert seen firing.  Each scenario's expected alerts are a table entry (SCENARIOS); a
+While the scenarios run, the test polls the alerts API every second and keeps, per target,
+every alert seen firing.  Each target's expected alerts are a table entry (CASES); a
 scenario that `lockstep demo --help` does not list yet (the workload collectors' `straggler` and
 `kv-pressure`) is skipped, not failed.  The demo advances simulated time 5 s every 5 s, and the
 collectors run every 2 s here, so counters move between scrapes.
@@ -52,7 +53,6 @@ COLLECTOR_INTERVAL = "2s"
 # as pending at the end, which fails the scenario as well.
 SETTLE = 50
 DEADLINE = 150  # seconds for every expected alert to fire
-AGENT_DOWN = "agent-down"  # a target with no agent behind it
 
 
 @dataclass(frozen=True)
@@ -68,24 +68,49 @@ def expect(alertname: str, **labels: str) -> Expect:
     return Expect(alertname, tuple(sorted(labels.items())))
 
 
-# Scenario -> the alerts it must fire (and nothing else).  The issue's list, then the other
-# scenarios of the simulated node, which must fire what they simulate and nothing more.
-SCENARIOS: dict[str, set[Expect]] = {
-    "healthy": set(),
-    "straggler": {expect("LockstepTrainingStraggler"), expect("LockstepGPUStraggler", gpu="3")},
-    "kv-pressure": {expect("LockstepKVCachePressure"), expect("LockstepKVCachePreemptions")},
-    "checkpoint-stall": {expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")},
-    "gpu-lost": {expect("LockstepGPUFellOffBus", gpu="5")},
-    "pfc-storm": {expect("LockstepPFCStorm", interface="ens3f0np0")},
-    "link-flap": {
+@dataclass(frozen=True)
+class Case:
+    """One target of the run: a demo scenario (None: no agent listens), extra demo arguments
+    ({tmp} is the run's temporary directory), and the alerts it must fire, and nothing else."""
+
+    demo: str | None
+    expected: frozenset[Expect]
+    args: tuple[str, ...] = ()
+
+
+def case(demo: str | None, *expected: Expect, args: tuple[str, ...] = ()) -> Case:
+    return Case(demo, frozenset(expected), args)
+
+
+# Each case's target is labelled cluster=<case name>.  The issue's scenarios, the other scenarios
+# of the simulated node (which must fire what they simulate and nothing more), and two faults
+# made around a healthy node: a collector that fails, and an agent that is not there.
+CASES: dict[str, Case] = {
+    "healthy": case("healthy"),
+    "straggler": case("straggler", expect("LockstepTrainingStraggler"), expect("LockstepGPUStraggler", gpu="3")),
+    "kv-pressure": case("kv-pressure", expect("LockstepKVCachePressure"), expect("LockstepKVCachePreemptions")),
+    "checkpoint-stall": case(
+        "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")
+    ),
+    "gpu-lost": case("gpu-lost", expect("LockstepGPUFellOffBus", gpu="5")),
+    "pfc-storm": case("pfc-storm", expect("LockstepPFCStorm", interface="ens3f0np0")),
+    "link-flap": case(
+        "link-flap",
         expect("LockstepIBLinkFlapping", device="mlx5_3", port="1"),
         expect("LockstepIBSymbolErrors", device="mlx5_3", port="1"),
-    },
-    "nfs-server-down": {expect("LockstepFilesystemHung", mountpoint="/home")},
-    "gpu-mig": set(),
-    "gpu-volta": set(),
-    "kubernetes": set(),
-    AGENT_DOWN: {expect("LockstepAgentDown")},
+    ),
+    "nfs-server-down": case("nfs-server-down", expect("LockstepFilesystemHung", mountpoint="/home")),
+    "gpu-mig": case("gpu-mig"),
+    "gpu-volta": case("gpu-volta"),
+    "kubernetes": case("kubernetes"),
+    # The kubelet's pod-resources directory exists but its socket does not: the kubernetes
+    # collector fails every round.
+    "collector-failing": case(
+        "healthy",
+        expect("LockstepCollectorFailing", collector="kubernetes"),
+        args=("--kubernetes.pod-resources-socket", "{tmp}/kubelet/kubelet.sock"),
+    ),
+    "agent-down": case(None, expect("LockstepAgentDown")),
 }
 
 
@@ -144,8 +169,9 @@ def _ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     available = demo_scenarios()
-    scenarios = [s for s in SCENARIOS if s in available]
+    names = [name for name, c in CASES.items() if c.demo is None or c.demo in available]
     tmp = tmp_path_factory.mktemp("e2e")
+    (tmp / "kubelet").mkdir()
     config = tmp / "lockstep.yml"
     config.write_text(
         yaml.safe_dump({"collectors": {name: {"interval": COLLECTOR_INTERVAL} for name in _collectors()}})
@@ -156,14 +182,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         clock_offset = time.time() - EPOCH
         targets = []
         demos = []
-        for scenario in scenarios:
+        for name in names:
             port = free_port()
-            log = tmp / f"demo-{scenario}.log"
-            args = [*LOCKSTEP, "demo", "--scenario", scenario, "--config", str(config), "--listen", f"127.0.0.1:{port}"]
-            processes.append(_start(args, log))
+            targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}})
+            demo = CASES[name].demo
+            if demo is None:
+                continue  # nothing listens on the port
+            log = tmp / f"demo-{name}.log"
+            extra = [arg.format(tmp=tmp) for arg in CASES[name].args]
+            args = [*LOCKSTEP, "demo", "--scenario", demo, "--config", str(config), "--listen", f"127.0.0.1:{port}"]
+            processes.append(_start([*args, *extra], log))
             demos.append((f"http://127.0.0.1:{port}/healthz", processes[-1], log))
-            targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": scenario}})
-        targets.append({"targets": [f"127.0.0.1:{free_port()}"], "labels": {"cluster": AGENT_DOWN}})
 
         compression = rules.Compression(for_scale=1 / 30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset)
         for name, text in rules.render_rule_files(compression).items():
@@ -193,9 +222,9 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         for health, proc, log in demos:
             wait_until(lambda: _ready(health, proc, log), timeout=60, what=f"{proc.args}")  # noqa: B023
 
-        result = Run(url, scenarios + [AGENT_DOWN], time.monotonic(), logs={"prometheus": prometheus_log})
+        result = Run(url, names, time.monotonic(), logs={"prometheus": prometheus_log})
         result.logs.update({log.stem: log for _, _, log in demos})
-        expected = {s: SCENARIOS[s] for s in result.scenarios}
+        expected = {name: CASES[name].expected for name in names}
         deadline = result.started + DEADLINE
         settle_until = result.started + SETTLE
         while True:
@@ -241,26 +270,27 @@ def _describe(run: Run, cluster: str) -> str:
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("scenario", list(SCENARIOS))
-def test_each_scenario_fires_its_alerts_and_no_others(run: Run, scenario: str) -> None:
-    if scenario not in run.scenarios:
-        pytest.skip(f"`lockstep demo --help` does not list scenario {scenario!r} yet (the workload collectors)")
-    fired = run.firing(scenario)
-    missing = [e for e in SCENARIOS[scenario] if not any(e.matches(a) for a in fired)]
-    unexpected = [a for a in fired if not any(e.matches(a) for e in SCENARIOS[scenario])]
-    assert (missing, unexpected) == ([], []), _describe(run, scenario)
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_case_fires_its_alerts_and_no_others(run: Run, name: str) -> None:
+    if name not in run.scenarios:
+        pytest.skip(f"`lockstep demo --help` does not list scenario {CASES[name].demo!r} yet (the workload collectors)")
+    wanted = CASES[name].expected
+    fired = run.firing(name)
+    missing = [e for e in wanted if not any(e.matches(a) for a in fired)]
+    unexpected = [a for a in fired if not any(e.matches(a) for e in wanted)]
+    assert (missing, unexpected) == ([], []), _describe(run, name)
     # Nothing else is on its way either: no other alert is pending at the end of the run.
     pending = [
         a["labels"]
         for a in run.at_end
-        if a["labels"].get("cluster") == scenario and not any(e.matches(a["labels"]) for e in SCENARIOS[scenario])
+        if a["labels"].get("cluster") == name and not any(e.matches(a["labels"]) for e in wanted)
     ]
-    assert pending == [], _describe(run, scenario)
+    assert pending == [], _describe(run, name)
 
 
 @pytest.mark.real
-def test_no_alert_fires_outside_the_scenarios(run: Run) -> None:
-    """Every alert carries its scenario's cluster label (aggregations keep it)."""
+def test_no_alert_fires_outside_the_cases(run: Run) -> None:
+    """Every alert carries its case's cluster label (aggregations keep it)."""
     assert set(run.fired) <= set(run.scenarios), {k: list(v) for k, v in run.fired.items()}
 
 
