@@ -182,8 +182,18 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         clock_offset = time.time() - EPOCH
         targets = []
         demos = []
-        for name in names:
+        used: set[int] = set()
+
+        def new_port() -> int:
+            # The demos bind their ports only once started: never hand out one port twice.
             port = free_port()
+            while port in used:
+                port = free_port()
+            used.add(port)
+            return port
+
+        for name in names:
+            port = new_port()
             targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}})
             demo = CASES[name].demo
             if demo is None:
@@ -203,7 +213,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "scrape_configs": [{"job_name": T.AGENT_JOB, "static_configs": targets}],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-        port = free_port()
+        port = new_port()
         prometheus_log = tmp / "prometheus.log"
         processes.append(
             _start(
