@@ -28,7 +28,7 @@ KUSTOMIZATION = DEPLOY / "kustomization.yaml"
 # The oldest Kubernetes the manifests are meant for (pod-resources v1 List is GA from 1.28)
 # and the newest kubernetes-validate knows.
 VERSIONS = ("1.28", kubernetes_validate.utils.latest_version())
-CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+CRDS = {("monitoring.coreos.com/v1", "ServiceMonitor"), ("monitoring.coreos.com/v1", "PrometheusRule")}
 
 
 def kustomization() -> dict[str, Any]:
@@ -42,9 +42,14 @@ def resources() -> list[dict[str, Any]]:
     return docs
 
 
-def one(kind: str, docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    (found,) = [d for d in (docs or resources()) if d["kind"] == kind]
+def one(kind: str, docs: list[dict[str, Any]] | None = None, name: str | None = None) -> dict[str, Any]:
+    (found,) = [d for d in (docs or resources()) if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return found
+
+
+def agent_configmap() -> dict[str, Any]:
+    """The agent's config (the other ConfigMaps hold dashboards: tests/test_dashboards.py)."""
+    return one("ConfigMap", name="lockstep-config")
 
 
 def container() -> dict[str, Any]:
@@ -75,7 +80,7 @@ def test_core_kinds_match_the_kubernetes_schemas(version: str) -> None:
             continue  # no schema available offline: see test_service_monitor_scrapes_the_service
         kubernetes_validate.validate(doc, version, strict=True)
         checked.append(doc["kind"])
-    assert sorted(checked) == ["ConfigMap", "DaemonSet", "Namespace", "Service", "ServiceAccount"]
+    assert sorted(set(checked)) == ["ConfigMap", "DaemonSet", "Namespace", "Service", "ServiceAccount"]
 
 
 def test_kustomization_lists_every_manifest_and_pins_this_version() -> None:
@@ -117,9 +122,9 @@ def test_daemonset_flags_are_the_agents_and_point_at_the_mounts() -> None:
     assert (socket.name, host_path_of[str(socket.parent)]) == ("kubelet.sock", "/var/lib/kubelet/pod-resources")
     config = Path(flags()["config"])
     assert volumes[[n for n, m in mounts.items() if m["mountPath"] == str(config.parent)][0]]["configMap"] == {
-        "name": one("ConfigMap")["metadata"]["name"]
+        "name": agent_configmap()["metadata"]["name"]
     }
-    assert config.name in one("ConfigMap")["data"]
+    assert config.name in agent_configmap()["data"]
 
 
 def test_daemonset_takes_no_privilege_beyond_need() -> None:
@@ -176,7 +181,7 @@ def test_configmap_config_is_valid_and_the_daemonset_args_run(tmp_path: Path) ->
     """The ConfigMap's file passes `config check`, and `lockstep once` runs with the DaemonSet's
     flags, the host paths mapped to this machine's own (a container would see them under /host)."""
     config = tmp_path / "lockstep.yml"
-    config.write_text(one("ConfigMap")["data"]["lockstep.yml"])
+    config.write_text(agent_configmap()["data"]["lockstep.yml"])
     check = lockstep("config", "check", str(config))
     assert check.returncode == 0, check.stderr
     here = {"/host/sys": "/sys", "/host/proc": "/proc", "/host/root": "/"}

@@ -1,0 +1,109 @@
+"""Every threshold of Lockstep's alert rules, in one place.
+
+The rule files (alerts/*.rules.yml, deploy/prometheusrule.yaml) are generated from
+alerts/rules.py, which takes its numbers from here, and the dashboards draw the same numbers
+as threshold lines and colours (dashboards/build.py imports this module).  Change a value,
+then regenerate both:
+
+    .venv/bin/python -m alerts --write && .venv/bin/python -m dashboards --write
+
+The promtool unit tests (alerts/tests/) probe values on both sides of these thresholds, so
+they fail when one moves without them: update them together.
+"""
+
+from __future__ import annotations
+
+# --- Where runbook links point and which scrape job is the agent -----------------------------
+
+# Each alert's runbook_url is RUNBOOK_BASE_URL + "#" + the alert name in lower case (the anchor
+# GitHub gives the alert's heading in docs/runbooks.md).  Point it at your own copy of the
+# runbooks (a fork, an internal wiki mirror) and regenerate.
+RUNBOOK_BASE_URL = "https://github.com/lockstep-observability/lockstep/blob/main/docs/runbooks.md"
+
+# The Prometheus scrape job of the agents: the ServiceMonitor in deploy/ gives it the Service's
+# name, "lockstep"; on bare metal, name your scrape job so (docs/alerting.md).
+AGENT_JOB = "lockstep"
+
+# Labels Prometheus attaches to every series of a target, kept by every aggregation so an alert
+# still says where it fired: cluster (a target label or external label you set), instance (the
+# agent's address) and node (the Kubernetes node name, set by deploy/servicemonitor.yaml).
+# Missing labels are harmless in PromQL's by()/on().
+TARGET_LABELS = ("cluster", "instance", "node")
+
+# --- Training stragglers and stalls -----------------------------------------------------------
+
+# A rank is a straggler when its compute time per step, averaged over 5 minutes, is this many
+# times its job's median rank's.  (NVIDIA's resiliency extension flags a rank at 1/0.75 = 1.33x
+# the fastest rank; against the median, 1.25x flags the same rank a little earlier.)
+TRAINING_STRAGGLER_COMPUTE_RATIO = 1.25
+# A GPU is a straggler when its SM clock, averaged over 5 minutes, is below this fraction of the
+# median SM clock of its Slurm job's GPUs ...
+GPU_STRAGGLER_SM_CLOCK_RATIO = 0.85
+# ... counting only GPUs busier than this (an idle GPU drops its clock, which is not straggling).
+GPU_STRAGGLER_MIN_UTILIZATION = 0.5
+# Peers needed before anyone can be a straggler: a single-rank (single-GPU) job never is.
+STRAGGLER_MIN_PEERS = 2
+# A job is stalled when none of its ranks completed a step for this long (covers a checkpoint
+# save, which pauses a synchronous job, of up to this long).
+TRAINING_STALL_WINDOW = "10m"
+
+# --- Inference KV cache ------------------------------------------------------------------------
+
+# KV cache pressure: usage above this while requests are waiting for a slot.
+KV_CACHE_USAGE_RATIO = 0.9
+# Preemptions (vLLM) / retractions (SGLang) per minute, averaged over 5 minutes.
+KV_PREEMPTIONS_PER_MINUTE = 1.0
+
+# --- Checkpoints -------------------------------------------------------------------------------
+
+# A save in progress for longer than this many expected intervals is stalled ...
+CHECKPOINT_STALL_INTERVALS = 1.0
+# ... and a root whose last completed save is older than this many intervals is overdue.
+CHECKPOINT_OVERDUE_INTERVALS = 2.0
+# The interval assumed for roots configured without expected_interval (docs/storage.md).
+CHECKPOINT_DEFAULT_INTERVAL_SECONDS = 3600
+
+# --- GPU health --------------------------------------------------------------------------------
+
+# XIDs that mean the GPU needs attention (NVIDIA's XID catalogue): 48 double-bit ECC error,
+# 61/62 internal micro-controller breakpoint/halt, 64 row remapping (or page retirement)
+# failure, 74 NVLink error, 92 high single-bit ECC rate, 94/95 contained/uncontained ECC error,
+# 119/120 GSP RPC timeout / GSP error.  79 (fallen off the bus) is LockstepGPUFellOffBus's;
+# 63 (a row remapping recorded: the GPU needs a reset, see lockstep_gpu_row_remapping_pending)
+# and the application faults 13, 31, 43, 45 are not here.
+CRITICAL_XIDS = (48, 61, 62, 64, 74, 92, 94, 95, 119, 120)
+# NVLink errors per minute on one link (or one GPU, where only GPU-wide counters exist),
+# averaged over 10 minutes.  Every type counts but Blackwell's raw symbol_errors, which forward
+# error correction repairs (its effective_errors are the ones that got through).
+NVLINK_ERRORS_PER_MINUTE = 1.0
+NVLINK_IGNORED_ERROR_TYPES = ("symbol_errors",)
+# GPU core temperature drawn as the warning line on dashboards (the alerts use the driver's own
+# thermal slowdown reasons, not a temperature).
+GPU_TEMPERATURE_WARNING_CELSIUS = 85
+
+# --- InfiniBand and RoCE -----------------------------------------------------------------------
+
+# Link down + link error recovery events in the window that make a link flapping.
+IB_LINK_FLAP_EVENTS = 2
+IB_LINK_FLAP_WINDOW = "15m"
+# Symbol errors per hour (ibqueryerrors' default threshold is 10 for SymbolErrorCounter).
+IB_SYMBOL_ERRORS_PER_HOUR = 10
+# Congestion: transmit-wait ticks as a share of (wait ticks + transmitted 4-byte words), 5 min.
+IB_TRANSMIT_WAIT_RATIO = 0.1
+# PFC storm: share of time an interface spends sending pause (pausing its switch port).
+PFC_TX_PAUSE_RATIO = 0.2
+# CNPs ignored per second: congestion notifications arrive and nobody slows down.
+ROCE_CNP_IGNORED_PER_SECOND = 1.0
+
+# --- Storage and host --------------------------------------------------------------------------
+
+# Filesystem almost full: less than this share available ...
+FILESYSTEM_AVAILABLE_CRITICAL_RATIO = 0.05
+# ... or less than this share and, at the rate of the last 6 hours, full within a day.
+FILESYSTEM_AVAILABLE_PREDICT_RATIO = 0.15
+FILESYSTEM_PREDICT_WINDOW = "6h"
+FILESYSTEM_PREDICT_HORIZON_SECONDS = 24 * 3600
+# Shared filesystems (one alert per cluster and mountpoint, not one per node mounting them).
+SHARED_FSTYPES = "nfs|nfs4|lustre|cifs|smb3|ceph|glusterfs|gpfs|beegfs|fuse[.].*"
+# I/O stall: share of time in which every non-idle task waited for I/O (PSI "full").
+IO_FULL_PRESSURE_RATIO = 0.3

@@ -1,0 +1,350 @@
+"""End to end on a real Prometheus: the alert rules fire on the simulated node's faults, and only
+there, and every dashboard query runs and returns data.
+
+One Prometheus (Debian `prometheus`, started here on a free port with a temporary storage dir)
+scrapes one `lockstep demo --scenario X` per case every second, each target labelled
+cluster=<case>: the scenarios, a healthy node whose kubernetes collector fails, and a target
+nobody listens on (agent-down).  It loads the generated rule files, rendered with two test-only
+changes (alerts/rules.py Compression):
+
+- durations are compressed: every `for:` 30 times (10m becomes 20 s), every range
+  window and offset 10 times but to no less than 30 s, six steps of the simulated clock ([5m]
+  becomes [30s]).  rate() divides by the whole window, so a 5-minute window over one minute of
+  data would read a fifth of the rate;
+- time() is shifted by the distance between now and the simulated node's wall clock, which
+  starts at 2026-01-02T00:00:00Z (agent/simulation/storage.py EPOCH), so the age of the last
+  checkpoint is the age the node sees.
+
+While the scenarios run, the test polls the alerts API every second and keeps, per target,
+every alert seen firing.  Each target's expected alerts are a table entry (CASES); a
+scenario that `lockstep demo --help` does not list yet (the workload collectors' `straggler` and
+`kv-pressure`) is skipped, not failed.  The demo advances simulated time 5 s every 5 s, and the
+collectors run every 2 s here, so counters move between scrapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from agent.simulation.storage import EPOCH
+from alerts import rules
+from alerts import thresholds as T
+from tests.conftest import LOCKSTEP, REPO, free_port, http_get, lockstep, require_real, wait_until
+from tests.test_alert_rules import WORKLOAD_CONTRACT, declared_metrics
+from tests.test_dashboards import checked_in, panel_queries, variable_queries
+
+PROMETHEUS = "/usr/bin/prometheus"
+COLLECTOR_INTERVAL = "2s"
+# After every expected alert fired, keep watching at least this long, so that an unexpected
+# alert had the time to fire too: the compressed windows filled (30 s) and the 'for' of most
+# alerts (up to 10m -> 20 s) over.  An alert with a longer 'for' whose condition holds shows
+# as pending at the end, which fails the scenario as well.
+SETTLE = 50
+DEADLINE = 150  # seconds for every expected alert to fire
+
+
+@dataclass(frozen=True)
+class Expect:
+    alertname: str
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, alert: dict[str, str]) -> bool:
+        return alert["alertname"] == self.alertname and all(alert.get(k) == v for k, v in self.labels)
+
+
+def expect(alertname: str, **labels: str) -> Expect:
+    return Expect(alertname, tuple(sorted(labels.items())))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One target of the run: a demo scenario (None: no agent listens), extra demo arguments
+    ({tmp} is the run's temporary directory), and the alerts it must fire, and nothing else."""
+
+    demo: str | None
+    expected: frozenset[Expect]
+    args: tuple[str, ...] = ()
+
+
+def case(demo: str | None, *expected: Expect, args: tuple[str, ...] = ()) -> Case:
+    return Case(demo, frozenset(expected), args)
+
+
+# Each case's target is labelled cluster=<case name>.  The issue's scenarios, the other scenarios
+# of the simulated node (which must fire what they simulate and nothing more), and two faults
+# made around a healthy node: a collector that fails, and an agent that is not there.
+CASES: dict[str, Case] = {
+    "healthy": case("healthy"),
+    "straggler": case("straggler", expect("LockstepTrainingStraggler"), expect("LockstepGPUStraggler", gpu="3")),
+    "kv-pressure": case("kv-pressure", expect("LockstepKVCachePressure"), expect("LockstepKVCachePreemptions")),
+    "checkpoint-stall": case(
+        "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")
+    ),
+    "gpu-lost": case("gpu-lost", expect("LockstepGPUFellOffBus", gpu="5")),
+    "pfc-storm": case("pfc-storm", expect("LockstepPFCStorm", interface="ens3f0np0")),
+    "link-flap": case(
+        "link-flap",
+        expect("LockstepIBLinkFlapping", device="mlx5_3", port="1"),
+        expect("LockstepIBSymbolErrors", device="mlx5_3", port="1"),
+    ),
+    "nfs-server-down": case("nfs-server-down", expect("LockstepFilesystemHung", mountpoint="/home")),
+    "gpu-mig": case("gpu-mig"),
+    "gpu-volta": case("gpu-volta"),
+    "kubernetes": case("kubernetes"),
+    # The kubelet's pod-resources directory exists but its socket does not: the kubernetes
+    # collector fails every round.
+    "collector-failing": case(
+        "healthy",
+        expect("LockstepCollectorFailing", collector="kubernetes"),
+        args=("--kubernetes.pod-resources-socket", "{tmp}/kubelet/kubelet.sock"),
+    ),
+    "agent-down": case(None, expect("LockstepAgentDown")),
+}
+
+
+def demo_scenarios() -> set[str]:
+    """The scenarios `lockstep demo --help` lists."""
+    result = lockstep("demo", "--help")
+    assert result.returncode == 0, result.stderr
+    match = re.search(r"--scenario \{([^}]*)\}", result.stdout)
+    assert match, result.stdout
+    return set(match.group(1).split(","))
+
+
+@dataclass
+class Run:
+    """What one end-to-end run saw."""
+
+    prometheus: str
+    scenarios: list[str]
+    started: float
+    fired: dict[str, dict[frozenset[tuple[str, str]], float]] = field(default_factory=dict)  # seconds in
+    at_end: list[dict[str, Any]] = field(default_factory=list)  # every alert (firing or pending) at the end
+    logs: dict[str, Path] = field(default_factory=dict)
+    duration: float = 0.0
+
+    def query(self, expr: str) -> dict[str, Any]:
+        status, body = http_get(
+            f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30
+        )
+        return {"http_status": status, **json.loads(body)}
+
+    def firing(self, cluster: str) -> list[dict[str, str]]:
+        return [dict(labels) for labels in self.fired.get(cluster, {})]
+
+
+def _alerts(prometheus: str) -> list[dict[str, Any]]:
+    status, body = http_get(f"{prometheus}/api/v1/alerts", timeout=10)
+    assert status == 200, body
+    return json.loads(body)["data"]["alerts"]
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with open(log, "wb") as out:
+        return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+
+
+def _ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
+    if proc.poll() is not None:
+        raise AssertionError(f"{proc.args} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+    try:
+        return http_get(url, timeout=1)[0] == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    available = demo_scenarios()
+    names = [name for name, c in CASES.items() if c.demo is None or c.demo in available]
+    tmp = tmp_path_factory.mktemp("e2e")
+    (tmp / "kubelet").mkdir()
+    config = tmp / "lockstep.yml"
+    config.write_text(
+        yaml.safe_dump({"collectors": {name: {"interval": COLLECTOR_INTERVAL} for name in _collectors()}})
+    )
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        # The simulated node's wall clock reads EPOCH when its demo starts.
+        clock_offset = time.time() - EPOCH
+        targets = []
+        demos = []
+        used: set[int] = set()
+
+        def new_port() -> int:
+            # The demos bind their ports only once started: never hand out one port twice.
+            port = free_port()
+            while port in used:
+                port = free_port()
+            used.add(port)
+            return port
+
+        for name in names:
+            port = new_port()
+            targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}})
+            demo = CASES[name].demo
+            if demo is None:
+                continue  # nothing listens on the port
+            log = tmp / f"demo-{name}.log"
+            extra = [arg.format(tmp=tmp) for arg in CASES[name].args]
+            args = [*LOCKSTEP, "demo", "--scenario", demo, "--config", str(config), "--listen", f"127.0.0.1:{port}"]
+            processes.append(_start([*args, *extra], log))
+            demos.append((f"http://127.0.0.1:{port}/healthz", processes[-1], log))
+
+        compression = rules.Compression(for_scale=1 / 30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset)
+        for name, text in rules.render_rule_files(compression).items():
+            (tmp / Path(name).name).write_text(text)
+        prometheus_config = {
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(tmp / Path(name).name) for name in rules.RULE_FILES.values()],
+            "scrape_configs": [{"job_name": T.AGENT_JOB, "static_configs": targets}],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
+        port = new_port()
+        prometheus_log = tmp / "prometheus.log"
+        processes.append(
+            _start(
+                [
+                    PROMETHEUS,
+                    f"--config.file={tmp / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp / 'tsdb'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                    "--log.level=warn",
+                ],
+                prometheus_log,
+            )
+        )
+        url = f"http://127.0.0.1:{port}"
+        wait_until(lambda: _ready(f"{url}/-/ready", processes[-1], prometheus_log), timeout=60, what="Prometheus")
+        for health, proc, log in demos:
+            wait_until(lambda: _ready(health, proc, log), timeout=60, what=f"{proc.args}")  # noqa: B023
+
+        result = Run(url, names, time.monotonic(), logs={"prometheus": prometheus_log})
+        result.logs.update({log.stem: log for _, _, log in demos})
+        expected = {name: CASES[name].expected for name in names}
+        deadline = result.started + DEADLINE
+        settle_until = result.started + SETTLE
+        while True:
+            now = time.monotonic()
+            for alert in _alerts(url):
+                if alert["state"] == "firing":
+                    labels = alert["labels"]
+                    seen = result.fired.setdefault(labels.get("cluster", ""), {})
+                    seen.setdefault(frozenset(labels.items()), round(now - result.started, 1))
+            all_fired = all(
+                any(e.matches(a) for a in result.firing(cluster))
+                for cluster, wanted in expected.items()
+                for e in wanted
+            )
+            if (all_fired and now >= settle_until) or now > deadline:
+                break
+            time.sleep(1)
+        result.at_end = _alerts(url)
+        result.duration = time.monotonic() - result.started
+        yield result
+    finally:
+        for proc in processes:
+            proc.terminate()
+        for proc in processes:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _collectors() -> list[str]:
+    from agent.registry import discover
+
+    return sorted(name for name, registered in discover().collectors.items() if registered.builtin)
+
+
+def _describe(run: Run, cluster: str) -> str:
+    fired = "\n".join(f"  {dict(labels)} (after {s} s)" for labels, s in run.fired.get(cluster, {}).items())
+    log = run.logs.get(f"demo-{cluster}")
+    tail = log.read_text()[-2000:] if log else ""
+    return f"fired in {cluster}:\n{fired or '  nothing'}\ndemo log tail:\n{tail}"
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_case_fires_its_alerts_and_no_others(run: Run, name: str) -> None:
+    if name not in run.scenarios:
+        pytest.skip(f"`lockstep demo --help` does not list scenario {CASES[name].demo!r} yet (the workload collectors)")
+    wanted = CASES[name].expected
+    fired = run.firing(name)
+    missing = [e for e in wanted if not any(e.matches(a) for a in fired)]
+    unexpected = [a for a in fired if not any(e.matches(a) for e in wanted)]
+    assert (missing, unexpected) == ([], []), _describe(run, name)
+    # Nothing else is on its way either: no other alert is pending at the end of the run.
+    pending = [
+        a["labels"]
+        for a in run.at_end
+        if a["labels"].get("cluster") == name and not any(e.matches(a["labels"]) for e in wanted)
+    ]
+    assert pending == [], _describe(run, name)
+
+
+@pytest.mark.real
+def test_no_alert_fires_outside_the_cases(run: Run) -> None:
+    """Every alert carries its case's cluster label (aggregations keep it)."""
+    assert set(run.fired) <= set(run.scenarios), {k: list(v) for k, v in run.fired.items()}
+
+
+def _needs_data(expr: str) -> bool:
+    """A query on the workload collectors' metrics returns data only once they are merged."""
+    pending = {name for name in WORKLOAD_CONTRACT if name not in declared_metrics()}
+    families = {"_".join(name.split("_")[:2]) + "_" for name in pending}  # lockstep_training_, ...
+    return not any(family in expr for family in families)
+
+
+def substitute(expr: str) -> str:
+    """The dashboards' variables as Grafana would fill them: every cluster and node, the simulated job."""
+    for variable, value in (("$__rate_interval", "1m"), ("$cluster", ".*"), ("$node", ".*"), ("$job_id", "4242")):
+        expr = expr.replace(variable, value)
+    return expr
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("title", sorted(checked_in()))
+def test_every_dashboard_query_runs_and_returns_data(run: Run, title: str) -> None:
+    dashboard = checked_in()[title]
+    problems = []
+    for panel, expr in panel_queries(dashboard):
+        answer = run.query(substitute(expr))
+        if answer["http_status"] != 200 or answer["status"] != "success":
+            problems.append(f"{panel}: {answer.get('error')} in {expr}")
+        elif not answer["data"]["result"] and _needs_data(expr):
+            problems.append(f"{panel}: no data for {substitute(expr)}")
+    for name, query in variable_queries(dashboard).items():
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
+        assert match, query
+        selector, label = substitute(match.group(1)), match.group(2)
+        status, body = http_get(
+            f"{run.prometheus}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}), timeout=30
+        )
+        if status != 200 or not json.loads(body)["data"]:
+            problems.append(f"variable {name}: no values for {query}")
+    assert problems == []
+
+
+@pytest.mark.real
+def test_report(run: Run) -> None:
+    """Not a check: prints when each alert fired and how long the run took (pytest -s shows it)."""
+    for cluster in run.scenarios:
+        for labels, seconds in sorted(run.fired.get(cluster, {}).items(), key=lambda item: item[1]):
+            print(f"e2e: {cluster}: {dict(labels)['alertname']} firing after {seconds} s")
+    print(f"e2e: {len(run.scenarios)} targets observed for {run.duration:.0f} s")
