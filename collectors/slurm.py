@@ -76,8 +76,9 @@ JOB_PROCESSES = MetricSpec("lockstep_slurm_job_processes", "gauge", "Processes o
 NODE_INFO = MetricSpec(
     "lockstep_slurm_node_info",
     "gauge",
-    "This node as slurmctld sees it; always 1. state is Slurm's (e.g. MIXED+DRAIN), reason the admin's.",
-    ("node", "state", "reason"),
+    "This node as slurmctld sees it; always 1. slurm_node is its Slurm name, state Slurm's (e.g. MIXED+DRAIN), "
+    "reason the admin's.",
+    ("slurm_node", "state", "reason"),
 )
 NODE_STATE = MetricSpec(
     "lockstep_slurm_node_state",

@@ -84,7 +84,7 @@ def test_cgroup_v2_environ_and_controller(tmp_path: Path, monkeypatch: pytest.Mo
     assert s[job("lockstep_slurm_job_cpu_seconds_total", "102")] == 5.0
     assert s[job("lockstep_slurm_job_oom_kills_total", "102")] == 0
     node = {
-        ("node", "node07"),
+        ("slurm_node", "node07"),
         ("state", "MIXED+DRAIN"),
         ("reason", "bad GPU 3: XID 79 [ops] [root@2026-11-21T23:24:27]"),
     }

@@ -119,7 +119,7 @@ def test_jobs_on_a_real_slurm(cluster: slurm_cluster.SlurmCluster) -> None:
         if cluster.cgroup_v1:
             assert s[("lockstep_slurm_job_memory_used_bytes", frozenset({("job_id", job_id)}))] > 0
     node = next(dict(labels) for name, labels in s if name == "lockstep_slurm_node_info")
-    assert (node["node"], node["state"]) == (cluster.node, "MIXED")
+    assert (node["slurm_node"], node["state"]) == (cluster.node, "MIXED")
 
     # GPUs: IDX 0-1 (the 2-GPU job) are gres.conf's 1st and 2nd files, /dev/nvidia2 and
     # /dev/nvidia0, i.e. the NVML GPUs with minor 2 (index 3) and 0 (index 2); the 1-GPU job's
