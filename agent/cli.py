@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -78,8 +79,12 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         "demo",
         parents=[shared],
         help="the agent on a simulated GPU node",
-        description="Run the agent on a simulated node. Scenarios: "
-        + "; ".join(f"{s.name}: {s.description}" for s in scenarios().values()),
+        description="Run the agent on a simulated node.\n\nscenarios:\n"
+        + "\n".join(
+            textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18}", subsequent_indent=" " * 20)
+            for s in scenarios().values()
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     demo.add_argument("--scenario", default="healthy", choices=sorted(scenarios()))
     demo.add_argument("--once", action="store_true", help="print one exposition and exit")
