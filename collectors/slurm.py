@@ -231,8 +231,9 @@ class SlurmCollector(Collector):
         opts = context.options
         self.node = opts.get("node_name") or os.uname().nodename.split(".")[0]
         self.gres_conf_path = opts.get("gres_conf") or ""
+        self.scontrol: Callable[[list[str], float], str] = context.fakes.get("scontrol", run_scontrol)
         self.controller = ControllerCache(
-            context.fakes.get("scontrol", run_scontrol),
+            self.scontrol,
             self.node,
             interval=opts.get("controller_interval", 120.0),
             timeout=opts.get("controller_timeout", 10.0),
@@ -307,13 +308,13 @@ class SlurmCollector(Collector):
     def jobs_from_listpids(self) -> dict[str, LocalJob]:
         """Nodes without job cgroups: ask the local slurmd (not slurmctld) for the jobs' pids."""
         try:
-            out = subprocess.run(["scontrol", "listpids"], capture_output=True, text=True, timeout=5, check=True).stdout
+            out = self.scontrol(["listpids"], 5.0)
         except (OSError, subprocess.SubprocessError):
             return {}
         jobs: dict[str, LocalJob] = {}
         for line in out.splitlines()[1:]:
             parts = line.split()
-            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit():
+            if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and not self._is_slurmstepd(int(parts[0])):
                 jobs.setdefault(parts[1], LocalJob(parts[1])).pids.add(int(parts[0]))
         return jobs
 

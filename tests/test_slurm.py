@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import stat
 import time
@@ -190,3 +191,25 @@ def test_gres_conf_order_and_ranges() -> None:
     )
     assert parse_gres_conf(text, "node07") == ["/dev/nvidia2", "/dev/nvidia0", "/dev/nvidia3", "/dev/nvidia1"]
     assert expand_brackets("n[01-03,10]") == ["n01", "n02", "n03", "n10"]
+
+
+def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """proctrack/linuxproc: no job cgroups; `scontrol listpids` (captured) names the jobs' pids."""
+    calls: list[list[str]] = []
+
+    def scontrol(args: list[str], timeout: float) -> str:
+        calls.append(args)
+        if args == ["listpids"]:
+            return (SLURM / "scontrol-listpids.txt").read_text()
+        raise OSError("no controller in this test")
+
+    collector = SlurmCollector(
+        dataclasses.replace(
+            context(proc=SLURM / "nocgroup" / "proc", sys_=SLURM / "nocgroup" / "sys", node_name="node07"),
+            fakes={"scontrol": scontrol},
+        )
+    )
+    s = samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    assert s[info("501", "erin", "nlp", "gpu", "eval")] == 1
+    assert s[job("lockstep_slurm_job_processes", "501")] == 2  # slurmstepd (10070) not counted
+    assert calls[0] == ["listpids"]
