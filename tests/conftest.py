@@ -12,8 +12,10 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from agent.collector import CollectorContext, Paths
@@ -34,6 +36,21 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
         for sample in family.samples:
             out[(sample.name, frozenset(sample.labels.items()))] = sample.value
     return out
+
+
+def collected(collector: Any) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of one collection round of a collector, rendered as a scrape would be."""
+    return samples(generate_latest(_Families(list(collector.collect()))).decode())
+
+
+class _Families:
+    """Just enough of a registry for prometheus_client's generate_latest."""
+
+    def __init__(self, families: list[Any]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Any]:
+        return self.families
 
 
 def value(text_or_samples: str | dict, name: str, **labels: str) -> float:

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from agent.collector import CollectorContext, NothingHere, Paths
 from agent.config import ConfigError, load_config
 from collectors.checkpoint import CheckpointCollector, final_name, parse_roots
-from tests.conftest import REPO, samples, wait_until
+from tests.conftest import REPO, collected, wait_until
 
 T = int(time.time()) - 100_000  # the tests' epoch: in the past, so real ctimes come after it
 MODES = ("inotify", "poll")
@@ -44,14 +43,6 @@ def write(path: Path, size: int, mtime: float) -> None:
     os.utime(path, (mtime, mtime))
 
 
-class _Families:
-    def __init__(self, families):  # type: ignore[no-untyped-def]
-        self.families = families
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        return self.families
-
-
 class Harness:
     """One collector on a temp rootfs, with a fake clock; reads back one root's metrics."""
 
@@ -67,7 +58,7 @@ class Harness:
         self.collector = CheckpointCollector(context)
 
     def scrape(self) -> dict:
-        return samples(generate_latest(_Families(list(self.collector.collect()))).decode())  # type: ignore[arg-type]
+        return collected(self.collector)
 
     def root(self, label: str) -> dict[str, Any]:
         """Every metric of one root: name (without the prefix) -> value; 'info' -> its labels."""

@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from agent.collector import CollectorContext, NothingHere, Paths
 from collectors.filesystem import FilesystemCollector, parse_lustre_stats, parse_mountinfo, parse_mountstats, unescape
-from tests.conftest import FIXTURES, samples, wait_until
+from tests.conftest import FIXTURES, collected, wait_until
 
 PROC = FIXTURES / "storage" / "proc"
 HOST = Path("/host")  # the fixture's rootfs: only the fake statvfs sees these paths
@@ -73,16 +72,8 @@ def make(
     return FilesystemCollector(context)
 
 
-class _Families:
-    def __init__(self, families):  # type: ignore[no-untyped-def]
-        self.families = families
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        return self.families
-
-
 def scrape(collector: FilesystemCollector) -> dict:
-    return samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    return collected(collector)
 
 
 def by_mount(s: dict, name: str) -> dict[str, float]:

@@ -13,7 +13,6 @@ from typing import Any
 
 import pynvml
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from agent.collector import CollectorContext, NothingHere, Paths
 from agent.config import Overrides, load_config
@@ -38,7 +37,7 @@ from agent.simulation.fake_nvml import (
 from agent.webconfig import WebConfig
 from collectors import gpu as gpu_module
 from collectors.gpu import GpuCollector
-from tests.conftest import lockstep, samples, wait_until
+from tests.conftest import collected, lockstep, samples, wait_until
 
 WALL_CLOCK = 1_800_000_000.0
 
@@ -61,17 +60,8 @@ def make(fake: FakeNvml, cls: type[GpuCollector] = FastGpuCollector, sysfs: Path
     return cls(context)
 
 
-class _Families:
-    def __init__(self, families):  # type: ignore[no-untyped-def]
-        self.families = families
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        return self.families
-
-
 def collect(collector: GpuCollector) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    text = generate_latest(_Families(list(collector.collect()))).decode()  # type: ignore[arg-type]
-    return samples(text)
+    return collected(collector)
 
 
 def of_gpu(s: dict, index: int) -> dict:

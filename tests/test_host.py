@@ -6,24 +6,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from collectors.host import HostCollector
-from tests.conftest import FIXTURES, context, samples
+from tests.conftest import FIXTURES, collected, context
 
 PROC = FIXTURES / "host" / "proc"
 
 
-class _Families:
-    def __init__(self, families):  # type: ignore[no-untyped-def]
-        self.families = families
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        return self.families
-
-
 def collect(proc: Path) -> dict:
-    return samples(generate_latest(_Families(list(HostCollector(context(proc=proc)).collect()))).decode())  # type: ignore[arg-type]
+    return collected(HostCollector(context(proc=proc)))
 
 
 def test_values_from_captured_proc() -> None:

@@ -17,12 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from agent import gpus
 from agent.collector import NothingHere
 from collectors.inference import InferenceCollector, engine_of, parse_target, parse_targets
-from tests.conftest import context, free_port, lockstep, samples, wait_until
+from tests.conftest import collected, context, free_port, lockstep, samples, wait_until
 
 VLLM = """\
 # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
@@ -254,11 +253,7 @@ def engines() -> Iterator[Engines]:
 
 
 def run(collector: InferenceCollector) -> dict:
-    class Families:
-        def collect(self):  # type: ignore[no-untyped-def]
-            return list(collector.collect())
-
-    return samples(generate_latest(Families()).decode())  # type: ignore[arg-type]
+    return collected(collector)
 
 
 def make(*targets: str, timeout: float = 2.0, discover: bool = False, proc: Path | None = None) -> InferenceCollector:

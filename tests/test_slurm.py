@@ -9,21 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from agent.collector import NothingHere
 from collectors.slurm import SlurmCollector, expand_brackets, parse_gres_conf
-from tests.conftest import FIXTURES, context, samples
+from tests.conftest import FIXTURES, collected, context
 
 SLURM = FIXTURES / "slurm"
-
-
-class _Families:
-    def __init__(self, families):  # type: ignore[no-untyped-def]
-        self.families = families
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        return self.families
 
 
 def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: float = 0) -> Path:
@@ -51,7 +42,7 @@ def collect(layout: str, **options: object) -> dict:
     collector = SlurmCollector(
         context(proc=SLURM / layout / "proc", sys_=SLURM / layout / "sys", node_name="node07", **options)
     )
-    return samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    return collected(collector)
 
 
 def info(job_id: str, user: str, account: str, partition: str, name: str, array_job: str = "", task: str = "") -> tuple:
@@ -150,13 +141,13 @@ def test_slow_controller_never_stalls_a_round(tmp_path: Path, monkeypatch: pytes
         )
     )
     started = time.monotonic()
-    s = samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    s = collected(collector)
     assert time.monotonic() - started < 5  # waited 0.2 s, not 30
     assert s[info("101", "alice", "llm", "gpu", "pretrain 70b")] == 1  # local data still there
     assert not [k for k in s if k[0] == "lockstep_slurm_job_info" and ("job_id", "102") in k[1]]
     assert s[job("lockstep_slurm_job_cpu_seconds_total", "102")] == 5.0
     collector.controller.refreshed.wait(10)  # the timed-out calls are counted as failures
-    s = samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    s = collected(collector)
     failures = "lockstep_slurm_controller_failures_total"
     assert s[(failures, frozenset({("command", "scontrol show job")}))] == 1
     assert s[(failures, frozenset({("command", "scontrol show node")}))] == 1
@@ -209,7 +200,7 @@ def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypa
             fakes={"scontrol": scontrol},
         )
     )
-    s = samples(generate_latest(_Families(list(collector.collect()))).decode())  # type: ignore[arg-type]
+    s = collected(collector)
     assert s[info("501", "erin", "nlp", "gpu", "eval")] == 1
     assert s[job("lockstep_slurm_job_processes", "501")] == 2  # slurmstepd (10070) not counted
     assert calls[0] == ["listpids"]

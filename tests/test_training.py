@@ -13,12 +13,11 @@ import threading
 from pathlib import Path
 
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from agent.collector import CollectorContext, NothingHere, Paths
 from collectors.training import PENDING_STEP_FLUSH_SECONDS, TrainingCollector
 from collectors.training_emitter import step_lines
-from tests.conftest import context, lockstep, samples
+from tests.conftest import collected, context, lockstep, samples
 
 
 def make(*globs: Path | str, start_at: str = "beginning", idle_timeout: float = 600.0) -> TrainingCollector:
@@ -26,11 +25,7 @@ def make(*globs: Path | str, start_at: str = "beginning", idle_timeout: float = 
 
 
 def run(collector: TrainingCollector) -> dict:
-    class Families:
-        def collect(self):  # type: ignore[no-untyped-def]
-            return list(collector.collect())
-
-    return samples(generate_latest(Families()).decode())  # type: ignore[arg-type]
+    return collected(collector)
 
 
 def rank(s: dict, name: str, rank: int, job: str = "7", host: str = "h") -> float:

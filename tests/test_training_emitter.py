@@ -11,12 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
-from prometheus_client.exposition import generate_latest
 
 from collectors import training_emitter
 from collectors.training import TrainingCollector
 from collectors.training_emitter import StepLog, StepTimer, format_timestamp
-from tests.conftest import context, samples
+from tests.conftest import collected, context
 
 MODULE = Path(training_emitter.__file__)
 
@@ -109,11 +108,7 @@ def test_a_copy_of_the_file_works_without_lockstep_and_the_collector_reads_it(tm
         context(logs=(str(tmp_path / "logs" / "rank-*.metrics.jsonl"),), start_at="beginning", idle_timeout=600.0)
     )
 
-    class Families:
-        def collect(self):  # type: ignore[no-untyped-def]
-            return list(collector.collect())
-
-    s = samples(generate_latest(Families()).decode())  # type: ignore[arg-type]
+    s = collected(collector)
     collector.close()
     labels = frozenset({"job_id": "31", "rank": "2", "host": "n1"}.items())
     assert s[("lockstep_training_steps_total", labels)] == 3
