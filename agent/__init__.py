@@ -1,3 +1,1 @@
-"""Lockstep: a per-node observability agent for AI/GPU clusters."""
-
-__version__ = "0.1.0"
+"""The agent daemon: config, collector registry and scheduler, exporter, HTTP server, events, CLI."""

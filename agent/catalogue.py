@@ -1,6 +1,6 @@
 """The metric catalogue: every declared metric, rendered as docs/metrics.md.
 
-Regenerate with ``python -m agent.catalogue --write``; a test fails when the checked-in
+Regenerate with ``python -m lockstep.agent.catalogue --write``; a test fails when the checked-in
 file differs from what the declarations produce.
 """
 
@@ -10,9 +10,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from agent.collector import MetricSpec
-from agent.exporter import SELF_METRICS
-from agent.registry import discover
+from lockstep.agent.collector import MetricSpec
+from lockstep.agent.exporter import SELF_METRICS
+from lockstep.agent.registry import discover
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 
@@ -30,7 +30,7 @@ def render() -> str:
     lines = [
         "# Metric catalogue",
         "",
-        "Generated from the metric declarations by `python -m agent.catalogue --write`; do not edit by hand.",
+        "Generated from the metric declarations by `python -m lockstep.agent.catalogue --write`; do not edit by hand.",
         "Every name here is emitted by the agent, and every name the agent emits is here (a test checks both).",
         "",
     ]

@@ -16,14 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agent import __version__
-from agent.collector import Collector, CollectorContext, NothingHere, describe_error
-from agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
-from agent.daemon import Agent, Setup, serve
-from agent.logs import collector_logger, setup_logging
-from agent.registry import Discovery, discover
-from agent.scheduler import HEALTHY_STATES
-from agent.webconfig import WebConfig, WebConfigError, load_web_config
+from lockstep import __version__
+from lockstep.agent.collector import Collector, CollectorContext, NothingHere, describe_error
+from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
+from lockstep.agent.daemon import Agent, Setup, serve
+from lockstep.agent.logs import collector_logger, setup_logging
+from lockstep.agent.registry import Discovery, discover
+from lockstep.agent.scheduler import HEALTHY_STATES
+from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
 
 
 def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
@@ -73,7 +73,7 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         "once", parents=[shared], help="one collection round, exposition to stdout; exit 1 if a collector failed"
     )
     commands.add_parser("doctor", parents=[shared], help="which collectors can run on this machine, and why not")
-    from agent.simulation import scenarios
+    from lockstep.simulation import scenarios
 
     demo = commands.add_parser(
         "demo",
@@ -193,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim_paths: dict[str, str] = {}
     node = None
     if args.command == "demo":
-        from agent.simulation import temporary_node
+        from lockstep.simulation import temporary_node
 
         # The simulated node has data for the built-in collectors only.
         available = {name: r.cls for name, r in discovery.collectors.items() if r.builtin}
@@ -234,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def config_check(path: Path, discovery: Discovery) -> int:
-    from agent.config import load_config
+    from lockstep.agent.config import load_config
 
     available = {name: r.cls for name, r in discovery.collectors.items()}
     try:

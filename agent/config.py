@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.collector import Collector, Paths
-from agent.yamlfile import LineDict, YamlFileError, load_yaml_file
+from lockstep.agent.collector import Collector, Paths
+from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 
 # Outside Prometheus' exporter port range 9100-9999 (fully allocated, so any pick there
 # collides with some exporter, e.g. node_exporter 9100, dcgm-exporter 9400) and below the

@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.collector import Collector, CollectorContext
-from agent.config import Config, ConfigError, Overrides, load_config
-from agent.exporter import SnapshotExporter
-from agent.hotplug import HotplugMonitor
-from agent.logs import collector_logger, setup_logging
-from agent.scheduler import State, Worker, WorkerView
-from agent.sdnotify import Notifier
-from agent.server import AgentHTTPServer, make_server
-from agent.webconfig import WebConfig, WebConfigError, load_web_config
+from lockstep.agent.collector import Collector, CollectorContext
+from lockstep.agent.config import Config, ConfigError, Overrides, load_config
+from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.hotplug import HotplugMonitor
+from lockstep.agent.logs import collector_logger, setup_logging
+from lockstep.agent.scheduler import State, Worker, WorkerView
+from lockstep.agent.sdnotify import Notifier
+from lockstep.agent.server import AgentHTTPServer, make_server
+from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger("lockstep.agent")
 

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterable, Iterator
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
-from agent import __version__
-from agent.collector import MetricSpec
-from agent.scheduler import HEALTHY_STATES, State, WorkerView
+from lockstep import __version__
+from lockstep.agent.collector import MetricSpec
+from lockstep.agent.scheduler import HEALTHY_STATES, State, WorkerView
 
 BUILD_INFO = MetricSpec("lockstep_build_info", "gauge", "The running Lockstep agent's version; always 1.", ("version",))
 COLLECTOR_UP = MetricSpec(

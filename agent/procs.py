@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.files import read_text
+from lockstep.agent.files import read_text
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 _SLURM_JOB_IN_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 
-from agent.collector import Collector
+from lockstep.agent.collector import Collector
 
 ENTRY_POINT_GROUP = "lockstep.collectors"
 BUILTIN_DISTRIBUTION = "lockstep"
@@ -49,7 +49,7 @@ def discover() -> Discovery:
             problems.append(f"{where}: cannot be loaded: {type(exc).__name__}: {exc}")
             continue
         if not (isinstance(cls, type) and issubclass(cls, Collector)):
-            problems.append(f"{where}: is not a subclass of agent.collector.Collector")
+            problems.append(f"{where}: is not a subclass of lockstep.agent.collector.Collector")
             continue
         if getattr(cls, "name", None) != ep.name:
             problems.append(f"{where}: its class says name={getattr(cls, 'name', None)!r}; they must match")

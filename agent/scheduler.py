@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, NothingHere, describe_error
+from lockstep.agent.collector import Collector, NothingHere, describe_error
 
 
 class State(enum.Enum):

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from agent import __version__
-from agent.config import parse_listen
-from agent.exporter import SnapshotExporter
-from agent.webconfig import WebConfig
+from lockstep import __version__
+from lockstep.agent.config import parse_listen
+from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.webconfig import WebConfig
 
 log = logging.getLogger("lockstep.http")
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import bcrypt
 
-from agent.yamlfile import LineDict, YamlFileError, load_yaml_file
+from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 
 _TLS_VERSIONS = {
     "TLS10": ssl.TLSVersion.TLSv1,

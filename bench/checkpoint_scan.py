@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.collector import CollectorContext, Paths  # noqa: E402
-from collectors.checkpoint import CheckpointCollector, parse_roots  # noqa: E402
+from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
+from lockstep.collectors.checkpoint import CheckpointCollector, parse_roots  # noqa: E402
 
 
 def main() -> int:

@@ -34,9 +34,9 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
-from agent.collector import CollectorContext, Paths
-from agent.simulation.fabric import bench_tree
-from collectors.infiniband import InfinibandCollector
+from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.collectors.infiniband import InfinibandCollector
+from lockstep.simulation.fabric import bench_tree
 
 
 def free_port() -> int:

@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.collector import CollectorContext, Paths  # noqa: E402
-from agent.simulation.fake_nvml import FakeNvml  # noqa: E402
-from agent.simulation.gpu import node_spec  # noqa: E402
-from collectors.gpu import GpuCollector  # noqa: E402
+from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
+from lockstep.collectors.gpu import GpuCollector  # noqa: E402
+from lockstep.simulation.fake_nvml import FakeNvml  # noqa: E402
+from lockstep.simulation.gpu import node_spec  # noqa: E402
 
 TARGET = 12
 

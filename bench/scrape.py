@@ -40,7 +40,7 @@ def main() -> int:
     port = free_port()
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yml"
-        from agent.registry import discover
+        from lockstep.agent.registry import discover
 
         builtin = sorted(n for n, r in discover().collectors.items() if r.builtin)
         config.write_text(
@@ -48,7 +48,7 @@ def main() -> int:
             + "".join(f"  {name}:\n    interval: {args.interval}\n" for name in builtin)
         )
         agent = subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", "demo", "--scenario", args.scenario, "--config", str(config),
+            [sys.executable, "-m", "lockstep.agent.cli", "demo", "--scenario", args.scenario, "--config", str(config),
              "--listen", f"127.0.0.1:{port}"],
         )  # fmt: skip
         try:

@@ -28,7 +28,7 @@ from tests.test_slurm_real import AS_USER  # noqa: E402
 def measure(cluster: slurm_cluster.SlurmCluster, minutes: float, user: str | None) -> None:
     """Run the agent; print its slurmctld RPCs in its first 30 s, then per minute in steady state."""
     args = ["run", "--collector.disable-defaults", "--collector.slurm", "--listen", "127.0.0.1:0"]
-    command = [sys.executable, "-m", "agent.cli", *args, "--log.level", "error"]
+    command = [sys.executable, "-m", "lockstep.agent.cli", *args, "--log.level", "error"]
     if user is not None:
         command = [sys.executable, "-c", AS_USER, user, *args, "--log.level", "error"]
     label = "as root" if user is None else f"unprivileged ({user})"

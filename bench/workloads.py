@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.collector import CollectorContext, Paths  # noqa: E402
-from agent.simulation.workloads import vllm_exposition  # noqa: E402
-from collectors.inference import InferenceCollector, parse_targets  # noqa: E402
-from collectors.training import TrainingCollector  # noqa: E402
-from collectors.training_emitter import step_lines  # noqa: E402
+from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
+from lockstep.collectors.inference import InferenceCollector, parse_targets  # noqa: E402
+from lockstep.collectors.training import TrainingCollector  # noqa: E402
+from lockstep.emitter import step_lines  # noqa: E402
+from lockstep.simulation.workloads import vllm_exposition  # noqa: E402
 
 
 def timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]

@@ -39,9 +39,9 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
-from agent.config import parse_choice, parse_duration, parse_positive_int, parse_string
-from agent.files import read_text
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
+from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string
+from lockstep.agent.files import read_text
 
 INFO = MetricSpec(
     "lockstep_checkpoint_info",
@@ -426,7 +426,7 @@ class CheckpointCollector(Collector):
 
     def _mount_fstype(self, label: str) -> str | None:
         """The filesystem type the host path is on, from the mount table (longest mountpoint)."""
-        from collectors.filesystem import parse_mountinfo  # the same table the filesystem collector reads
+        from lockstep.collectors.filesystem import parse_mountinfo  # the same table the filesystem collector reads
 
         for name in ("1", "self"):
             try:

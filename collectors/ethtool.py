@@ -36,10 +36,10 @@ from typing import Any, Protocol
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
-from agent.config import parse_bool, parse_string_list
-from agent.files import read_text
-from collectors.infiniband import rdma_netdevs
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.config import parse_bool, parse_string_list
+from lockstep.agent.files import read_text
+from lockstep.collectors.infiniband import rdma_netdevs
 
 # --- the ioctl reader ---
 

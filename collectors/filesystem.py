@@ -31,9 +31,9 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
-from agent.config import parse_duration, parse_positive_int, parse_string_list
-from agent.files import read_text
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
+from lockstep.agent.config import parse_duration, parse_positive_int, parse_string_list
+from lockstep.agent.files import read_text
 
 _MOUNT = ("mountpoint", "fstype")
 

@@ -38,11 +38,11 @@ from typing import Any
 import pynvml
 from prometheus_client.core import Metric
 
-from agent import gpus
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
-from agent.config import parse_string
-from agent.files import read_text
-from agent.gpus import GpuProcess, MigDevice, PublishedGpu
+from lockstep.agent import gpus
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.config import parse_string
+from lockstep.agent.files import read_text
+from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
 
 GPU = ("gpu", "uuid")
 LINK = ("gpu", "uuid", "link")
@@ -436,7 +436,7 @@ class Session:
 
 def parse_fake_nvml(value: Any) -> Any:
     """The fake NVML spec file: loaded and checked when the config is (errors name file:line)."""
-    from agent.simulation.fake_nvml import FakeSpecError, load_spec  # only when asked for
+    from lockstep.simulation.fake_nvml import FakeSpecError, load_spec  # only when asked for
 
     try:
         return load_spec(parse_string(value))
@@ -538,7 +538,7 @@ class GpuCollector(Collector):
         spec = self.context.options.get("fake_nvml")
         if spec is not None:
             if self._own_fake is None:
-                from agent.simulation.fake_nvml import FakeNvml
+                from lockstep.simulation.fake_nvml import FakeNvml
 
                 self._own_fake = FakeNvml(spec, real_time=True)
             return self._own_fake

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, MetricSpec
-from agent.files import read_text
+from lockstep.agent.collector import Collector, MetricSpec
+from lockstep.agent.files import read_text
 
 CPU_SECONDS = MetricSpec(
     "lockstep_host_cpu_seconds_total",

@@ -43,10 +43,11 @@ from prometheus_client.core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.utils import floatToGoString
 
-from agent import __version__, gpus
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
-from agent.config import parse_bool, parse_duration, parse_string_list
-from agent.procs import (
+from lockstep import __version__
+from lockstep.agent import gpus
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
+from lockstep.agent.config import parse_bool, parse_duration, parse_string_list
+from lockstep.agent.procs import (
     Process,
     cmdline,
     descendants,

@@ -36,8 +36,8 @@ from typing import NamedTuple
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere
-from agent.files import read_text
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere
+from lockstep.agent.files import read_text
 
 LABELS = ("device", "port")
 
@@ -311,7 +311,7 @@ def _read_at(directory: int, name: str) -> bytes:
     The hot path of a round (hundreds of files): opening relative to the directory spares
     the kernel the walk down the whole path, and one read is enough because sysfs hands
     over an attribute (at most a page) whole in the first read.  Together a quarter faster
-    than ``agent.files.read_text`` on the benchmark tree; discovery uses read_text.
+    than ``lockstep.agent.files.read_text`` on the benchmark tree; discovery uses read_text.
     """
     fd = os.open(name, os.O_RDONLY, dir_fd=directory)
     try:

@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import Metric
 
-from agent import gpus
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
-from agent.config import parse_duration, parse_path, parse_string_list
-from agent.files import read_text
+from lockstep.agent import gpus
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.config import parse_duration, parse_path, parse_string_list
+from lockstep.agent.files import read_text
 
 if TYPE_CHECKING:
-    from collectors.podresources.api_pb2 import ListPodResourcesResponse
+    from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
 
 POD_GPU_INFO = MetricSpec(
     "lockstep_k8s_pod_gpu_info",
@@ -75,7 +75,7 @@ def list_pod_resources(socket: Path, timeout: float) -> ListPodResourcesResponse
     """One List call to the kubelet on ``socket``, bounded by ``timeout`` seconds."""
     import grpc  # imported here: a tenth of a second that `lockstep --help` need not pay
 
-    from collectors.podresources import api_pb2, api_pb2_grpc
+    from lockstep.collectors.podresources import api_pb2, api_pb2_grpc
 
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
     # A fresh channel per call: nothing keeps reconnecting in the background between calls.

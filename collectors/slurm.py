@@ -34,10 +34,10 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from agent import gpus as agent_gpus
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
-from agent.config import parse_duration, parse_string
-from agent.files import read_text
+from lockstep.agent import gpus as agent_gpus
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.config import parse_duration, parse_string
+from lockstep.agent.files import read_text
 
 JOB_INFO = MetricSpec(
     "lockstep_slurm_job_info",

@@ -1,7 +1,7 @@
 """Training collector: per-rank step telemetry from the ranks' JSON-lines metric logs.
 
 Each rank of a training job appends records to its own log (the format of
-collectors/training_emitter.py and of docs/workloads.md): one JSON object per line, one
+lockstep/emitter.py and of docs/workloads.md): one JSON object per line, one
 metric per line, e.g. ``{"ts": "...", "job_id": "4242", "rank": 3, "host": "node001",
 "step": 120, "metric": "compute_time_sec", "value": 1.3}``.  This collector follows the
 files matching ``--training.logs`` globs (agent/tail.py: watchdog events plus a sweep
@@ -40,9 +40,9 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
-from agent.config import parse_choice, parse_duration, parse_string_list
-from agent.tail import DirectoryWatcher, FileFollower, FileId, Line
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.config import parse_choice, parse_duration, parse_string_list
+from lockstep.agent.tail import DirectoryWatcher, FileFollower, FileId, Line
 
 LABELS = ("job_id", "rank", "host")
 

@@ -18,11 +18,11 @@ import pytest
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agent.collector import CollectorContext, Paths
+from lockstep.agent.collector import CollectorContext, Paths
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
-LOCKSTEP = [sys.executable, "-m", "agent.cli"]
+LOCKSTEP = [sys.executable, "-m", "lockstep.agent.cli"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

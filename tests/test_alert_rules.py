@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.catalogue import declared
 from alerts import rules
 from alerts import thresholds as T
 from alerts.__main__ import stale_files
 from dashboards.build import boards
+from lockstep.agent.catalogue import declared
 from tests.conftest import REPO, require_promtool
 
 # The alert names on-call routes on (issue 8): part of the product, never renamed silently.

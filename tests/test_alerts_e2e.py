@@ -38,9 +38,9 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.simulation.storage import EPOCH
 from alerts import rules
 from alerts import thresholds as T
+from lockstep.simulation.storage import EPOCH
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, lockstep, require_real, wait_until
 from tests.test_alert_rules import WORKLOAD_CONTRACT, declared_metrics
 from tests.test_dashboards import checked_in, panel_queries, variable_queries
@@ -267,7 +267,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 
 def _collectors() -> list[str]:
-    from agent.registry import discover
+    from lockstep.agent.registry import discover
 
     return sorted(name for name, registered in discover().collectors.items() if registered.builtin)
 

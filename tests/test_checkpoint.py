@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from agent.collector import CollectorContext, NothingHere, Paths
-from agent.config import ConfigError, load_config
-from collectors.checkpoint import CheckpointCollector, final_name, parse_roots
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.agent.config import ConfigError, load_config
+from lockstep.collectors.checkpoint import CheckpointCollector, final_name, parse_roots
 from tests.conftest import REPO, collected, wait_until
 
 T = int(time.time()) - 100_000  # the tests' epoch: in the past, so real ctimes come after it
@@ -330,8 +330,8 @@ def test_permission_denied_is_reported(tmp_path: Path) -> None:
 import logging, os, sys
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
-from agent.collector import CollectorContext, Paths
-from collectors.checkpoint import CheckpointCollector, parse_roots
+from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.collectors.checkpoint import CheckpointCollector, parse_roots
 logging.basicConfig()
 options = {{"roots": parse_roots([{{"path": "/ckpt", "watch": "poll"}}])}}
 c = CheckpointCollector(CollectorContext(Paths(rootfs=Path({str(tmp_path)!r})),
@@ -430,8 +430,8 @@ def test_roots_config_schema_and_errors(tmp_path: Path) -> None:
 
 def test_simulated_node_saves_every_ten_minutes(tmp_path: Path, harnesses: list[Harness]) -> None:
     """The demo's checkpoint root, moved along in simulated time: a save starts, then completes."""
-    from agent.simulation import SimulatedNode
-    from agent.simulation.storage import EPOCH
+    from lockstep.simulation import SimulatedNode
+    from lockstep.simulation.storage import EPOCH
 
     node = SimulatedNode(tmp_path, "healthy")
     context = CollectorContext(

@@ -68,7 +68,7 @@ PLUGIN = {
         example = "lockstep_example:ExampleCollector"
     """,
     "lockstep_example.py": """
-        from agent.collector import Collector, MetricSpec
+        from lockstep.agent.collector import Collector, MetricSpec
         ANSWER = MetricSpec("lockstep_example_answer", "gauge", "The answer.", ("source",))
         class ExampleCollector(Collector):
             name = "example"

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli import build_parser, overrides_from
-from agent.collector import Collector, Option
-from agent.config import (
+from lockstep.agent.cli import build_parser, overrides_from
+from lockstep.agent.collector import Collector, Option
+from lockstep.agent.config import (
     Config,
     ConfigError,
     Overrides,
@@ -17,8 +17,8 @@ from agent.config import (
     parse_listen,
     parse_string_list,
 )
-from agent.registry import Discovery, Registered
-from collectors.host import HostCollector
+from lockstep.agent.registry import Discovery, Registered
+from lockstep.collectors.host import HostCollector
 from tests.conftest import lockstep
 
 AVAILABLE = {"host": HostCollector}

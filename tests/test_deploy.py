@@ -18,9 +18,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from agent import __version__
-from agent.cli import build_parser
-from agent.registry import discover
+from lockstep import __version__
+from lockstep.agent.cli import build_parser
+from lockstep.agent.registry import discover
 from tests.conftest import REPO, lockstep, require_real
 
 DEPLOY = REPO / "deploy"

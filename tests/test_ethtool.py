@@ -20,11 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.collector import CollectorContext, NothingHere
-from agent.config import Overrides, load_config
-from agent.daemon import Agent, Setup
-from agent.webconfig import WebConfig
-from collectors.ethtool import DriverInfo, EthtoolCollector, IoctlStatsReader, is_per_queue
+from lockstep.agent.collector import CollectorContext, NothingHere
+from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.webconfig import WebConfig
+from lockstep.collectors.ethtool import DriverInfo, EthtoolCollector, IoctlStatsReader, is_per_queue
 from tests.conftest import FIXTURES, REPO, context, lockstep, require_real, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"
@@ -268,7 +268,7 @@ def test_ioctl_reader_equals_ethtool_in_a_network_namespace(netns_veth: tuple[st
     namespace, interface = netns_veth
     ns = ["ip", "netns", "exec", namespace]
     script = (
-        "import json, sys; from collectors.ethtool import IoctlStatsReader; r = IoctlStatsReader(); "
+        "import json, sys; from lockstep.collectors.ethtool import IoctlStatsReader; r = IoctlStatsReader(); "
         "i = r.driver_info(sys.argv[1]); "
         "print(json.dumps([[i.driver, i.version, i.firmware_version, i.bus_info], r.statistics(sys.argv[1])]))"
     )
@@ -293,7 +293,7 @@ def test_lockstep_once_in_a_network_namespace_matches_ethtool(netns_veth: tuple[
     ns = ["ip", "netns", "exec", namespace]
     args = ["once", "--config", str(config), "--collector.disable-defaults", "--collector.ethtool"]
     result = subprocess.run(
-        [*ns, sys.executable, "-m", "agent.cli", *args, "--ethtool.statistic", "*"],
+        [*ns, sys.executable, "-m", "lockstep.agent.cli", *args, "--ethtool.statistic", "*"],
         capture_output=True,
         text=True,
         cwd=REPO,

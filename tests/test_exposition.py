@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent import catalogue
-from agent.simulation import scenarios
+from lockstep.agent import catalogue
+from lockstep.simulation import scenarios
 from tests.conftest import lockstep, names, require_promtool
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -52,7 +52,7 @@ def test_promtool_check_metrics_is_silent(scenario: str) -> None:
 
 def test_catalogue_doc_is_up_to_date() -> None:
     assert catalogue.DOC.read_text() == catalogue.render(), (
-        "docs/metrics.md is stale: python -m agent.catalogue --write"
+        "docs/metrics.md is stale: python -m lockstep.agent.catalogue --write"
     )
 
 

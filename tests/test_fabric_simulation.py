@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.collector import Collector, CollectorContext
-from agent.simulation import SimulatedNode, temporary_node
-from collectors.ethtool import EthtoolCollector
-from collectors.infiniband import InfinibandCollector
+from lockstep.agent.collector import Collector, CollectorContext
+from lockstep.collectors.ethtool import EthtoolCollector
+from lockstep.collectors.infiniband import InfinibandCollector
+from lockstep.simulation import SimulatedNode, temporary_node
 
 
 @pytest.fixture

@@ -16,8 +16,14 @@ from typing import Any
 
 import pytest
 
-from agent.collector import CollectorContext, NothingHere, Paths
-from collectors.filesystem import FilesystemCollector, parse_lustre_stats, parse_mountinfo, parse_mountstats, unescape
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.collectors.filesystem import (
+    FilesystemCollector,
+    parse_lustre_stats,
+    parse_mountinfo,
+    parse_mountstats,
+    unescape,
+)
 from tests.conftest import FIXTURES, collected, wait_until
 
 PROC = FIXTURES / "storage" / "proc"

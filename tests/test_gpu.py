@@ -14,13 +14,16 @@ from typing import Any
 import pynvml
 import pytest
 
-from agent.collector import CollectorContext, NothingHere, Paths
-from agent.config import Overrides, load_config
-from agent.daemon import Agent, Setup
-from agent.gpus import GpuProcess, MigDevice
-from agent.gpus import published as published_gpus
-from agent.simulation import gpu as sim_gpu
-from agent.simulation.fake_nvml import (
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.gpus import GpuProcess, MigDevice
+from lockstep.agent.gpus import published as published_gpus
+from lockstep.agent.webconfig import WebConfig
+from lockstep.collectors import gpu as gpu_module
+from lockstep.collectors.gpu import GpuCollector
+from lockstep.simulation import gpu as sim_gpu
+from lockstep.simulation.fake_nvml import (
     MIB,
     FakeNvml,
     FakeSpec,
@@ -34,9 +37,6 @@ from agent.simulation.fake_nvml import (
     parse_spec,
     with_defaults,
 )
-from agent.webconfig import WebConfig
-from collectors import gpu as gpu_module
-from collectors.gpu import GpuCollector
 from tests.conftest import collected, lockstep, samples, wait_until
 
 WALL_CLOCK = 1_800_000_000.0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from collectors.host import HostCollector
+from lockstep.collectors.host import HostCollector
 from tests.conftest import FIXTURES, collected, context
 
 PROC = FIXTURES / "host" / "proc"

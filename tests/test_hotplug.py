@@ -10,10 +10,10 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, MetricSpec
-from agent.config import Overrides, load_config
-from agent.daemon import Agent, Setup
-from agent.webconfig import WebConfig
+from lockstep.agent.collector import Collector, MetricSpec
+from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.webconfig import WebConfig
 from tests.conftest import require_real, wait_until
 
 SEEN = MetricSpec("lockstep_netwatch_runs", "gauge", "Runs so far.")

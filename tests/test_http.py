@@ -18,10 +18,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agent.exporter import SnapshotExporter
-from agent.scheduler import State, WorkerView
-from agent.server import AgentHTTPServer, make_server
-from agent.webconfig import WebConfig, WebConfigError, load_web_config
+from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.scheduler import State, WorkerView
+from lockstep.agent.server import AgentHTTPServer, make_server
+from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
 
 VIEW = WorkerView("toy", State.OK, "", 0.01, 1.7e9, 0, 3, 0.002, None)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import gpus
-from agent.collector import NothingHere
-from collectors.inference import InferenceCollector, engine_of, parse_target, parse_targets
+from lockstep.agent import gpus
+from lockstep.agent.collector import NothingHere
+from lockstep.collectors.inference import InferenceCollector, engine_of, parse_target, parse_targets
 from tests.conftest import collected, context, free_port, lockstep, samples, wait_until
 
 VLLM = """\

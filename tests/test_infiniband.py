@@ -23,11 +23,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.collector import NothingHere
-from agent.config import Overrides, load_config
-from agent.daemon import Agent, Setup
-from agent.webconfig import WebConfig
-from collectors.infiniband import InfinibandCollector, parse_rate, parse_state, rdma_netdevs
+from lockstep.agent.collector import NothingHere
+from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.webconfig import WebConfig
+from lockstep.collectors.infiniband import InfinibandCollector, parse_rate, parse_state, rdma_netdevs
 from tests.conftest import FIXTURES, REPO, context, require_real, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"
@@ -264,7 +264,7 @@ def test_kernel_errnos_skip_one_counter() -> None:
         (counters / "symbol_error").chmod(0o400)
         script = (
             "import json, sys; from pathlib import Path; from tests.conftest import context; "
-            "from collectors.infiniband import InfinibandCollector; "
+            "from lockstep.collectors.infiniband import InfinibandCollector; "
             "c = InfinibandCollector(context(sys_=Path(sys.argv[1]))); "
             "print(json.dumps({s.name: s.value for f in c.collect() for s in f.samples "
             "if s.labels.get('device') == 'mlx5_0' and 'counter' not in s.labels}))"

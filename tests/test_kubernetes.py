@@ -18,12 +18,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from agent import gpus
-from agent.collector import CollectorContext, NothingHere, Paths
-from collectors.kubernetes import KubernetesCollector, PodResourcesError
-from collectors.podresources import api_pb2 as pb
-from collectors.podresources import api_pb2_grpc
-from collectors.podresources.generate import GENERATED, generate
+from lockstep.agent import gpus
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.collectors.kubernetes import KubernetesCollector, PodResourcesError
+from lockstep.collectors.podresources import api_pb2 as pb
+from lockstep.collectors.podresources import api_pb2_grpc
+from lockstep.collectors.podresources.generate import GENERATED, generate
 from tests.conftest import FIXTURES, LOCKSTEP, REPO, context, lockstep, samples
 
 INFO = "lockstep_k8s_pod_gpu_info"
@@ -214,9 +214,9 @@ def test_permission_denied_says_who_may_connect() -> None:
     directory.chmod(0o755)  # reachable by anyone; only the socket's own mode keeps others out
     script = (
         "import os, sys; from pathlib import Path; "
-        "from collectors.kubernetes import list_pod_resources, PodResourcesError\n"
+        "from lockstep.collectors.kubernetes import list_pod_resources, PodResourcesError\n"
         # Everything imported while still root: the interpreter's files need not be readable by nobody.
-        "import grpc, collectors.podresources.api_pb2_grpc\n"
+        "import grpc, lockstep.collectors.podresources.api_pb2_grpc\n"
         "os.setgid(65534); os.setuid(65534)\n"
         "try: list_pod_resources(Path(sys.argv[1]), 5)\n"
         "except PodResourcesError as e: print(e)\n"
@@ -275,12 +275,12 @@ def test_checked_in_generated_code_matches_the_proto(tmp_path: Path) -> None:
     for path in generated:
         assert path.read_text() == (checked_in / path.name).read_text(), (
             f"collectors/podresources/{path.name} differs from what api.proto generates: "
-            "python -m collectors.podresources.generate"
+            "python -m lockstep.collectors.podresources.generate"
         )
     assert sorted(p.name for p in generated) == sorted(GENERATED)
 
 
 def test_lockstep_help_does_not_import_grpc() -> None:
-    code = "import sys; from agent.registry import discover; discover(); print('grpc' in sys.modules)"
+    code = "import sys; from lockstep.agent.registry import discover; discover(); print('grpc' in sys.modules)"
     result = subprocess.run([*LOCKSTEP[:1], "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.stdout.strip() == "False", result.stderr

@@ -9,9 +9,9 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from agent.collector import Collector, MetricSpec, NothingHere
-from agent.exporter import SnapshotExporter
-from agent.scheduler import State, Worker
+from lockstep.agent.collector import Collector, MetricSpec, NothingHere
+from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.scheduler import State, Worker
 from tests.conftest import context, samples, wait_until
 
 TOY = MetricSpec("lockstep_toy_value", "gauge", "A toy value.")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.collector import NothingHere
-from collectors.slurm import SlurmCollector, expand_brackets, parse_gres_conf
+from lockstep.agent.collector import NothingHere
+from lockstep.collectors.slurm import SlurmCollector, expand_brackets, parse_gres_conf
 from tests.conftest import FIXTURES, collected, context
 
 SLURM = FIXTURES / "slurm"

@@ -32,13 +32,13 @@ def cluster() -> Iterator[slurm_cluster.SlurmCluster]:
 AS_USER = """
 import os, pwd, sys
 import encodings.idna  # the HTTP server's getfqdn needs it
-import agent.cli, agent.registry, agent.simulation.fake_nvml, collectors.slurm, pynvml
-agent.cli.build_parser(agent.registry.discover()).parse_args(sys.argv[2:])  # every lazy import, now
+import lockstep.agent.cli, lockstep.agent.registry, lockstep.simulation.fake_nvml, lockstep.collectors.slurm, pynvml
+lockstep.agent.cli.build_parser(lockstep.agent.registry.discover()).parse_args(sys.argv[2:])  # every lazy import, now
 user = pwd.getpwnam(sys.argv[1])
 os.setgroups([])
 os.setgid(user.pw_gid)
 os.setuid(user.pw_uid)
-sys.exit(agent.cli.main(sys.argv[2:]))
+sys.exit(lockstep.agent.cli.main(sys.argv[2:]))
 """
 
 
@@ -72,7 +72,7 @@ def once(cluster: slurm_cluster.SlurmCluster, user: str | None = None, gpu_spec:
     args = ["once", "--collector.disable-defaults", "--collector.slurm"]
     if gpu_spec is not None:
         args += ["--collector.gpu", "--gpu.fake-nvml", str(gpu_spec)]
-    command = [sys.executable, "-m", "agent.cli", *args]
+    command = [sys.executable, "-m", "lockstep.agent.cli", *args]
     if user is not None:
         command = [sys.executable, "-c", AS_USER, user, *args]
     result = subprocess.run(command, env=cluster.env, cwd=REPO, capture_output=True, text=True, timeout=60)

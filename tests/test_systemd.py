@@ -18,8 +18,8 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from agent.cli import build_parser
-from agent.registry import discover
+from lockstep.agent.cli import build_parser
+from lockstep.agent.registry import discover
 from tests.conftest import REPO, AgentProcess, require_real
 
 SYSTEMD = REPO / "systemd"

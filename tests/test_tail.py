@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.tail import DirectoryWatcher, FileFollower, Line, _match, _parts
+from lockstep.agent.tail import DirectoryWatcher, FileFollower, Line, _match, _parts
 from tests.conftest import wait_until
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.collector import CollectorContext, NothingHere, Paths
-from collectors.training import PENDING_STEP_FLUSH_SECONDS, TrainingCollector
-from collectors.training_emitter import step_lines
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.collectors.training import PENDING_STEP_FLUSH_SECONDS, TrainingCollector
+from lockstep.emitter import step_lines
 from tests.conftest import collected, context, lockstep, samples
 
 

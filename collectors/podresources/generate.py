@@ -1,6 +1,6 @@
 """Regenerate the checked-in Python code from api.proto.
 
-    .venv/bin/python -m collectors.podresources.generate
+    .venv/bin/python -m lockstep.collectors.podresources.generate
 
 Needs grpcio-tools (the test extra pins the exact version, because the generated code
 records it: api_pb2.py refuses an older protobuf runtime than the generator's, and
@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PROTO = "collectors/podresources/api.proto"  # relative to REPO: it gives the generated imports their package
+PROTO = "lockstep/collectors/podresources/api.proto"  # relative to REPO: it gives the generated imports their package
 GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 
 
 def generate(out_dir: Path) -> list[Path]:
-    """Generate the code into ``out_dir``/collectors/podresources/; returns the files written."""
+    """Generate the code into ``out_dir``/lockstep/collectors/podresources/; returns the files written."""
     from grpc_tools import protoc  # the generator, a test/dev dependency only
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -37,7 +37,7 @@ def generate(out_dir: Path) -> list[Path]:
     )
     if status != 0:
         raise RuntimeError(f"protoc failed on {PROTO} (exit status {status})")
-    return [out_dir / "collectors" / "podresources" / name for name in GENERATED]
+    return [out_dir / "lockstep" / "collectors" / "podresources" / name for name in GENERATED]
 
 
 def main() -> int:

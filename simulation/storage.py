@@ -27,11 +27,11 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.simulation import Scenario
-from agent.simulation.host import BOOT_TIME
+from lockstep.simulation import Scenario
+from lockstep.simulation.host import BOOT_TIME
 
 if TYPE_CHECKING:
-    from agent.simulation import SimulatedNode
+    from lockstep.simulation import SimulatedNode
 
 SCENARIOS = (
     Scenario(

@@ -1,4 +1,4 @@
-"""collectors/training_emitter.py: what a training loop imports to write its step log."""
+"""lockstep/emitter.py: what a training loop imports to write its step log."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from collectors import training_emitter
-from collectors.training import TrainingCollector
-from collectors.training_emitter import StepLog, StepTimer, format_timestamp
+from lockstep import emitter as training_emitter
+from lockstep.collectors.training import TrainingCollector
+from lockstep.emitter import StepLog, StepTimer, format_timestamp
 from tests.conftest import collected, context
 
 MODULE = Path(training_emitter.__file__)

@@ -5,7 +5,7 @@ Training (every scenario): job 4242 of user alice has 16 ranks, 8 per node; rank
 run here on node001 (local rank i on GPU i), ranks 8-15 on node002.  The job's run
 directory is on a shared file system, so this node sees all 16 logs under
 ``/scratch/runs/llama-70b__job=4242__task=N/logs/rank-NNN.metrics.jsonl`` (rootfs).
-node001's ranks write with collectors/training_emitter.py (explicit compute and
+node001's ranks write with lockstep/emitter.py (explicit compute and
 communication-wait times, tokens, samples); node002's ranks write the older record set
 (step_time_sec, data_time_sec, allreduce_time_pct, throughput_examples_per_sec), from
 which the collector derives the same quantities.  The job started 300 s before the demo.
@@ -33,12 +33,12 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.simulation import Scenario
-from agent.simulation.host import BOOT_TIME
-from collectors.training_emitter import format_timestamp, step_lines
+from lockstep.emitter import format_timestamp, step_lines
+from lockstep.simulation import Scenario
+from lockstep.simulation.host import BOOT_TIME
 
 if TYPE_CHECKING:
-    from agent.simulation import SimulatedNode
+    from lockstep.simulation import SimulatedNode
 
 SCENARIOS = (
     Scenario(

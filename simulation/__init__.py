@@ -38,7 +38,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from agent.collector import Paths
+from lockstep.agent.collector import Paths
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent.simulation import Scenario
-from agent.simulation.gpu import GPU_UUIDS  # the fake NVML's GPUs, by NVML index
+from lockstep.simulation import Scenario
+from lockstep.simulation.gpu import GPU_UUIDS  # the fake NVML's GPUs, by NVML index
 
 if TYPE_CHECKING:
-    from agent.simulation import SimulatedNode
+    from lockstep.simulation import SimulatedNode
 
 SCENARIOS = (
     Scenario(
@@ -26,7 +26,7 @@ SCENARIOS = (
 
 
 def _response():  # type: ignore[no-untyped-def]
-    from collectors.podresources import api_pb2 as pb
+    from lockstep.collectors.podresources import api_pb2 as pb
 
     def pod(namespace: str, name: str, *containers: pb.ContainerResources) -> pb.PodResources:
         return pb.PodResources(namespace=namespace, name=name, containers=containers)

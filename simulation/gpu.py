@@ -22,8 +22,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from agent.simulation import Scenario
-from agent.simulation.fake_nvml import (
+from lockstep.simulation import Scenario
+from lockstep.simulation.fake_nvml import (
     MIB,
     FakeNvml,
     FakeSpec,
@@ -35,7 +35,7 @@ from agent.simulation.fake_nvml import (
 )
 
 if TYPE_CHECKING:
-    from agent.simulation import SimulatedNode
+    from lockstep.simulation import SimulatedNode
 
 SCENARIOS = (
     Scenario("gpu-lost", "GPU 5 fell off the bus (XID 79): it reports lockstep_gpu_up 0, the other GPUs go on."),

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.simulation import Scenario
+from lockstep.simulation import Scenario
 
 if TYPE_CHECKING:
-    from agent.collector import Paths
-    from agent.simulation import SimulatedNode
+    from lockstep.agent.collector import Paths
+    from lockstep.simulation import SimulatedNode
 
 SCENARIOS = (
     Scenario(
@@ -190,7 +190,7 @@ class SimulatedEthtool:
         self.node = node
 
     def driver_info(self, interface: str):  # type: ignore[no-untyped-def]
-        from collectors.ethtool import DriverInfo
+        from lockstep.collectors.ethtool import DriverInfo
 
         self._check(interface)
         bus = "0000:3b:00.0" if interface == ROCE_NETDEVS[0] else "0000:3b:00.1"

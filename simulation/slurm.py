@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agent.simulation import SimulatedNode
+    from lockstep.simulation import SimulatedNode
 
 JOB_ID = "4242"
 NODE = "node001"  # as the training logs name this host

@@ -1,7 +1,7 @@
 """Write a training rank's per-step timings as JSON lines, for Lockstep's training collector.
 
 Standard library only, and no other Lockstep import: a training job imports it with
-Lockstep installed (``from collectors.training_emitter import StepLog, StepTimer``) or
+Lockstep installed (``from lockstep.emitter import StepLog, StepTimer``) or
 copies this one file next to its own code.  docs/workloads.md has a PyTorch example.
 
 The format is the per-rank record format used on Slurm clusters: one JSON object per

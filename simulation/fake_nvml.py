@@ -47,7 +47,7 @@ from typing import Any
 
 import pynvml
 
-from agent.yamlfile import LineDict, YamlFileError, load_yaml_file
+from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 
 UINT_MAX = 0xFFFFFFFF  # scopeId meaning "all links", and GPU/compute instance id "none"
 MIB = 1024 * 1024

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from agent.simulation import SimulatedNode
+    from lockstep.simulation import SimulatedNode
 
 CPUS = 16
 TICKS = 100  # USER_HZ
