@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from lockstep.agent.files import FileTooLarge, NotRegularFile
+
 MetricType = Literal["gauge", "counter", "histogram"]
 
 
@@ -175,6 +177,8 @@ class Collector:
 
 def describe_error(exc: BaseException) -> str:
     """An exception in words an operator can act on: 'permission denied reading /proc/x'."""
+    if isinstance(exc, (FileTooLarge, NotRegularFile)):
+        return f"{exc.filename} {exc.strerror}"  # "/x/tracker.txt is a FIFO, not a regular file"
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         return f"{exc.strerror[0].lower()}{exc.strerror[1:]} reading {exc.filename}"
     text = str(exc)

@@ -6,13 +6,14 @@ No collector code, file or hardware access happens here.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
 from lockstep import __version__
-from lockstep.agent.collector import MetricSpec
+from lockstep.agent.collector import MetricSpec, describe_error
+from lockstep.agent.logs import collector_logger
 from lockstep.agent.scheduler import HEALTHY_STATES, State, WorkerView
 
 BUILD_INFO = MetricSpec("lockstep_build_info", "gauge", "The running Lockstep agent's version; always 1.", ("version",))
@@ -52,6 +53,13 @@ COLLECTOR_ERRORS = MetricSpec(
 COLLECTOR_RUNS = MetricSpec(
     "lockstep_collector_runs_total", "counter", "Finished runs of the collector.", ("collector",)
 )
+COLLECTOR_REJECTED = MetricSpec(
+    "lockstep_collector_rejected_samples_total",
+    "counter",
+    "Samples the collector produced that were left out because their value or labels were outside "
+    "their domain (not a finite number, a negative counter, an oversized label, a repeated series).",
+    ("collector",),
+)
 COLLECTOR_CPU = MetricSpec(
     "lockstep_collector_cpu_seconds_total",
     "counter",
@@ -69,6 +77,7 @@ SELF_METRICS = (
     COLLECTOR_ERRORS,
     COLLECTOR_RUNS,
     COLLECTOR_CPU,
+    COLLECTOR_REJECTED,
 )
 
 
@@ -81,6 +90,8 @@ class SnapshotExporter:
 
     def __init__(self, views: Callable[[], list[WorkerView]]) -> None:
         self._views = views
+        # Collectors whose snapshot cannot be rendered, and why: logged once per change.
+        self._render_failures: dict[str, str] = {}
 
     def render(self, accept_header: str = "") -> tuple[bytes, str]:
         """The exposition body and its content type, in the format the scraper asked for.
@@ -92,20 +103,39 @@ class SnapshotExporter:
         """
         encoder, content_type = choose_encoder(accept_header)
         views = sorted(self._views(), key=lambda v: v.name)
-        parts = [encoder(_Families(list(self_metrics(views))))]  # type: ignore[arg-type]
+        parts = []
+        failures: dict[str, str] = {}
         for view in views:
             snapshot = view.snapshot
             if snapshot is None:
                 continue
             text = snapshot.rendered.get(content_type)
             if text is None:
-                text = encoder(_Families(list(snapshot.families)))  # type: ignore[arg-type]
+                try:
+                    text = encoder(_Families(list(snapshot.families)))  # type: ignore[arg-type]
+                except Exception as exc:
+                    # One collector's bad family must not blank the whole scrape: leave that
+                    # collector's families out and report it failed.
+                    snapshot.render_errors[content_type] = f"its metrics cannot be rendered: {describe_error(exc)}"
+                    text = b""
                 snapshot.rendered[content_type] = text
+            if content_type in snapshot.render_errors:
+                failures[view.name] = snapshot.render_errors[content_type]
+                continue
             parts.append(text)
+        self._log_render_failures(failures)
+        parts.insert(0, encoder(_Families(list(self_metrics(views, failures)))))  # type: ignore[arg-type]
         if content_type.startswith("application/openmetrics-text"):
             # Each part ends with the format's "# EOF" line; the whole exposition has one.
             parts = [part.removesuffix(b"# EOF\n") for part in parts] + [b"# EOF\n"]
         return b"".join(parts), content_type
+
+    def _log_render_failures(self, failures: dict[str, str]) -> None:
+        for name, reason in failures.items():
+            if self._render_failures.get(name) != reason:
+                collector_logger(name).error("collector failed: %s", reason)
+        # Concurrent scrapes may both log one change; a lock on the scrape path is not worth it.
+        self._render_failures = failures
 
 
 class _Families:
@@ -118,14 +148,16 @@ class _Families:
         return self._families
 
 
-def self_metrics(views: Iterable[WorkerView]) -> Iterator[Metric]:
+def self_metrics(views: Iterable[WorkerView], render_failures: Mapping[str, str] = {}) -> Iterator[Metric]:
+    """The agent's own metrics; a collector in ``render_failures`` is reported failed."""
     build = BUILD_INFO.family()
     build.add_metric([__version__], 1)
-    up, state, duration, last_success, errors, runs, cpu = (spec.family() for spec in SELF_METRICS[1:])
+    up, state, duration, last_success, errors, runs, cpu, rejected = (spec.family() for spec in SELF_METRICS[1:])
     for view in views:
-        up.add_metric([view.name], 1 if view.state in HEALTHY_STATES else 0)
+        current = State.FAILED if view.name in render_failures else view.state
+        up.add_metric([view.name], 1 if current in HEALTHY_STATES else 0)
         for candidate in State:
-            state.add_metric([view.name, candidate.value], 1 if view.state == candidate else 0)
+            state.add_metric([view.name, candidate.value], 1 if current == candidate else 0)
         if view.duration_seconds is not None:
             duration.add_metric([view.name], view.duration_seconds)
         if view.last_success_wall_time is not None:
@@ -133,4 +165,5 @@ def self_metrics(views: Iterable[WorkerView]) -> Iterator[Metric]:
         errors.add_metric([view.name], view.errors_total)
         runs.add_metric([view.name], view.runs_total)
         cpu.add_metric([view.name], view.cpu_seconds_total)
-    yield from (build, up, state, duration, last_success, errors, runs, cpu)
+        rejected.add_metric([view.name], view.rejected_samples_total)
+    yield from (build, up, state, duration, last_success, errors, runs, cpu, rejected)

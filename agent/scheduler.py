@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, NothingHere, describe_error
+from lockstep.agent.samples import Rejection, checked_families
 
 
 class State(enum.Enum):
@@ -46,6 +47,8 @@ class Snapshot:
     families: tuple[Metric, ...]
     finished_at: float
     rendered: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    # Per format, why the snapshot could not be rendered (the exporter leaves it out then).
+    render_errors: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,7 @@ class WorkerView:
     runs_total: int
     cpu_seconds_total: float
     snapshot: Snapshot | None  # None when there is none or it is stale
+    rejected_samples_total: int = 0
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,7 @@ class _Result:
     runs_total: int = 0
     cpu_seconds_total: float = 0.0
     snapshot: Snapshot | None = None
+    rejected_samples_total: int = 0
 
 
 class Worker:
@@ -106,6 +111,7 @@ class Worker:
         self._lock = threading.Lock()
         self._result = _Result()
         self._running_since: float | None = None
+        self._rejected_series: frozenset[str] = frozenset()  # what the last round left out, to log changes
         self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
 
     def start(self) -> None:
@@ -164,8 +170,9 @@ class Worker:
         cpu_started = time.thread_time()
         outcome: State
         families: tuple[Metric, ...] = ()
+        rejections: list[Rejection] = []
         try:
-            families = tuple(self.collector.collect())
+            families, rejections = checked_families(self.collector.collect())
             outcome, reason = State.OK, ""
         except NothingHere as exc:
             outcome, reason = State.NOTHING_HERE, str(exc)
@@ -190,12 +197,21 @@ class Worker:
                 errors_total=previous.errors_total + (0 if healthy else 1),
                 runs_total=previous.runs_total + 1,
                 cpu_seconds_total=previous.cpu_seconds_total + cpu,
+                rejected_samples_total=previous.rejected_samples_total + len(rejections),
                 # A failed run keeps the previous snapshot, which ages out on its own.
                 snapshot=Snapshot(families, finished) if healthy else previous.snapshot,
             )
             self._running_since = None
         if outcome != previous.state or (outcome == State.FAILED and reason != previous.reason):
             self._log_transition(outcome, reason)
+        rejected = frozenset(r.series for r in rejections)
+        if rejected != self._rejected_series and outcome in HEALTHY_STATES:
+            # Once per change, not per round: the same bad file would otherwise log every interval.
+            self._rejected_series = rejected
+            if rejections:
+                shown = "; ".join(str(r) for r in rejections[:3])
+                more = f" (and {len(rejections) - 3} more)" if len(rejections) > 3 else ""
+                self.log.warning("left out %d samples outside their domain: %s%s", len(rejections), shown, more)
 
     def _log_transition(self, state: State, reason: str) -> None:
         if state == State.FAILED:
@@ -228,4 +244,5 @@ class Worker:
             runs_total=result.runs_total,
             cpu_seconds_total=result.cpu_seconds_total,
             snapshot=snapshot,
+            rejected_samples_total=result.rejected_samples_total,
         )

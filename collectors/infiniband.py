@@ -28,6 +28,7 @@ when the list of devices changes, and on every ``infiniband`` or ``net`` hotplug
 from __future__ import annotations
 
 import errno
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ from typing import NamedTuple
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere
-from lockstep.agent.files import read_text
+from lockstep.agent.files import read_regular_file
 
 LABELS = ("device", "port")
 
@@ -259,7 +260,12 @@ HW_COUNTERS: dict[str, MetricSpec] = {
 HW_SETTINGS = frozenset({"lifespan"})
 
 # Errors that mean "this counter is not available here": skip it quietly.
-UNAVAILABLE_ERRNOS = frozenset({errno.ENOENT, errno.EINVAL, errno.EOPNOTSUPP, errno.EACCES})
+UNAVAILABLE_ERRNOS = frozenset({errno.ENOENT, errno.EINVAL, errno.EOPNOTSUPP})
+# A sysfs attribute is at most one page.
+SYSFS_ATTRIBUTE_BYTES = 4096
+# The widest counter the hardware has (extended PMA and hw_counters are 64-bit): a larger
+# number is not a reading.
+COUNTER_MAX = (1 << 64) - 1
 
 INFINIBAND_CLASS = Path("class") / "infiniband"
 
@@ -293,14 +299,17 @@ class Port:
 
 @dataclass(frozen=True)
 class Discovery:
-    devices: tuple[str, ...]  # the listing of class/infiniband it was made from
+    # The listing of class/infiniband it was made from, with each device's ports/ listing: a
+    # port directory removed and restored with the device list unchanged is rediscovered.
+    devices: tuple[tuple[str, tuple[str, ...]], ...]
     ports: tuple[Port, ...]
 
 
 def _read_line(path: Path) -> str:
-    """A one-line sysfs attribute, stripped; '' if it is absent or unreadable."""
+    """A one-line sysfs attribute, stripped; '' if it is absent, unreadable or longer than the
+    page a sysfs attribute can hold (a 100 MB ``fw_ver`` must not become a 100 MB label)."""
     try:
-        return read_text(path).strip()
+        return read_regular_file(path, SYSFS_ATTRIBUTE_BYTES).decode("utf-8", "replace").strip()
     except OSError:
         return ""
 
@@ -315,7 +324,7 @@ def _read_at(directory: int, name: str) -> bytes:
     """
     fd = os.open(name, os.O_RDONLY, dir_fd=directory)
     try:
-        return os.read(fd, 4096)
+        return os.read(fd, SYSFS_ATTRIBUTE_BYTES)
     finally:
         os.close(fd)
 
@@ -377,7 +386,13 @@ def parse_rate(text: str) -> float:
     parts = text.split()
     if len(parts) < 2 or parts[1] != "Gb/sec":
         raise ValueError(f"expected '<number> Gb/sec ...', got {text.strip()!r}")
-    return float(parts[0]) * 1e9 / 8
+    try:
+        gigabits = float(parts[0])
+    except ValueError:
+        raise ValueError(f"expected '<number> Gb/sec ...', got {text.strip()!r}") from None
+    if not math.isfinite(gigabits) or gigabits < 0:
+        raise ValueError(f"expected a rate of zero or more Gb/sec, got {text.strip()!r}")
+    return gigabits * 1e9 / 8
 
 
 class InfinibandCollector(Collector):
@@ -406,19 +421,26 @@ class InfinibandCollector(Collector):
         self._warned: set[tuple[str, str, str]] = set()  # warn once per bad file
         # (device, port) -> counters skipped as not provided by the hardware, for doctor
         self._unavailable: dict[tuple[str, str], set[str]] = {}
+        # (device, port) -> counters skipped because this user may not read them, for doctor
+        self._denied: dict[tuple[str, str], set[str]] = {}
 
     def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
         self._discovery = None  # an HCA or its netdev came, went or changed: discover again
 
     def check(self) -> str:
         super().check()
-        if not self._unavailable:
-            return ""
-        ports = (
-            f"{device} port {port}: {', '.join(sorted(names)) if len(names) <= 3 else f'{len(names)} counters'}"
-            for (device, port), names in sorted(self._unavailable.items())
-        )
-        return "not provided by the hardware or driver (skipped): " + "; ".join(ports)
+        notes = []
+        for skipped, why in (
+            (self._unavailable, "not provided by the hardware or driver (skipped)"),
+            (self._denied, "permission denied, run as root to read them (skipped)"),
+        ):
+            if skipped:
+                ports = (
+                    f"{device} port {port}: {', '.join(sorted(names)) if len(names) <= 3 else f'{len(names)} counters'}"
+                    for (device, port), names in sorted(skipped.items())
+                )
+                notes.append(f"{why}: " + "; ".join(ports))
+        return "; ".join(notes)
 
     # --- discovery ---
 
@@ -431,22 +453,27 @@ class InfinibandCollector(Collector):
             ) from None
         if not devices:
             raise NothingHere(f"{self.root} is empty: no InfiniBand or RDMA devices on this machine")
+        listing = tuple((device, self._port_numbers(device)) for device in devices)
         cached = self._discovery
-        if cached is not None and cached.devices == devices:
+        if cached is not None and cached.devices == listing:
             return cached
         ports: list[Port] = []
-        for device in devices:
-            ports.extend(self._discover_device(device))
-        discovery = Discovery(devices, tuple(ports))
+        for device, numbers in listing:
+            ports.extend(self._discover_device(device, numbers))
+        discovery = Discovery(listing, tuple(ports))
         self._discovery = discovery
         return discovery
 
-    def _discover_device(self, device: str) -> Iterator[Port]:
-        device_dir = self.root / device
+    def _port_numbers(self, device: str) -> tuple[str, ...]:
         try:
-            numbers = sorted((p for p in os.listdir(device_dir / "ports") if p.isdigit()), key=int)
+            return tuple(sorted((p for p in os.listdir(self.root / device / "ports") if p.isdigit()), key=int))
         except OSError:
-            return  # vanished meanwhile, or not a device with ports
+            return ()  # vanished meanwhile, or not a device with ports
+
+    def _discover_device(self, device: str, numbers: tuple[str, ...]) -> Iterator[Port]:
+        device_dir = self.root / device
+        if not numbers:
+            return
         node_guid = _read_line(device_dir / "node_guid")
         firmware = _read_line(device_dir / "fw_ver")
         board_id = _read_line(device_dir / "board_id")
@@ -574,11 +601,9 @@ class InfinibandCollector(Collector):
                 except OSError as exc:
                     self._skip(port, name, f"{port.path}/{directory}/{filename}", exc)
                     continue
-                text = raw.strip()
-                if text.isdigit():  # bytes.isdigit: ASCII digits only
-                    values.append((counter, int(text)))
-                else:
-                    self._not_a_number(port, name, text)
+                number = self._number(port, name, raw)
+                if number is not None:
+                    values.append((counter, number))
         finally:
             for fd in directories.values():
                 if fd is not None:
@@ -610,12 +635,21 @@ class InfinibandCollector(Collector):
             if isinstance(raw, OSError):
                 self._skip(port, name, f"{port.path}/hw_counters/{name}", raw)
                 continue
-            text = raw.strip()
-            if text.isdigit():
-                values.append((name, int(text)))
-            else:
-                self._not_a_number(port, name, text)
+            number = self._number(port, name, raw)
+            if number is not None:
+                values.append((name, number))
         return values
+
+    def _number(self, port: Port, name: str, raw: bytes) -> int | None:
+        """A counter file's value, or None (counted, logged once) if it is not a 64-bit count."""
+        text = raw.strip()
+        if not text.isdigit():  # bytes.isdigit: ASCII digits only
+            self._not_a_number(port, name, text)
+            return None
+        if len(text) > 20 or int(text) > COUNTER_MAX:
+            self._count_unparseable(port, name, f"{text[:24].decode()}... is wider than a 64-bit counter")
+            return None
+        return int(text)
 
     def _not_a_number(self, port: Port, name: str, text: bytes) -> None:
         """'N/A (no PMA)': the hardware does not have it; anything else is garbage, counted."""
@@ -625,7 +659,10 @@ class InfinibandCollector(Collector):
             self._count_unparseable(port, name, f"not a number: {text[:40]!r}")
 
     def _skip(self, port: Port, name: str, path: str, exc: OSError) -> None:
-        if exc.errno in UNAVAILABLE_ERRNOS:
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            # Skipped, not an error of the data: but the operator can fix it, so doctor says so.
+            self._denied.setdefault((port.device, port.number), set()).add(name)
+        elif exc.errno in UNAVAILABLE_ERRNOS:
             self._unavailable.setdefault((port.device, port.number), set()).add(name)
         else:
             self._count_unparseable(port, name, f"{os.strerror(exc.errno or 0).lower()} reading {path}")
