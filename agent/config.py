@@ -8,6 +8,7 @@ builds a new one and swaps it in only if it is valid.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,8 +39,17 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 
 
-def parse_duration(value: Any) -> float:
-    """'15s', '500ms', '2m', '1h' or a number of seconds; must be > 0."""
+# Any duration: at least a millisecond, at most a week.  Past these a value is a typo or an
+# attack, not a setting: .inf made a worker thread die of OverflowError, and 1e-7 or .nan spun
+# a collector at 100% CPU.
+MIN_DURATION = 0.001
+MAX_DURATION = 7 * 24 * 3600.0
+# A collector's interval and deadline: a round more often than 10 times a second is a busy loop.
+MIN_INTERVAL = 0.1
+
+
+def parse_duration(value: Any, minimum: float = MIN_DURATION) -> float:
+    """'15s', '500ms', '2m', '1h' or a number of seconds, from ``minimum`` up to a week."""
     if isinstance(value, bool):
         raise ValueError(f"expected a duration such as 15s, 500ms or 2m, got {value!r}")
     if isinstance(value, (int, float)):
@@ -49,9 +59,24 @@ def parse_duration(value: Any) -> float:
         if not match:
             raise ValueError(f"expected a duration such as 15s, 500ms or 2m, got {value!r}")
         seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if not math.isfinite(seconds):
+        raise ValueError(f"expected a finite duration such as 15s, 500ms or 2m, got {value!r}")
     if seconds <= 0:
         raise ValueError(f"must be more than zero, got {value!r}")
+    if seconds < minimum:
+        raise ValueError(f"must be at least {_show_seconds(minimum)}, got {value!r}")
+    if seconds > MAX_DURATION:
+        raise ValueError(f"must be at most {_show_seconds(MAX_DURATION)} (7 days), got {value!r}")
     return seconds
+
+
+def parse_interval(value: Any) -> float:
+    """A collector's interval or deadline: a duration of at least MIN_INTERVAL."""
+    return parse_duration(value, MIN_INTERVAL)
+
+
+def _show_seconds(seconds: float) -> str:
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
 def parse_bool(value: Any) -> bool:
@@ -60,9 +85,12 @@ def parse_bool(value: Any) -> bool:
     raise ValueError(f"expected true or false, got {value!r}")
 
 
-def parse_positive_int(value: Any) -> int:
+def parse_positive_int(value: Any, maximum: int = 1_000_000) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"expected a whole number of at least 1, got {value!r}")
+    if value > maximum:
+        shown = value if value < 10**30 else f"a {len(str(value))}-digit number"
+        raise ValueError(f"expected a whole number of at most {maximum}, got {shown}")
     return value
 
 
@@ -292,8 +320,8 @@ def load_config(
             enabled = True
         if name in overrides.disable:
             enabled = False
-        interval = r.value(section, "interval", f"{prefix}.interval", parse_duration, cls.default_interval)
-        deadline = r.value(section, "deadline", f"{prefix}.deadline", parse_duration, cls.default_deadline or interval)
+        interval = r.value(section, "interval", f"{prefix}.interval", parse_interval, cls.default_interval)
+        deadline = r.value(section, "deadline", f"{prefix}.deadline", parse_interval, cls.default_deadline or interval)
         options = {}
         flag_values = overrides.options.get(name, {})
         for option in cls.options:

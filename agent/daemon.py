@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lockstep.agent.collector import Collector, CollectorContext
+from lockstep.agent.collector import Collector, CollectorContext, describe_error
 from lockstep.agent.config import Config, ConfigError, Overrides, load_config
 from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.hotplug import HotplugMonitor
@@ -26,6 +26,7 @@ from lockstep.agent.scheduler import State, Worker, WorkerView
 from lockstep.agent.sdnotify import Notifier
 from lockstep.agent.server import AgentHTTPServer, make_server
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
+from lockstep.agent.yamlfile import YamlFileError, read_yaml_bytes
 
 log = logging.getLogger("lockstep.agent")
 
@@ -102,13 +103,13 @@ class Agent:
             if unchanged:
                 workers[name] = current  # type: ignore[assignment]
                 continue
-            if current is not None:
-                current.stop()
+            # Built before any running worker is stopped: a collector that fails to build
+            # leaves the running set untouched (the caller keeps the old configuration).
             workers[name] = self._new_worker(name, config, predecessor=current, started=workers)
-        for name, worker in self.workers.items():
-            if name not in workers:
-                worker.stop()
         started = [w for n, w in workers.items() if self.workers.get(n) is not w]
+        for name, worker in self.workers.items():
+            if workers.get(name) is not worker:
+                worker.stop()
         self.workers = workers
         self.config = config
         for worker in started:
@@ -151,6 +152,9 @@ class Agent:
         except (ConfigError, WebConfigError) as exc:
             log.error("new configuration rejected, keeping the running one: %s", "; ".join(exc.problems))
             return False
+        except Exception as exc:  # a reload never takes the daemon down
+            log.error("new configuration rejected, keeping the running one: %s", describe_error(exc))
+            return False
         if self.server is not None and config.listen != self.config.listen:
             try:
                 server = make_server(config.listen, self.exporter, web, lambda: self.config.enabled_collectors)
@@ -165,8 +169,12 @@ class Agent:
         elif self.server is not None:
             self.server.web_config = web
         self.web = web
+        try:
+            self._apply_collectors(config)
+        except Exception as exc:
+            log.error("new configuration rejected, keeping the running one: %s", describe_error(exc))
+            return False
         logging.getLogger("lockstep").setLevel(config.log_level.upper())
-        self._apply_collectors(config)
         log.info("configuration reloaded", extra={"collectors": ",".join(config.enabled_collectors)})
         return True
 
@@ -221,11 +229,13 @@ class ConfigWatcher:
         self._observer.daemon = True
         self._observer.schedule(Handler(), str(path.parent.resolve()), recursive=False)
 
-    def _read(self) -> bytes | None:
+    def _read(self) -> bytes | str:
+        """The file's bytes, or why they cannot be read: bounded and never blocking (this runs
+        in watchdog's thread, and a FIFO or /dev/zero put in the file's place must not hang it)."""
         try:
-            return self.path.read_bytes()
-        except OSError:
-            return None
+            return read_yaml_bytes(self.path)
+        except YamlFileError as exc:
+            return str(exc)
 
     def start(self) -> None:
         self._observer.start()

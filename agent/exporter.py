@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from prometheus_client.exposition import choose_encoder
 
 from lockstep import __version__
-from lockstep.agent.collector import MetricSpec, describe_error
+from lockstep.agent.collector import MetricSpec
 from lockstep.agent.logs import collector_logger
 from lockstep.agent.scheduler import HEALTHY_STATES, State, WorkerView
 
@@ -113,10 +113,10 @@ class SnapshotExporter:
             if text is None:
                 try:
                     text = encoder(_Families(list(snapshot.families)))  # type: ignore[arg-type]
-                except Exception as exc:
+                except Exception:
                     # One collector's bad family must not blank the whole scrape: leave that
                     # collector's families out and report it failed.
-                    snapshot.render_errors[content_type] = f"its metrics cannot be rendered: {describe_error(exc)}"
+                    snapshot.render_errors[content_type] = _render_problem(encoder, snapshot.families)
                     text = b""
                 snapshot.rendered[content_type] = text
             if content_type in snapshot.render_errors:
@@ -136,6 +136,18 @@ class SnapshotExporter:
                 collector_logger(name).error("collector failed: %s", reason)
         # Concurrent scrapes may both log one change; a lock on the scrape path is not worth it.
         self._render_failures = failures
+
+
+def _render_problem(encoder: Callable[[_Families], bytes], families: Iterable[Metric]) -> str:
+    """Which family cannot be rendered, and why (prometheus_client wraps the cause with the
+    whole family in its arguments, far too long for a log line)."""
+    for family in families:
+        try:
+            encoder(_Families([family]))
+        except Exception as exc:
+            cause = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
+            return f"metric {family.name} cannot be rendered: {type(exc).__name__}: {cause}"
+    return "its metrics cannot be rendered together"
 
 
 class _Families:
