@@ -17,6 +17,8 @@ call, and survives what log files go through:
 - a partial last line (the writer is mid-``write``): kept until its newline arrives;
 - over-long lines (garbage without newlines): dropped and counted, never buffered
   without bound;
+- symlink loops under ``**``: not followed (``glob_files``); directories that cannot be
+  listed (out of file descriptors) are reported, and their files are not taken for deleted;
 - huge existing files: with ``start_at_end`` the files present at the first sweep are
   followed from their end (a partial line there is skipped), so a restarted agent does
   not replay gigabytes of history; the last complete line before that point is handed
@@ -32,6 +34,7 @@ Not thread-safe: the caller serialises ``sweep`` and ``read_path`` (one lock).
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import glob
 import logging
@@ -76,7 +79,8 @@ class FileFollower:
 
     ``root`` is where the host's file system is (``--path.rootfs``): patterns are
     resolved under it.  Counters for the caller's metrics: ``lines_too_long``,
-    ``truncations``, ``rotations``.
+    ``truncations``, ``rotations``.  At most ``max_files`` files are followed (each holds a
+    descriptor open): more matching files are reported, never followed by closing others.
     """
 
     # An orphan (rotated away or deleted) is closed after this many sweeps without new
@@ -92,6 +96,7 @@ class FileFollower:
         max_line_bytes: int = 64 * 1024,
         read_budget: int = 16 * 1024 * 1024,
         sweep_budget: int = 32 * 1024 * 1024,
+        max_files: int = 1024,
         log: logging.Logger | None = None,
     ) -> None:
         self.patterns = tuple(_under(root, p) for p in patterns)
@@ -102,9 +107,11 @@ class FileFollower:
         self.log = log or logging.getLogger(__name__)
         self._files: dict[FileId, _Followed] = {}
         self._swept = False
+        self.max_files = max_files
         self.lines_too_long = 0
         self.truncations = 0
         self.rotations = 0
+        self.problems: list[str] = []  # what the last sweep could not do, in words
 
     # --- what is followed ---
 
@@ -139,20 +146,41 @@ class FileFollower:
         """Find the files matching the patterns now and read what was appended to every
         followed file (including rotated-away ones still being drained)."""
         found: dict[FileId, str] = {}
+        problems: list[str] = []
+        complete = True  # every directory on the way could be listed
         for pattern in self.patterns:
-            for path in sorted(glob.glob(pattern, recursive=True)):
+            globbed = glob_files(pattern)
+            problems += globbed.errors
+            if globbed.truncated:
+                problems.append(f"{pattern}: stopped after listing {MAX_GLOB_DIRECTORIES} directories")
+            complete = complete and not globbed.errors and not globbed.truncated
+            for path in globbed.paths:
                 try:
                     st = os.stat(path)
-                except OSError:
+                except OSError as exc:
+                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                        problems.append(f"{path}: {os.strerror(exc.errno).lower()}")
+                        complete = False
                     continue  # vanished between glob and stat
                 if stat.S_ISREG(st.st_mode):
                     found.setdefault((st.st_dev, st.st_ino), path)
         lines: list[Line] = []
         budget = self.sweep_budget
+        new = [(file, path) for file, path in found.items() if file not in self._files]
+        room = self.max_files - len([f for f in self._files if f in found])
+        if len(new) > room:
+            problems.append(
+                f"{len(found)} files match; following {self.max_files} at most (max_files), "
+                f"{len(new) - max(room, 0)} left unread"
+            )
         # Files that no longer match (rotated out of the pattern, deleted) first: what was
         # written to them came before what is in the files that took their place.
         for file, followed in list(self._files.items()):
             if file in found:
+                continue
+            if not complete:
+                # Not listed this time is not gone (a directory could not be read, e.g. out of
+                # file descriptors): closing it would read it again from the start later.
                 continue
             drained, used = self._read_counted(followed, budget)
             budget -= used
@@ -160,8 +188,20 @@ class FileFollower:
             followed.quiet_orphan_sweeps = 0 if used else followed.quiet_orphan_sweeps + 1
             if followed.quiet_orphan_sweeps >= self.ORPHAN_SWEEPS:
                 lines += self._close(followed)
+        out_of_descriptors = 0
         for file, path in found.items():
-            current = self._files.get(file) or self._open(path, file, at_end=self.start_at_end and not self._swept)
+            current = self._files.get(file)
+            if current is None:
+                if len(self._files) >= self.max_files:
+                    continue  # reported above
+                if out_of_descriptors:
+                    out_of_descriptors += 1
+                    continue
+                try:
+                    current = self._open(path, file, at_end=self.start_at_end and not self._swept)
+                except OSError:  # EMFILE/ENFILE: no use trying the other files this sweep
+                    out_of_descriptors = 1
+                    continue
             if current is None:
                 continue
             current.path = path
@@ -169,6 +209,9 @@ class FileFollower:
             read, used = self._read_counted(current, budget)
             budget -= used
             lines += read
+        if out_of_descriptors:
+            problems.append(f"out of file descriptors: {out_of_descriptors} files left unread")
+        self._report(problems)
         self._swept = True
         return lines
 
@@ -201,10 +244,21 @@ class FileFollower:
 
     # --- internals ---
 
+    def _report(self, problems: list[str]) -> None:
+        """Log what the sweep could not do, once per change (the same problem every round is
+        not news), as an error: files left unread are data lost."""
+        if problems != self.problems:
+            if problems:
+                shown = "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+                self.log.error("some log files cannot be followed: %s", shown)
+            self.problems = problems
+
     def _open(self, path: str, file: FileId, at_end: bool) -> _Followed | None:
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise  # the sweep reports it once, for all the files it leaves unread
             self.log.warning("cannot open log file", extra={"path": path, "error": str(exc)})
             return None
         st = os.fstat(fd)
@@ -337,6 +391,79 @@ class DirectoryWatcher:
         if self._started:
             self._observer.stop()
             self._observer.join(timeout=5)
+
+
+class GlobResult:
+    """The regular-file paths a pattern matched, and what went wrong finding them."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.errors: list[str] = []  # e.g. "/logs/job=1: too many open files"
+        self.truncated = False  # stopped at MAX_GLOB_DIRECTORIES
+
+
+# A sweep lists at most this many directories per pattern: a ``**`` over a huge tree (or one
+# that keeps growing) costs bounded time, and the rest is reported instead of walked.
+MAX_GLOB_DIRECTORIES = 20_000
+
+
+def glob_files(pattern: str, max_directories: int = MAX_GLOB_DIRECTORIES) -> GlobResult:
+    """The files matching ``pattern`` with glob's rules (``**`` spans directories, hidden names
+    only match patterns that start with a dot), except that ``**`` never descends through a
+    symlink to a directory: Python's glob does, and a symlink loop under a ``**`` makes it
+    run for ever.  Unlike glob, a directory that cannot be listed is reported, not skipped in
+    silence: a sweep that missed files must not take them for deleted."""
+    result = GlobResult()
+    parts = _parts(pattern)
+    seen: set[str] = set()
+    listed = 0
+    stack: list[tuple[str, int]] = [("/", 0)]
+    while stack:
+        base, index = stack.pop()
+        if index == len(parts):
+            if base not in seen:
+                seen.add(base)
+                result.paths.append(base)
+            continue
+        part = parts[index]
+        if not glob.has_magic(part):
+            candidate = os.path.join(base, part)
+            if os.path.lexists(candidate):
+                stack.append((candidate, index + 1))
+            continue
+        if listed >= max_directories:
+            result.truncated = True
+            break
+        listed += 1
+        try:
+            with os.scandir(base) as entries:
+                children = [(e.name, e.is_dir(follow_symlinks=False), e.is_dir()) for e in entries]
+        except FileNotFoundError:
+            continue
+        except NotADirectoryError:
+            continue
+        except OSError as exc:
+            result.errors.append(f"{base}: {(exc.strerror or str(exc)).lower()}")
+            continue
+        if part == "**":
+            stack.append((base, index + 1))  # zero directories
+            for name, real_directory, _ in children:
+                if real_directory and not name.startswith("."):
+                    stack.append((os.path.join(base, name), index))
+            if index + 1 == len(parts):  # a trailing ** also matches the files below
+                stack.extend(
+                    (os.path.join(base, name), index + 1)
+                    for name, directory, _ in children
+                    if not directory and not name.startswith(".")
+                )
+            continue
+        for name, _, _ in children:
+            if name.startswith(".") and not part.startswith("."):
+                continue
+            if fnmatch.fnmatchcase(name, part):
+                stack.append((os.path.join(base, name), index + 1))
+    result.paths.sort()
+    return result
 
 
 def _under(root: Path, pattern: str) -> str:

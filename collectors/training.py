@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import re
 import threading
 import time
@@ -145,9 +144,27 @@ class Record:
     ts: float
 
 
+# The largest value a record may carry: more than any step's seconds, tokens or samples.  A
+# larger one (1e308) is not a measurement, and summed it would make a counter +Inf for good.
+MAX_RECORD_VALUE = 1e15
+# Unix seconds up to the year 10000: anything larger is not a time.
+MAX_TIMESTAMP = 253402300800.0
+MAX_RANK = 10_000_000
+
+
+def _in_range(value: Any, maximum: float) -> bool:
+    """A JSON number from 0 to ``maximum``; compared before any float() (a 400-digit integer
+    overflows float(), and math.isfinite() of it raises)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return 0 <= value <= maximum  # False for NaN; exact for integers of any size
+
+
 def parse_timestamp(value: Any) -> float:
     """'2026-01-02T00:00:01.600Z' (RFC 3339, any offset) or Unix seconds -> Unix seconds."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not _in_range(value, MAX_TIMESTAMP):
+            raise BadLine("bad_record")
         return float(value)
     if not isinstance(value, str):
         raise BadLine("bad_record")
@@ -186,7 +203,7 @@ def parse_record(data: bytes, path: str) -> Record | None:
     if metric not in _KNOWN:
         return None
     value = obj["value"]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if not _in_range(value, MAX_RECORD_VALUE):
         raise BadLine("bad_value")
     ts = parse_timestamp(obj["ts"])
     job_id = obj.get("job_id")
@@ -206,6 +223,7 @@ def parse_record(data: bytes, path: str) -> Record | None:
         or not isinstance(rank, int)
         or isinstance(rank, bool)
         or rank < 0
+        or rank > MAX_RANK
         or not isinstance(host, str)
         or len(str(job_id)) > MAX_LABEL_LENGTH
         or len(host) > MAX_LABEL_LENGTH
@@ -414,6 +432,10 @@ class TrainingCollector(Collector):
             except BadLine as bad:
                 if not line.context:  # context was read before; its garbage is not news
                     self._invalid[bad.reason] += 1
+                continue
+            except Exception:  # whatever a line holds, it never costs the rest of the batch
+                if not line.context:
+                    self._invalid["bad_record"] += 1
                 continue
             if record is None:
                 continue

@@ -14,6 +14,9 @@ import math
 import os
 import shutil
 import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,9 +29,11 @@ from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
+from lockstep.agent.tail import FileFollower
 from lockstep.agent.yamlfile import MAX_FILE_BYTES
 from lockstep.collectors.infiniband import InfinibandCollector
-from tests.conftest import FIXTURES, AgentProcess, collected, context, samples, wait_until
+from lockstep.collectors.training import TrainingCollector
+from tests.conftest import FIXTURES, REPO, AgentProcess, collected, context, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"
 PROC = FIXTURES / "host" / "proc"
@@ -351,3 +356,126 @@ def test_no_config_edit_takes_the_running_daemon_down(tmp_path: Path) -> None:
         f"{config}: cannot read: is a FIFO, not a regular file",  # the SIGHUP
     ]
     assert not any("Traceback" in e.get("exc_info", "") for e in logs)
+
+
+# --- training logs ---
+
+
+def _training(*globs: Path | str) -> TrainingCollector:
+    return TrainingCollector(context(logs=tuple(str(g) for g in globs), start_at="beginning"))
+
+
+def _record(step: int, metric: str, value: object, rank: int = 0) -> str:
+    return (
+        json.dumps(
+            {
+                "ts": 1_767_312_000 + step,
+                "job_id": "7",
+                "rank": rank,
+                "host": "h",
+                "step": step,
+                "metric": metric,
+                "value": value,
+            }
+        )
+        + "\n"
+    )
+
+
+def _good_steps(first: int, count: int, rank: int = 0) -> str:
+    return "".join(
+        _record(n, "step_time_sec", 1.0, rank) + _record(n, "compute_time_sec", 0.5, rank)
+        for n in range(first, first + count)
+    )
+
+
+def _rank_value(values: dict, name: str, rank: int = 0) -> float:
+    return values[(f"lockstep_training_{name}", frozenset({("job_id", "7"), ("rank", str(rank)), ("host", "h")}))]
+
+
+@pytest.mark.parametrize("bad", [1e308, 10**400, -1, "1e3"], ids=["1e308", "400 digits", "negative", "string"])
+def test_a_bad_training_value_is_counted_and_costs_nothing_else(tmp_path: Path, bad: object) -> None:
+    log = tmp_path / "rank-0.jsonl"
+    # A bad value, then ten good steps in the same read: all ten are counted.
+    log.write_text(_good_steps(0, 2) + _record(2, "step_time_sec", bad) + _good_steps(3, 10))
+    collector = _training(tmp_path / "*.jsonl")
+    values = collected(collector)
+    assert _rank_value(values, "steps_total") == 12
+    assert _rank_value(values, "step_seconds_total") == 12.0
+    reason = "bad_value"
+    assert values[("lockstep_training_log_lines_invalid_total", frozenset({("reason", reason)}))] == 1
+    assert all(math.isfinite(v) for v in values.values())
+
+
+@pytest.mark.parametrize("field,bad", [("ts", 10**400), ("ts", 1e308), ("rank", 10**400)])
+def test_a_bad_timestamp_or_rank_is_counted_as_a_bad_record(tmp_path: Path, field: str, bad: object) -> None:
+    log = tmp_path / "rank-0.jsonl"
+    record = json.loads(_record(2, "step_time_sec", 1.0))
+    record[field] = bad
+    log.write_text(_good_steps(0, 2) + json.dumps(record) + "\n" + _good_steps(3, 10))
+    values = collected(_training(tmp_path / "*.jsonl"))
+    assert _rank_value(values, "steps_total") == 12
+    assert values[("lockstep_training_log_lines_invalid_total", frozenset({("reason", "bad_record")}))] == 1
+
+
+def test_a_double_star_glob_over_symlink_loops_ends(tmp_path: Path) -> None:
+    logs = tmp_path / "logs" / "job=7"
+    (logs / "a" / "b").mkdir(parents=True)
+    (logs / "a" / "b" / "up").symlink_to("../..")  # a loop
+    (logs / "self").symlink_to(".")  # another
+    (logs / "a" / "b" / "rank-0.jsonl").write_text(_good_steps(0, 3))
+    collector = _training(tmp_path / "logs" / "**" / "*.jsonl")
+    result: list[dict] = []
+    thread = threading.Thread(target=lambda: result.append(collected(collector)), daemon=True)
+    thread.start()
+    thread.join(60)  # Python's glob never returned here
+    assert result, "the round did not end"
+    assert _rank_value(result[0], "steps_total") == 3
+    assert result[0][("lockstep_training_log_files", frozenset())] == 1  # the file once, not once per loop
+    collector.close()
+
+
+def test_running_out_of_file_descriptors_is_loud_and_never_rereads(tmp_path: Path) -> None:
+    """200 ranks' logs, 64 descriptors: the files that cannot be opened are reported as an error,
+    and the ones followed are never closed and read again from the start (the issue saw
+    steps_total 4 for ranks that logged one step)."""
+    for rank in range(200):
+        (tmp_path / f"rank-{rank}.jsonl").write_text(_good_steps(0, 2, rank))
+    script = (
+        "import json, logging, resource, sys\n"
+        "from pathlib import Path\n"
+        "from tests.conftest import collected, context\n"
+        "from lockstep.collectors.training import TrainingCollector\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "c = TrainingCollector(context(logs=(sys.argv[1],), start_at='beginning'))\n"
+        "rounds = [collected(c) for _ in range(4)]\n"
+        "steps = [sorted(v for (n, _), v in r.items() if n == 'lockstep_training_steps_total') for r in rounds]\n"
+        "print(json.dumps(steps))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "*.jsonl")], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    rounds = json.loads(result.stdout)
+    assert all(steps and set(steps) == {2} for steps in rounds)  # never more than the two steps logged
+    assert len(rounds[-1]) < 200  # not all could be followed
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+    # Once per change (opening failed; then listing the directory did too), not per file or round.
+    assert 1 <= len(errors) <= 2
+    assert errors[0].startswith("ERROR some log files cannot be followed: out of file descriptors: ")
+    assert all("out of file descriptors" in e or "too many open files" in e for e in errors)
+
+
+def test_more_matching_files_than_max_files_are_reported_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    for rank in range(8):
+        (tmp_path / f"rank-{rank}.jsonl").write_text(_good_steps(0, 1, rank))
+    follower = FileFollower([str(tmp_path / "*.jsonl")], start_at_end=False, max_files=5, log=logging.getLogger("t"))
+    with caplog.at_level(logging.ERROR, logger="t"):
+        for _ in range(3):
+            follower.sweep()
+    assert follower.followed == 5
+    assert [r.getMessage() for r in caplog.records] == [
+        "some log files cannot be followed: 8 files match; following 5 at most (max_files), 3 left unread"
+    ]
+    follower.close()
