@@ -36,6 +36,7 @@ from prometheus_client.core import Metric
 
 from lockstep.agent import gpus as agent_gpus
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.command import run_command
 from lockstep.agent.config import parse_duration, parse_string
 from lockstep.agent.files import read_text
 
@@ -240,6 +241,7 @@ class SlurmCollector(Collector):
             log=self.log,
         )
         self._environ_details: dict[str, JobDetails] = {}
+        self._listpids_error = ""
 
     # --- discovery -----------------------------------------------------------------------
 
@@ -269,7 +271,11 @@ class SlurmCollector(Collector):
     def discover_jobs(self) -> dict[str, LocalJob] | None:
         """Jobs from their cgroups, or None when this node has no Slurm job cgroups at all."""
         v2_scopes, v1_dirs = self.job_cgroup_parents()
-        if not v2_scopes and not v1_dirs:
+        if not any(_job_dirs(scope) for scope in v2_scopes) and not any(
+            _job_dirs(uid_dir) for slurm_dir in v1_dirs for uid_dir in slurm_dir.glob("uid_*")
+        ):
+            # No job cgroup at all: slurmd does not make them (proctrack/linuxproc), though empty
+            # slurm_<node> directories may be left from when it did, or by a test run.
             return None
         jobs: dict[str, LocalJob] = {}
         # cgroup v2: system.slice/slurmstepd.scope/job_N, or <node>_slurmstepd.scope with multiple slurmd
@@ -309,8 +315,13 @@ class SlurmCollector(Collector):
         """Nodes without job cgroups: ask the local slurmd (not slurmctld) for the jobs' pids."""
         try:
             out = self.scontrol(["listpids"], 5.0)
-        except (OSError, subprocess.SubprocessError):
+        except (OSError, subprocess.SubprocessError) as exc:
+            why = _why(exc)
+            if why != self._listpids_error:  # once per change
+                self.log.warning("scontrol listpids failed", extra={"error": why})
+            self._listpids_error = why
             return {}
+        self._listpids_error = ""
         jobs: dict[str, LocalJob] = {}
         for line in out.splitlines()[1:]:
             parts = line.split()
@@ -527,8 +538,9 @@ def _why(exc: BaseException) -> str:
 
 
 def run_scontrol(args: list[str], timeout: float) -> str:
-    """``scontrol ARGS`` with a time limit; its stdout, or CalledProcessError/TimeoutExpired."""
-    return subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=timeout, check=True).stdout
+    """``scontrol ARGS`` within a whole-exchange deadline (its process group killed then) and
+    an output bound; its stdout, or CalledProcessError/TimeoutExpired/CommandOutputError."""
+    return run_command(["scontrol", *args], timeout)
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ class SlurmCluster:
     made_devices: list[Path]
     processes: list[subprocess.Popen[bytes]]
     cgroup_v1: bool
+    # The slurm_<node> cgroup directories there were before slurmd started: stop() removes the
+    # ones it made (left behind, they made the node look like one with job cgroups and no jobs).
+    cgroups_before: frozenset[Path] = frozenset()
 
     def run(self, *args: str, user: str | None = None, check: bool = True) -> str:
         command = list(args) if user is None else ["runuser", "-u", user, "--", *args]
@@ -119,6 +122,21 @@ class SlurmCluster:
         subprocess.run(["munged", f"--socket={self.root / 'munge' / 'munge.sock'}", "--stop"], capture_output=True)
         for device in self.made_devices:
             device.unlink(missing_ok=True)
+        for made in set(slurm_cgroups(self.node)) - self.cgroups_before:
+            remove_cgroup(made)
+
+
+def slurm_cgroups(node: str) -> list[Path]:
+    return sorted(Path("/sys/fs/cgroup").glob(f"*/slurm_{node}")) + sorted(Path("/sys/fs/cgroup").glob("*/slurm"))
+
+
+def remove_cgroup(top: Path) -> None:
+    """rmdir a cgroup and its descendants, deepest first (their control files go with them)."""
+    for dirpath, _, _ in sorted(os.walk(top, topdown=False), key=lambda entry: -entry[0].count("/")):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass  # still has processes (a job that did not end): left as it is
 
 
 def start(root: Path) -> SlurmCluster:
@@ -176,6 +194,7 @@ def start(root: Path) -> SlurmCluster:
         "CgroupPlugin=cgroup/v1\nConstrainDevices=yes\nConstrainCores=no\nConstrainRAMSpace=yes\n"
     )
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
+    cgroups_before = frozenset(slurm_cgroups(node))
     try:
         pwd.getpwnam(SECOND_USER)
     except KeyError:
@@ -186,7 +205,7 @@ def start(root: Path) -> SlurmCluster:
         subprocess.Popen(["slurmd", "-D", "-f", str(root / "slurm.conf")], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     ]  # fmt: skip
-    cluster = SlurmCluster(root, node, env, made, processes, cgroup_v1)
+    cluster = SlurmCluster(root, node, env, made, processes, cgroup_v1, cgroups_before)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         out = cluster.run("sinfo", "-h", "-o", "%T", check=False).strip()
