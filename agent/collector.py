@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from lockstep.agent.seams import Seams
+
 MetricType = Literal["gauge", "counter", "histogram"]
 
 
@@ -119,10 +121,13 @@ class CollectorContext:
     paths: Paths
     options: dict[str, Any]
     log: logging.Logger
-    # Fakes plugged in by the simulated node (agent/simulation), keyed by what they replace,
-    # e.g. "nvml".  Empty in production.
-    fakes: dict[str, Any] = field(default_factory=dict)
+    # Dependencies replaced by the simulated node or a test (agent/seams.py); none in production.
+    seams: Seams = field(default_factory=Seams)
     run_now: RunRequest = field(default_factory=RunRequest)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seams, Seams):  # e.g. the dict of fakes older code passed
+            raise TypeError(f"CollectorContext.seams must be a Seams, not {type(self.seams).__name__}")
 
 
 class Collector:
