@@ -73,6 +73,40 @@ class MetricSpec:
         return HistogramMetricFamily(self.name, self.help, labels=self.labels)
 
 
+class Families:
+    """One round's metric families, one per declared metric, built from the declarations.
+
+    A collector lists its metrics once (``metrics = (...)``) and fills a fresh ``Families``
+    every round instead of building each family by hand::
+
+        families = Families(self.metrics)
+        families[SIZE].add_metric([mountpoint, fstype], size)
+        yield from families.with_samples()
+
+    Asking for a metric the collector did not declare raises ``KeyError`` naming it, so an
+    undeclared name cannot reach the exposition.
+    """
+
+    def __init__(self, specs: Iterable[MetricSpec]) -> None:
+        self._families: dict[MetricSpec, Metric] = {
+            spec: spec.histogram_family() if spec.type == "histogram" else spec.family() for spec in specs
+        }
+
+    def __getitem__(self, spec: MetricSpec) -> Metric:
+        try:
+            return self._families[spec]
+        except KeyError:
+            raise KeyError(f"metric {spec.name!r} is not among the collector's declared metrics") from None
+
+    def all(self) -> list[Metric]:
+        """Every family, in declaration order, those without samples included."""
+        return list(self._families.values())
+
+    def with_samples(self) -> list[Metric]:
+        """The families that got at least one sample this round, in declaration order."""
+        return [family for family in self._families.values() if family.samples]
+
+
 @dataclass(frozen=True)
 class Option:
     """A collector-specific setting under ``collectors.<name>`` in the config file.
