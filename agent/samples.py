@@ -18,6 +18,7 @@ the rest of the family is served.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -77,31 +78,43 @@ def _labels_problem(labels: Mapping[str, object]) -> str:
 def checked_families(families: Iterable[Metric]) -> tuple[tuple[Metric, ...], list[Rejection]]:
     """The families with every out-of-domain sample left out, and what was left out.
 
-    Families whose samples are all fine are returned as they are (no copy)."""
+    Families whose samples are all fine are returned as they are (no copy).  This runs on
+    every sample of every round, so the common case (a finite float, short string labels)
+    is checked first and cheaply; the reasons are worked out only for a sample that fails.
+    """
     result: list[Metric] = []
     rejections: list[Rejection] = []
     for family in families:
-        non_negative = family.type in ("counter", "histogram", "gaugehistogram", "summary")
+        non_negative = family.type in _NON_NEGATIVE_TYPES
         kept = []
         seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         changed = False
         for sample in family.samples:
-            reason = _labels_problem(sample.labels)
-            number = 0.0
+            value = sample.value
+            labels = sample.labels
+            fine = (
+                (type(value) is float or type(value) is int)
+                and -_MAX_FLOAT <= value <= _MAX_FLOAT  # False for NaN and the infinities
+                and (value >= 0 or not non_negative)
+                and all(type(v) is str and len(v) <= MAX_LABEL_VALUE_CHARS for v in labels.values())
+            )
+            reason = ""
+            if not fine:
+                reason = _labels_problem(labels)
+                if not reason:
+                    number, reason = _value_problem(value, non_negative)
+                    if not reason and type(value) is not float and type(value) is not int:
+                        sample = sample._replace(value=number)
+                        changed = True
             if not reason:
-                number, reason = _value_problem(sample.value, non_negative)
-            if not reason:
-                key = (sample.name, tuple(sorted(sample.labels.items())))
+                key = (sample.name, tuple(labels.items()))
                 if key in seen:
                     reason = "the same series appears twice; the first is kept"
                 seen.add(key)
             if reason:
-                rejections.append(Rejection(_series_name(sample.name, sample.labels), reason))
+                rejections.append(Rejection(_series_name(sample.name, labels), reason))
                 changed = True
                 continue
-            if type(sample.value) is not float and type(sample.value) is not int:
-                sample = sample._replace(value=number)
-                changed = True
             kept.append(sample)
         if changed:
             copy = Metric(family.name, family.documentation, family.type, family.unit)
@@ -109,3 +122,7 @@ def checked_families(families: Iterable[Metric]) -> tuple[tuple[Metric, ...], li
             family = copy
         result.append(family)
     return tuple(result), rejections
+
+
+_NON_NEGATIVE_TYPES = frozenset({"counter", "histogram", "gaugehistogram", "summary"})
+_MAX_FLOAT = sys.float_info.max
