@@ -109,8 +109,6 @@ class Churn:
 
 def serve_churning(scenario: str, port: int) -> int:
     """The agent on a simulated node (like `lockstep demo`), plus the churn."""
-    import dataclasses
-
     from lockstep.agent.config import Overrides
     from lockstep.agent.daemon import Setup, serve
     from lockstep.agent.registry import discover
@@ -119,14 +117,16 @@ def serve_churning(scenario: str, port: int) -> int:
     available = {name: r.cls for name, r in discover().collectors.items() if r.builtin}
     node, tempdir = temporary_node(scenario)
     config = Path(tempdir.name) / "soak.yml"
-    sections = "".join(f"  {name}:\n    interval: 1s\n    deadline: 5s\n" for name in sorted(available))
+    extra = {"kubernetes": "    refresh: 1s\n", "slurm": "    controller_interval: 1s\n"}
+    sections = "".join(
+        f"  {name}:\n    interval: 1s\n    deadline: 5s\n{extra.get(name, '')}" for name in sorted(available)
+    )
     config.write_text(f"log_level: warning\ncollectors:\n{sections}")
     overrides = Overrides(
         listen=f"127.0.0.1:{port}",
         paths={"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)},
         options={name: dict(values) for name, values in node.options.items()},
     )
-    overrides = dataclasses.replace(overrides)
     setup = Setup(config, available, overrides, node.seams)
     churn = Churn(node)
     stop = threading.Event()
