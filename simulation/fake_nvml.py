@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import re
 import threading
 import time
 import uuid as uuidlib
@@ -278,6 +279,11 @@ def with_defaults(gpu: GpuSpec, index: int) -> GpuSpec:
 
 _GPU_FIELDS = {f.name: f for f in dataclasses.fields(GpuSpec)}
 _TOP_KEYS = ("driver_version", "driver_loaded", "defaults", "gpus", "xid_events")
+# More GPUs than any node has: `gpus: 100000000` made the fake run out of memory.
+MAX_GPUS = 1024
+MAX_SPEC_NUMBER = 2**64 - 1
+# domain:bus:device.function, as NVML writes it (8 hex digits of domain; 4 accepted too).
+_PCI_BUS_ID = re.compile(r"^(?:[0-9A-Fa-f]{4}|[0-9A-Fa-f]{8}):[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7]$")
 
 
 class _Parser:
@@ -303,9 +309,13 @@ class _Parser:
 
     def number(self, value: Any, parent: Any, key: Any, path: str, whole: bool) -> Any:
         ok = isinstance(value, int) if whole else isinstance(value, (int, float))
+        kind = "a whole number" if whole else "a number"
         if isinstance(value, bool) or not ok or value < 0:
-            kind = "a whole number" if whole else "a number"
             self.fail(parent, key, path, f"expected {kind} of at least 0, got {value!r}")
+            return None
+        if not value <= MAX_SPEC_NUMBER:  # NaN fails this too; the bound is NVML's unsigned 64 bits
+            shown = value if not isinstance(value, int) or value < 10**30 else f"a {len(str(value))}-digit number"
+            self.fail(parent, key, path, f"expected {kind} from 0 to 2**64 - 1, got {shown!r}")
             return None
         return value
 
@@ -342,6 +352,9 @@ class _Parser:
         if isinstance(default, str):
             if not isinstance(value, str):
                 self.fail(source, key, where, f"expected a string, got {value!r}")
+                return None
+            if key == "pci_bus_id" and not _PCI_BUS_ID.match(value):
+                self.fail(source, key, where, f"expected a PCI bus id such as 00000000:18:00.0, got {value!r}")
                 return None
             return value
         if isinstance(default, (int, float)):
@@ -414,6 +427,8 @@ class _Parser:
             if missing:
                 self.fail(source, key, item_path, f"missing {', '.join(missing)}")
                 continue
+            if any(name not in kwargs for name in required):
+                continue  # present but invalid: reported above
             out.append(cls(**kwargs))
         return tuple(out)
 
@@ -428,10 +443,14 @@ def parse_spec(data: Any, source: str = "<spec>") -> FakeSpec:
             p.fail(data, key, str(key), f"unknown key (known: {', '.join(_TOP_KEYS)})")
     defaults = p.mapping(data.get("defaults"), data, "defaults", "defaults")
     raw_gpus = data.get("gpus")
-    if isinstance(raw_gpus, int) and not isinstance(raw_gpus, bool) and raw_gpus >= 0:
+    if isinstance(raw_gpus, int) and not isinstance(raw_gpus, bool) and 0 <= raw_gpus <= MAX_GPUS:
         raw_gpus = [{} for _ in range(raw_gpus)]
     if not isinstance(raw_gpus, list):
-        p.fail(data, "gpus", "gpus", f"expected a list of GPUs or a number of GPUs, got {raw_gpus!r}")
+        shown = raw_gpus if not isinstance(raw_gpus, int) or raw_gpus < 10**30 else "a larger number"
+        p.fail(data, "gpus", "gpus", f"expected a list of GPUs or a number of GPUs up to {MAX_GPUS}, got {shown!r}")
+        raw_gpus = []
+    elif len(raw_gpus) > MAX_GPUS:
+        p.fail(data, "gpus", "gpus", f"at most {MAX_GPUS} GPUs, got {len(raw_gpus)}")
         raw_gpus = []
     gpus = []
     for index, raw in enumerate(raw_gpus):

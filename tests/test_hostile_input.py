@@ -28,6 +28,7 @@ from lockstep.agent import cli
 from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.command import CommandOutputError, run_command
 from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.logs import setup_logging
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from lockstep.agent.tail import FileFollower
@@ -592,3 +593,58 @@ def test_a_hung_scontrol_wrapper_leaves_nothing_running_after_once(
     started = [int(p) for p in pids.read_text().split()]
     assert started  # the controller refresh did start the wrapper
     wait_until(lambda: not _alive(started), timeout=5, what="no scontrol left running after once")
+
+
+def test_watchdogs_stopped_emitter_race_is_not_logged_as_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every shutdown logged watchdog's 'queue_events() called when the thread is inactive'
+    ERROR (a race inside watchdog when an observer stops mid-read); its other messages pass."""
+    setup_logging("info", "json")
+    try:
+        inotify = logging.getLogger("watchdog.observers.inotify")
+        inotify.error("InotifyEmitter.queue_events() called when the thread is inactive")
+        inotify.error("Unable to rebuild recursive inotify watches below '/x'")
+        lines = [json.loads(line)["msg"] for line in capsys.readouterr().err.splitlines()]
+    finally:
+        logging.getLogger().handlers.clear()
+    assert lines == ["Unable to rebuild recursive inotify watches below '/x'"]
+
+
+# --- the fake NVML's spec (demo, tests): named errors, bounded ---
+
+
+@pytest.mark.parametrize(
+    "spec,problem",
+    [
+        (
+            "gpus:\n  - processes:\n      - pid: -1\n",
+            "{f}:3: gpus[0].processes[0].pid: expected a whole number of at least 0, got -1",
+        ),
+        (
+            'gpus:\n  - processes:\n      - pid: "x"\n',
+            "{f}:3: gpus[0].processes[0].pid: expected a whole number of at least 0, got 'x'",
+        ),
+        ("gpus: 100000000\n", "{f}:1: gpus: expected a list of GPUs or a number of GPUs up to 1024, got 100000000"),
+        (
+            "gpus:\n  - power_watts: .nan\n",
+            "{f}:2: gpus[0].power_watts: expected a number from 0 to 2**64 - 1, got nan",
+        ),
+        (
+            "gpus:\n  - power_watts: .inf\n",
+            "{f}:2: gpus[0].power_watts: expected a number from 0 to 2**64 - 1, got inf",
+        ),
+        (
+            "gpus:\n  - pci_bus_id: 'not a bus'\n",
+            "{f}:2: gpus[0].pci_bus_id: expected a PCI bus id such as 00000000:18:00.0, got 'not a bus'",
+        ),
+    ],
+    ids=["pid -1", "pid x", "1e8 gpus", "nan", "inf", "pci bus id"],
+)
+def test_a_bad_fake_nvml_spec_is_named_by_line_even_from_config_check(
+    tmp_path: Path, spec: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "gpus.yml"
+    path.write_text(spec)
+    config = tmp_path / "lockstep.yml"
+    config.write_text(f"collectors:\n  gpu:\n    fake_nvml: {path}\n")
+    assert cli.main(["config", "check", str(config)]) == 2
+    assert capsys.readouterr().err == f"lockstep: {config}:3: collectors.gpu.fake_nvml: {problem.format(f=path)}\n"
