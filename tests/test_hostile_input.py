@@ -22,17 +22,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import generate_latest
 
 from lockstep.agent import cli
 from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.command import CommandOutputError, run_command
+from lockstep.agent.config import MAX_DURATION, MIN_DURATION, parse_duration
 from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.logs import setup_logging
-from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS
+from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, checked_families
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from lockstep.agent.tail import FileFollower
-from lockstep.agent.yamlfile import MAX_FILE_BYTES
+from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
 from lockstep.collectors.infiniband import InfinibandCollector
 from lockstep.collectors.slurm import SlurmCollector
 from lockstep.collectors.training import TrainingCollector
@@ -648,3 +652,101 @@ def test_a_bad_fake_nvml_spec_is_named_by_line_even_from_config_check(
     config.write_text(f"collectors:\n  gpu:\n    fake_nvml: {path}\n")
     assert cli.main(["config", "check", str(config)]) == 2
     assert capsys.readouterr().err == f"lockstep: {config}:3: collectors.gpu.fake_nvml: {problem.format(f=path)}\n"
+
+
+# --- generated inputs (hypothesis): whatever the value, a clear rejection or a valid result ---
+
+GENERATED = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@settings(GENERATED, max_examples=30)
+@given(st.text(max_size=200))
+def test_any_config_text_loads_or_is_rejected_by_name(text: str) -> None:
+    try:
+        load_yaml_text(text, "gen.yml")
+    except YamlFileError as exc:
+        assert all(problem.startswith("gen.yml") for problem in exc.problems)
+
+
+@GENERATED
+@given(st.one_of(st.floats(), st.integers(), st.text(max_size=20), st.booleans(), st.none()))
+def test_any_duration_is_within_bounds_or_rejected(value: object) -> None:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        assert str(exc)  # a message naming what was expected
+    else:
+        assert MIN_DURATION <= seconds <= MAX_DURATION
+
+
+sample_values = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(10**400), max_value=10**400),
+    st.text(max_size=5),
+    st.none(),
+)
+
+
+@GENERATED
+@given(st.lists(st.tuples(st.sampled_from(["counter", "gauge"]), st.text(max_size=8), sample_values), max_size=12))
+def test_any_sample_values_render_after_the_domain_check(rows: list[tuple[str, str, object]]) -> None:
+    families = []
+    for kind, label, number in rows:
+        family = (CounterMetricFamily if kind == "counter" else GaugeMetricFamily)(
+            f"lockstep_gen_{kind}", "Generated.", labels=["l"]
+        )
+        family.add_metric([label], number)  # type: ignore[arg-type]
+        families.append(family)
+    checked, _ = checked_families(families)
+    text = generate_latest(_Registry(list(checked))).decode()  # never raises
+    for (name, _labels), value in samples(text).items():
+        assert math.isfinite(value)
+        assert value >= 0 or not name.endswith("_total")
+
+
+class _Registry:
+    def __init__(self, families: list[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> list[Metric]:
+        return self.families
+
+
+@GENERATED
+@given(st.binary(max_size=64))
+def test_any_ib_counter_file_gives_a_64_bit_count_or_is_counted(sysfs: Path, content: bytes) -> None:
+    (sysfs / MLX5_COUNTERS / "symbol_error").write_bytes(content)
+    values = collected(InfinibandCollector(context(sys_=sysfs)))
+    port = frozenset({("device", "mlx5_0"), ("port", "1")})
+    symbol_errors = values.get(("lockstep_ib_port_symbol_errors_total", port))
+    if symbol_errors is None:
+        assert values[("lockstep_ib_port_unparseable_values_total", port)] == 1 or content.strip().startswith(b"N/A")
+    else:
+        assert 0 <= symbol_errors <= 2**64 - 1
+
+
+json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**400), max_value=10**400), st.floats(), st.text(max_size=8)
+)
+
+
+@GENERATED
+@given(st.lists(st.fixed_dictionaries({"value": json_scalars, "ts": json_scalars, "rank": json_scalars}), max_size=8))
+def test_any_training_record_costs_only_itself(tmp_path_factory: pytest.TempPathFactory, bad: list[dict]) -> None:
+    directory = tmp_path_factory.mktemp("gen")
+    lines = []
+    for record in bad:
+        full = {"job_id": "7", "host": "h", "step": 1000, "metric": "step_time_sec", **record}
+        lines.append(json.dumps(full) + "\n")
+    (directory / "rank-0.jsonl").write_text(_good_steps(0, 3) + "".join(lines) + _good_steps(2000, 3))
+    collector = _training(directory / "*.jsonl")
+    first = collected(collector)
+    assert _rank_value(first, "steps_total") >= 5  # the good steps around the generated ones
+    assert all(math.isfinite(v) for v in first.values())
+    with open(directory / "rank-0.jsonl", "a") as log:
+        log.write(_good_steps(3000, 2))
+    second = collected(collector)
+    for key, value in first.items():
+        if key[0].endswith("_total") and key in second:
+            assert second[key] >= value  # counters only grow
+    collector.close()
