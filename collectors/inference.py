@@ -29,6 +29,7 @@ import http.client
 import ipaddress
 import math
 import re
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -129,7 +130,11 @@ GPU_INFO = MetricSpec(
 )
 
 DEFAULT_TIMEOUT = 3.0
-MAX_BODY_BYTES = 32 * 1024 * 1024
+# A real engine's /metrics is 0.1-2 MB.  Parsed, a body takes ~20 times its size in Python
+# objects (a 31 MB body took 630 MB of RSS), so the body is capped at 8 MiB and only the
+# engine's own series (its prefix) are parsed, at most MAX_SERIES of them.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_SERIES = 20_000
 MAX_SCRAPE_THREADS = 16
 # How long a discovered engine whose process is gone is still reported (up 0).
 GONE_ENGINE_SECONDS = 600.0
@@ -164,15 +169,39 @@ class Reading:
 
 class Samples:
     """An exposition's samples by name.  ``*_created`` samples (creation times that
-    OpenMetrics-style exporters put next to counters and histograms) are not data."""
+    OpenMetrics-style exporters put next to counters and histograms) are not data.
 
-    def __init__(self, text: str) -> None:
+    With ``prefix``, only the series whose names start with it are parsed (the engine's own;
+    its process_* and python_* series are most of a body and never read), at most MAX_SERIES.
+    Every value read is a count, ratio or duration: one that is not a finite number of at
+    least 0 (``+Inf``, ``-100``) is left out and counted in ``rejected``, with an example in
+    ``rejected_example``.  A series that appears twice is not valid exposition: the answer is
+    refused (summing the two, as before, made up a value).
+    """
+
+    def __init__(self, text: str, prefix: str = "") -> None:
         self.by_name: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+        self.rejected = 0
+        self.rejected_example = ""
+        if prefix:
+            text = _only_prefixed(text, prefix)
+        seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
         try:
             for family in text_string_to_metric_families(text):
                 for sample in family.samples:
-                    if not sample.name.endswith("_created"):
-                        self.by_name[sample.name].append((sample.labels, sample.value))
+                    if sample.name.endswith("_created"):
+                        continue
+                    key = (sample.name, tuple(sorted(sample.labels.items())))
+                    if key in seen:
+                        raise ScrapeError(
+                            f"series {_series(sample.name, sample.labels)} appears twice: not valid exposition"
+                        )
+                    seen.add(key)
+                    if not (math.isfinite(sample.value) and sample.value >= 0):
+                        self.rejected += 1
+                        self.rejected_example = f"{_series(sample.name, sample.labels)} = {sample.value}"
+                        continue
+                    self.by_name[sample.name].append((sample.labels, sample.value))
         except (ValueError, TypeError, IndexError) as exc:
             raise ScrapeError(f"not Prometheus text exposition: {exc}") from None
 
@@ -188,6 +217,29 @@ class Samples:
 
     def has_prefix(self, prefix: str) -> bool:
         return any(name.startswith(prefix) for name in self.by_name)
+
+
+def _only_prefixed(text: str, prefix: str) -> str:
+    """The lines of the series whose names start with ``prefix`` (and their # HELP/# TYPE
+    lines); ScrapeError past MAX_SERIES such series."""
+    kept = []
+    series = 0
+    for line in text.splitlines():
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[2].startswith(prefix):
+                kept.append(line)
+        elif line.startswith(prefix):
+            series += 1
+            if series > MAX_SERIES:
+                raise ScrapeError(f"more than {MAX_SERIES} {prefix}* series in the answer")
+            kept.append(line)
+    return "\n".join(kept) + "\n"
+
+
+def _series(name: str, labels: dict[str, str]) -> str:
+    shown = ",".join(f'{k}="{v[:40]}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{shown}}}"
 
 
 def per_model(
@@ -464,43 +516,56 @@ def fetch_http(url: str, timeout: float) -> str:
     """GET url; the text, or ScrapeError saying why not.
 
     http.client rather than urllib: no proxy from the environment (the target is on this
-    node), and the whole answer, not each socket operation, is bounded by ``timeout``.
+    node).  The whole exchange, not each socket operation, is bounded by ``timeout``: a
+    timer shuts the socket down at the deadline, which ends any read in progress (a target
+    that trickled its headers a byte at a time used to hold a thread for ever, one more each
+    round, until the pool was full and shutdown hung).
     """
     parts = urlsplit(url)
-    deadline = time.monotonic() + timeout
     connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = connection_class(parts.hostname or "", parts.port, timeout=timeout)
     headers = {"Accept": "text/plain;version=0.0.4", "User-Agent": f"lockstep/{__version__}"}
     if parts.username is not None:
         credentials = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         headers["Authorization"] = "Basic " + base64.b64encode(credentials).decode()
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = connection.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed
+
+    timer = threading.Timer(timeout, cut)
+    timer.daemon = True
+    timer.start()
+    answered = False  # the status line and headers have arrived
     try:
         connection.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""), headers=headers)
-        sock = connection.sock  # getresponse may drop the connection's reference to it
         response = connection.getresponse()
+        answered = True
         if response.status != 200:
             raise ScrapeError(f"HTTP {response.status} {response.reason}".rstrip())
         body = bytearray()
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ScrapeError(f"no complete answer within {timeout:g}s")
-            if sock is not None:
-                sock.settimeout(remaining)
-            chunk = response.read1(65536)
-            if not chunk:
-                break
+        while chunk := response.read1(65536):
             body += chunk
             if len(body) > MAX_BODY_BYTES:
                 raise ScrapeError(f"answer larger than {MAX_BODY_BYTES // (1024 * 1024)} MiB")
+        if expired.is_set():
+            raise TimeoutError
         return body.decode("utf-8", "replace")
-    except TimeoutError:
-        raise ScrapeError(f"no answer within {timeout:g}s") from None
-    except ConnectionRefusedError:
-        raise ScrapeError("connection refused (nothing listens there)") from None
-    except (OSError, http.client.HTTPException) as exc:
+    except (TimeoutError, OSError, http.client.HTTPException) as exc:
+        if expired.is_set() or isinstance(exc, TimeoutError):
+            what = "complete answer" if answered else "answer"
+            raise ScrapeError(f"no {what} within {timeout:g}s") from None
+        if isinstance(exc, ConnectionRefusedError):
+            raise ScrapeError("connection refused (nothing listens there)") from None
         raise ScrapeError(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
     finally:
+        timer.cancel()
         connection.close()
 
 
@@ -552,6 +617,7 @@ class InferenceCollector(Collector):
         self._pool_lock = threading.Lock()
         self._models: dict[str, list[str]] = {}  # endpoint -> models of its last good answer
         self._down: dict[str, str] = {}  # endpoint -> why, for logging changes once
+        self._rejected: dict[str, str] = {}  # endpoint -> an out-of-domain value it sent, logged once
         # Discovered endpoints -> (target, when a process last served it), monotonic clock.
         self._discovered: dict[str, tuple[Target, float]] = {}
         self.clock = time.monotonic  # tests replace it
@@ -689,10 +755,20 @@ class InferenceCollector(Collector):
 
     def _scrape(self, target: Target) -> dict[str, Reading]:
         text = self.fetch(target.url, self.timeout)
-        samples = Samples(text)
         engine = ENGINE_FORMATS[target.engine]
+        samples = Samples(text, engine.prefix)
         if not samples.has_prefix(engine.prefix):
             raise ScrapeError(f"no {engine.prefix}* metrics in the answer: not a {engine.title} metrics endpoint?")
+        rejected = samples.rejected_example if samples.rejected else ""
+        if rejected != self._rejected.get(target.endpoint, ""):  # once per change, per target
+            if rejected:
+                self.log.warning(
+                    "left out %d values that are not finite numbers of at least 0, e.g. %s",
+                    samples.rejected,
+                    rejected,
+                    extra={"engine": target.engine, "endpoint": target.endpoint},
+                )
+            self._rejected[target.endpoint] = rejected
         return engine.normalise(samples)
 
     def _log_change(self, result: Result) -> None:

@@ -14,6 +14,7 @@ import math
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +38,7 @@ from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, checked_families
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from lockstep.agent.tail import FileFollower
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
+from lockstep.collectors.inference import InferenceCollector, parse_targets
 from lockstep.collectors.infiniband import InfinibandCollector
 from lockstep.collectors.slurm import SlurmCollector
 from lockstep.collectors.training import TrainingCollector
@@ -749,4 +751,132 @@ def test_any_training_record_costs_only_itself(tmp_path_factory: pytest.TempPath
     for key, value in first.items():
         if key[0].endswith("_total") and key in second:
             assert second[key] >= value  # counters only grow
+    collector.close()
+
+
+# --- inference engines: whole-exchange deadline, bounded body, values in their domain ---
+
+VLLM_GOOD = (
+    "# TYPE vllm:num_requests_running gauge\n"
+    'vllm:num_requests_running{model_name="m"} 3\n'
+    "# TYPE vllm:num_requests_waiting gauge\n"
+    'vllm:num_requests_waiting{model_name="m"} 2\n'
+)
+
+
+class _HostileEngines:
+    """A real HTTP endpoint per behaviour: /good, /trickle (headers one byte at a time, for
+    ever), /huge (31 MB), /liar (+Inf, negative gauges and counters), /twice (a repeated series)."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return  # closed
+            threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            try:
+                path = conn.recv(4096).split(b" ", 2)[1].decode()
+                if path == "/trickle":
+                    while not self.stop.wait(0.1):
+                        conn.sendall(b"H")  # "HHHH..." never ends a status line
+                    return
+                body = {
+                    "/good": VLLM_GOOD,
+                    "/huge": "# " + "x" * (31 * 1024 * 1024) + "\n" + VLLM_GOOD,
+                    "/liar": (
+                        VLLM_GOOD.replace("} 2", "} -5")
+                        + "# TYPE vllm:kv_cache_usage_perc gauge\n"
+                        + 'vllm:kv_cache_usage_perc{model_name="m"} +Inf\n'
+                        + "# TYPE vllm:num_preemptions_total counter\n"
+                        + 'vllm:num_preemptions_total{model_name="m"} -100\n'
+                    ),
+                    "/twice": VLLM_GOOD + 'vllm:num_requests_running{model_name="m"} 4\n',
+                }[path].encode()
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            except (OSError, KeyError, IndexError):
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.listener.shutdown(socket.SHUT_RDWR)  # ends the blocking accept
+        self.listener.close()
+        self.thread.join(5)
+
+
+@pytest.fixture
+def hostile_engines() -> Iterator[_HostileEngines]:
+    engines = _HostileEngines()
+    yield engines
+    engines.close()
+
+
+def _inference(*targets: str, timeout: float) -> InferenceCollector:
+    return InferenceCollector(context(targets=parse_targets(list(targets)), discover=False, timeout=timeout))
+
+
+def _engine_up(values: dict, url: str) -> float:
+    """lockstep_inference_up of the endpoint (one series per model it served; all agree)."""
+    ups = {v for (name, labels), v in values.items() if name == "lockstep_inference_up" and ("endpoint", url) in labels}
+    assert len(ups) == 1, ups
+    return ups.pop()
+
+
+def test_a_target_trickling_its_headers_never_starves_the_others(hostile_engines: _HostileEngines) -> None:
+    """The timeout covered each socket read, not the whole exchange: every round leaked a
+    thread, and after 16 rounds a healthy target reported up 0 and shutdown hung."""
+    good, trickle = f"{hostile_engines.url}/good", f"{hostile_engines.url}/trickle"
+    collector = _inference(f"vllm={good}", f"vllm={trickle}", timeout=2)
+    collected(collector)
+    threads_after_one_round = threading.active_count()
+    for _ in range(5):  # each of them leaked a thread before
+        values = collected(collector)
+        assert _engine_up(values, good) == 1
+        assert _engine_up(values, trickle) == 0
+    wait_until(
+        lambda: threading.active_count() <= threads_after_one_round + 2, timeout=10, what="no leaked scrape threads"
+    )
+    collector.close()
+
+
+def test_a_31_mb_engine_body_is_refused(hostile_engines: _HostileEngines, caplog: pytest.LogCaptureFixture) -> None:
+    huge, good = f"{hostile_engines.url}/huge", f"{hostile_engines.url}/good"
+    collector = _inference(f"vllm={huge}", f"vllm={good}", timeout=10)
+    with caplog.at_level(logging.WARNING):
+        values = collected(collector)
+    assert _engine_up(values, huge) == 0 and _engine_up(values, good) == 1
+    assert any(r.getMessage() == "inference target down: answer larger than 8 MiB" for r in caplog.records)
+    collector.close()
+
+
+def test_engine_values_outside_their_domain_are_left_out(
+    hostile_engines: _HostileEngines, caplog: pytest.LogCaptureFixture
+) -> None:
+    liar, twice = f"{hostile_engines.url}/liar", f"{hostile_engines.url}/twice"
+    collector = _inference(f"vllm={liar}", f"vllm={twice}", timeout=5)
+    with caplog.at_level(logging.WARNING):
+        values = collected(collector)
+        collected(collector)  # the same values again: not logged again
+    labels = {("engine", "vllm"), ("endpoint", liar), ("model", "m")}
+    assert values[("lockstep_inference_requests_running", frozenset(labels))] == 3
+    assert ("lockstep_inference_requests_waiting", frozenset(labels)) not in values  # -5
+    assert ("lockstep_inference_kv_cache_usage_ratio", frozenset(labels)) not in values  # +Inf
+    assert ("lockstep_inference_preemptions_total", frozenset(labels)) not in values  # -100
+    assert _engine_up(values, twice) == 0  # a repeated series is not summed into a made-up value
+    messages = [r.getMessage() for r in caplog.records]
+    example = 'vllm:num_preemptions_total{model_name="m"} = -100'
+    assert messages.count(f"left out 3 values that are not finite numbers of at least 0, e.g. {example}") == 1
+    twice_message = 'series vllm:num_requests_running{model_name="m"} appears twice: not valid exposition'
+    assert f"inference target down: {twice_message}" in messages
     collector.close()
