@@ -41,7 +41,7 @@ from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option, describe_error
 from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string
-from lockstep.agent.files import read_text
+from lockstep.agent.files import FileTooLarge, NotRegularFile, read_regular_file, read_text
 
 INFO = MetricSpec(
     "lockstep_checkpoint_info",
@@ -350,6 +350,8 @@ class RootState:
     current: Observation | None = None  # the save in progress now, if any
     current_start: float | None = None
     watch_handle: Any = None  # the inotify watch while there is one
+    watched_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory the watch is on
+    tracker_error: str = ""  # why Megatron's tracker file was skipped, to log changes once
 
     @property
     def watch(self) -> str:
@@ -502,6 +504,7 @@ class CheckpointCollector(Collector):
             FileClosedEvent,
         ]
         try:
+            state.watched_id = _directory_id(root)
             state.watch_handle = self._observer.schedule(Handler(), root, recursive=True, event_filter=events)
         except OSError as exc:
             self.log.warning("cannot watch %s with inotify (%s): polling it instead", state.label, describe_error(exc))
@@ -544,6 +547,14 @@ class CheckpointCollector(Collector):
                 state = RootState(label=label, path=self.host_path(label), spec=spec)
                 state.mode = self._watch_mode(spec, label)
                 self.roots[label] = state
+            if state.watch_handle is not None and _directory_id(state.path) != state.watched_id:
+                # The root was replaced (rename + mkdir, or removed and made again): the watch
+                # is on the old directory and sees nothing of the new one.  Watch the new one
+                # and scan it now, not at the next resync minutes later.
+                self.log.info("checkpoint root %s was replaced: watching the new directory", state.label)
+                self._stop_watch(state)
+                with state.lock:
+                    state.dirty = True
             if state.mode == "inotify" and state.watch_handle is None and os.path.isdir(state.path):
                 self._start_watch(state)  # before the scan, so no event falls between the two
             self._update(state, now)
@@ -594,7 +605,15 @@ class CheckpointCollector(Collector):
         # Newest first, so a capped scan spends its budget on the saves that matter.
         ordered = sorted(entries.values(), key=_mtime_or_zero, reverse=True)
         if megatron:
-            tracker = _read_tracker(state.path)
+            try:
+                tracker = _read_tracker(state.path)
+                tracker_error = ""
+            except TrackerError as exc:
+                tracker, tracker_error = None, str(exc)
+            if tracker_error != state.tracker_error:  # once per change
+                if tracker_error:
+                    self.log.warning("checkpoint root %s: skipping the tracker: %s", state.label, tracker_error)
+                state.tracker_error = tracker_error
             for entry in ordered:
                 match = MEGATRON_ITERATION.match(entry.name)
                 if match and entry.is_dir(follow_symlinks=False):
@@ -820,12 +839,34 @@ def _mtime_or_zero(entry: os.DirEntry[str]) -> float:
         return 0.0
 
 
-def _read_tracker(root: str) -> tuple[int, float] | None:
-    """Megatron's latest_checkpointed_iteration.txt: (iteration, mtime); None if absent or 'release'."""
-    path = os.path.join(root, MEGATRON_TRACKER)
+def _directory_id(path: str) -> tuple[int, int] | None:
     try:
-        text = read_text(path).strip()
-        mtime = os.stat(path).st_mtime
+        st = os.stat(path)
     except OSError:
         return None
-    return (int(text), mtime) if text.isdigit() else None
+    return (st.st_dev, st.st_ino)
+
+
+# The tracker holds an iteration number: anything longer is not one.
+TRACKER_MAX_BYTES = 64
+
+
+class TrackerError(ValueError):
+    """The tracker file is not a small regular file (a FIFO, /dev/zero, huge): named, skipped."""
+
+
+def _read_tracker(root: str) -> tuple[int, float] | None:
+    """Megatron's latest_checkpointed_iteration.txt: (iteration, mtime); None if absent or 'release'.
+
+    A user writes this file: it is read without blocking and within TRACKER_MAX_BYTES, and only
+    if it is a regular file (as a symlink to /dev/zero it took 1.4 GB; as a FIFO it left the
+    whole collector stuck).  Such a file raises TrackerError naming it."""
+    path = os.path.join(root, MEGATRON_TRACKER)
+    try:
+        text = read_regular_file(path, TRACKER_MAX_BYTES).decode("ascii", "replace").strip()
+        mtime = os.stat(path).st_mtime
+    except (FileTooLarge, NotRegularFile) as exc:
+        raise TrackerError(describe_error(exc)) from None
+    except OSError:
+        return None
+    return (int(text), mtime) if text.isdigit() and len(text) <= 20 else None

@@ -29,15 +29,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import generate_latest
 
 from lockstep.agent import cli
-from lockstep.agent.collector import Collector, MetricSpec
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, Paths
 from lockstep.agent.command import CommandOutputError, run_command
 from lockstep.agent.config import MAX_DURATION, MIN_DURATION, parse_duration
 from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.logs import setup_logging
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, checked_families
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
+from lockstep.agent.seams import Seams
 from lockstep.agent.tail import FileFollower
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
+from lockstep.collectors.checkpoint import CheckpointCollector, parse_roots
 from lockstep.collectors.inference import InferenceCollector, parse_targets
 from lockstep.collectors.infiniband import InfinibandCollector
 from lockstep.collectors.slurm import SlurmCollector
@@ -879,4 +881,83 @@ def test_engine_values_outside_their_domain_are_left_out(
     assert messages.count(f"left out 3 values that are not finite numbers of at least 0, e.g. {example}") == 1
     twice_message = 'series vllm:num_requests_running{model_name="m"} appears twice: not valid exposition'
     assert f"inference target down: {twice_message}" in messages
+    collector.close()
+
+
+# --- checkpoint roots: user-writable tracker files, replaced roots ---
+
+
+def _checkpoints(rootfs: Path, roots: list[dict[str, str]], now: float) -> CheckpointCollector:
+    return CheckpointCollector(
+        CollectorContext(
+            paths=Paths(rootfs=rootfs),
+            options={"roots": parse_roots(roots)},
+            log=logging.getLogger("test"),
+            seams=Seams(wall_clock=lambda: now),
+        )
+    )
+
+
+def _root_values(values: dict, root: str) -> dict[str, float]:
+    return {
+        name.removeprefix("lockstep_checkpoint_"): v
+        for (name, labels), v in values.items()
+        if ("root", root) in labels and name != "lockstep_checkpoint_info"
+    }
+
+
+@pytest.mark.parametrize("kind", ["/dev/zero", "fifo", "huge"])
+def test_a_hostile_megatron_tracker_is_skipped_by_name(
+    tmp_path: Path, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    now = time.time()
+    bad, good = tmp_path / "ckpt" / "bad", tmp_path / "ckpt" / "good"
+    for root in (bad, good):
+        (root / "iter_0000050" / "mp_rank_00").mkdir(parents=True)
+        (root / "iter_0000050" / "mp_rank_00" / "model_optim_rng.pt").write_bytes(b"x" * 700)
+    (good / "latest_checkpointed_iteration.txt").write_text("50\n")
+    tracker = bad / "latest_checkpointed_iteration.txt"
+    if kind == "/dev/zero":
+        tracker.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(tracker)
+    else:
+        tracker.write_text("5" * 10_000_000)
+    collector = _checkpoints(tmp_path, [{"path": "/ckpt/*", "watch": "poll"}], now)
+    result: list[dict] = []
+    with caplog.at_level(logging.WARNING):
+        thread = threading.Thread(target=lambda: result.extend([collected(collector), collected(collector)]))
+        thread.start()
+        thread.join(60)  # a FIFO left the whole collector stuck
+    assert len(result) == 2, "the rounds did not end"
+    assert _root_values(result[1], "/ckpt/good")["last_size_bytes"] == 700  # the other root: complete
+    assert _root_values(result[1], "/ckpt/bad")["root_readable"] == 1
+    what = {
+        "/dev/zero": "is a device, not a regular file",
+        "fifo": "is a FIFO, not a regular file",
+        "huge": "holds more than 64 bytes",
+    }[kind]
+    warnings = [r.getMessage() for r in caplog.records if "tracker" in r.getMessage()]
+    assert warnings == [f"checkpoint root /ckpt/bad: skipping the tracker: {tracker} {what}"]
+    collector.close()
+
+
+def test_a_checkpoint_root_replaced_by_rename_and_mkdir_is_watched_again(tmp_path: Path) -> None:
+    """Its inotify watch stayed on the renamed directory: saves in the new one went unseen
+    until the rescan 5 minutes later."""
+    now = time.time()
+    root = tmp_path / "ckpt" / "job_7"
+    root.mkdir(parents=True)
+    collector = _checkpoints(tmp_path, [{"path": "/ckpt/job_7", "watch": "inotify"}], now + 10)
+    collected(collector)
+    root.rename(tmp_path / "ckpt" / "job_7.old")
+    root.mkdir()
+    collected(collector)  # sees the replacement
+    (root / "iter_0000100" / "mp_rank_00").mkdir(parents=True)
+    (root / "iter_0000100" / "mp_rank_00" / "model_optim_rng.pt").write_bytes(b"x" * 1500)
+    wait_until(
+        lambda: _root_values(collected(collector), "/ckpt/job_7").get("in_progress_seconds", 0) > 0,
+        timeout=20,
+        what="the save in the new directory seen",
+    )
     collector.close()
