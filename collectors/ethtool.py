@@ -39,7 +39,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_bool, parse_string_list
 from lockstep.agent.files import read_text
-from lockstep.collectors.infiniband import rdma_netdevs
+from lockstep.collectors.infiniband.sysfs import rdma_netdevs
 
 # --- the ioctl reader ---
 
