@@ -39,8 +39,10 @@ from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from lockstep.agent.seams import Seams
 from lockstep.agent.tail import FileFollower
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
-from lockstep.collectors.checkpoint import CheckpointCollector, parse_roots
-from lockstep.collectors.inference import InferenceCollector, parse_targets
+from lockstep.collectors.checkpoint import CheckpointCollector
+from lockstep.collectors.checkpoint.config import parse_roots
+from lockstep.collectors.inference import InferenceCollector
+from lockstep.collectors.inference.targets import parse_targets
 from lockstep.collectors.infiniband import InfinibandCollector
 from lockstep.collectors.slurm import SlurmCollector
 from lockstep.collectors.training import TrainingCollector
