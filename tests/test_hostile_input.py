@@ -860,7 +860,7 @@ def test_a_31_mb_engine_body_is_refused(hostile_engines: _HostileEngines, caplog
     with caplog.at_level(logging.WARNING):
         values = collected(collector)
     assert _engine_up(values, huge) == 0 and _engine_up(values, good) == 1
-    assert any(r.getMessage() == "inference target down: answer larger than 8 MiB" for r in caplog.records)
+    assert any(r.getMessage() == "inference target down: answer larger than 4 MiB" for r in caplog.records)
     collector.close()
 
 

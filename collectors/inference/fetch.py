@@ -12,8 +12,8 @@ from lockstep import __version__
 from lockstep.collectors.inference.readings import ScrapeError
 
 # A real engine's /metrics is 0.1-2 MB; parsed, a body takes ~20 times its size (a 31 MB body
-# took 630 MB of RSS), so it is capped at 8 MiB.
-MAX_BODY_BYTES = 8 * 1024 * 1024
+# took 630 MB of RSS), so it is capped at 4 MiB (16 targets at once: docs/configuration.md).
+MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 def fetch_http(url: str, timeout: float) -> str:

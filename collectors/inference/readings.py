@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 # Parsed, a body takes ~20 times its size in Python objects, so only the engine's own series
 # (its prefix) are parsed, at most MAX_SERIES of them (fetch.py caps the body).
-MAX_SERIES = 20_000
+MAX_SERIES = 10_000
 
 
 class ScrapeError(Exception):
