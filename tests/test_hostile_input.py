@@ -718,7 +718,7 @@ class _Registry:
         return self.families
 
 
-@GENERATED
+@settings(GENERATED, max_examples=25)
 @given(st.binary(max_size=64))
 def test_any_ib_counter_file_gives_a_64_bit_count_or_is_counted(sysfs: Path, content: bytes) -> None:
     (sysfs / MLX5_COUNTERS / "symbol_error").write_bytes(content)
@@ -841,10 +841,11 @@ def test_a_target_trickling_its_headers_never_starves_the_others(hostile_engines
     """The timeout covered each socket read, not the whole exchange: every round leaked a
     thread, and after 16 rounds a healthy target reported up 0 and shutdown hung."""
     good, trickle = f"{hostile_engines.url}/good", f"{hostile_engines.url}/trickle"
-    collector = _inference(f"vllm={good}", f"vllm={trickle}", timeout=2)
+    # Generous for the healthy target on a loaded machine; the trickler is cut at it anyway.
+    collector = _inference(f"vllm={good}", f"vllm={trickle}", timeout=4)
     collected(collector)
     threads_after_one_round = threading.active_count()
-    for _ in range(5):  # each of them leaked a thread before
+    for _ in range(4):  # each of them leaked a thread before
         values = collected(collector)
         assert _engine_up(values, good) == 1
         assert _engine_up(values, trickle) == 0
@@ -856,7 +857,7 @@ def test_a_target_trickling_its_headers_never_starves_the_others(hostile_engines
 
 def test_a_31_mb_engine_body_is_refused(hostile_engines: _HostileEngines, caplog: pytest.LogCaptureFixture) -> None:
     huge, good = f"{hostile_engines.url}/huge", f"{hostile_engines.url}/good"
-    collector = _inference(f"vllm={huge}", f"vllm={good}", timeout=10)
+    collector = _inference(f"vllm={huge}", f"vllm={good}", timeout=30)
     with caplog.at_level(logging.WARNING):
         values = collected(collector)
     assert _engine_up(values, huge) == 0 and _engine_up(values, good) == 1
@@ -868,7 +869,7 @@ def test_engine_values_outside_their_domain_are_left_out(
     hostile_engines: _HostileEngines, caplog: pytest.LogCaptureFixture
 ) -> None:
     liar, twice = f"{hostile_engines.url}/liar", f"{hostile_engines.url}/twice"
-    collector = _inference(f"vllm={liar}", f"vllm={twice}", timeout=5)
+    collector = _inference(f"vllm={liar}", f"vllm={twice}", timeout=30)
     with caplog.at_level(logging.WARNING):
         values = collected(collector)
         collected(collector)  # the same values again: not logged again
