@@ -186,7 +186,7 @@ def soak(seconds: float, scenario: str, quiet: bool = False) -> dict[str, Any]:
         started = time.monotonic()
         while (elapsed := time.monotonic() - started) < seconds:
             try:
-                with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+                with urllib.request.urlopen(url + "/metrics", timeout=30) as response:
                     series = sum(1 for line in response.read().splitlines() if not line.startswith(b"#"))
             except OSError:
                 failed_scrapes += 1
