@@ -17,6 +17,7 @@ import yaml
 from alerts import rules
 from alerts import thresholds as T
 from alerts.__main__ import stale_files
+from alerts.tests import stragglers
 from dashboards.build import boards
 from lockstep.agent.catalogue import declared
 from tests.conftest import REPO, require_promtool
@@ -24,7 +25,9 @@ from tests.conftest import REPO, require_promtool
 # The alert names on-call routes on (issue 8): part of the product, never renamed silently.
 PRODUCT_ALERTS = {
     "LockstepTrainingStraggler",
+    "LockstepTrainingStragglerSustained",
     "LockstepGPUStraggler",
+    "LockstepGPUStragglerSustained",
     "LockstepTrainingStalled",
     "LockstepKVCachePressure",
     "LockstepKVCachePreemptions",
@@ -49,6 +52,13 @@ PRODUCT_ALERTS = {
     "LockstepIOStall",
     "LockstepCollectorFailing",
     "LockstepAgentDown",
+}
+
+STRAGGLER_ALERTS = {
+    "LockstepTrainingStraggler",
+    "LockstepTrainingStragglerSustained",
+    "LockstepGPUStraggler",
+    "LockstepGPUStragglerSustained",
 }
 
 # Metrics of the workload collectors (issue 7), named by the contract in DESIGN.md.  The rules
@@ -83,6 +93,11 @@ def metrics_in(expr: str) -> set[str]:
 
 def test_generated_rule_files_are_current() -> None:
     assert stale_files() == [], "run: .venv/bin/python -m alerts --write"
+
+
+def test_the_generated_straggler_unit_tests_are_current() -> None:
+    """alerts/tests/stragglers.test.yml is written by alerts/tests/stragglers.py."""
+    assert stragglers.OUT.read_text() == stragglers.render(), "run: .venv/bin/python -m alerts.tests.stragglers"
 
 
 def test_promtool_check_rules_is_clean(tmp_path: Path) -> None:
@@ -129,7 +144,9 @@ def test_the_alerts_are_the_products_with_severity_and_annotations() -> None:
         for rule in group["rules"]:
             assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
             annotations = rule["annotations"]
-            assert set(annotations) == {"summary", "description", "runbook_url"}, rule["alert"]
+            # The straggler alerts also name their suspects and link the dashboard panel showing them.
+            extra = {"suspects", "dashboard_url"} if rule["alert"] in STRAGGLER_ALERTS else set()
+            assert set(annotations) == {"summary", "description", "runbook_url"} | extra, rule["alert"]
             assert annotations["runbook_url"] == f"{T.RUNBOOK_BASE_URL}#{rule['alert'].lower()}"
             assert all(annotations[key].strip() for key in ("summary", "description")), rule["alert"]
 
