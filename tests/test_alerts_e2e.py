@@ -118,9 +118,8 @@ def demo_scenarios() -> set[str]:
     """The scenarios `lockstep demo --help` lists."""
     result = lockstep("demo", "--help")
     assert result.returncode == 0, result.stderr
-    match = re.search(r"--scenario \{([^}]*)\}", result.stdout)
-    assert match, result.stdout
-    return set(match.group(1).split(","))
+    listing = result.stdout.split("scenarios:\n", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^  (\S+)", listing, flags=re.M))
 
 
 @dataclass
