@@ -377,12 +377,14 @@ STRAGGLER_RECORDING = Group(
         *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
         # Suspects.  Which host each agent runs on, for ranks whose series another agent exports:
         # the Slurm node name, else the Kubernetes node name the scrape adds.
+        # One agent per host (topk): the joins on it must find one, or PromQL refuses them.
         Recording(
             HOST_INFO,
-            f"max by ({TARGET}, host) (\n"
-            '  label_replace(lockstep_slurm_node_info, "host", "$1", "slurm_node", "(.+)")\n'
-            f"  or on (cluster, instance)\n"
-            f'  label_replace(group by ({TARGET}) (lockstep_build_info), "host", "$1", "node", "(.+)")\n)',
+            f"topk by (cluster, host) (\n  1,\n  max by ({TARGET}, host) (\n"
+            '    label_replace(lockstep_slurm_node_info{slurm_node!=""}, "host", "$1", "slurm_node", "(.+)")\n'
+            f"    or on (cluster, instance)\n"
+            f'    label_replace(group by ({TARGET}) (lockstep_build_info{{node!=""}}), "host", "$1", "node", "(.+)")\n'
+            "  )\n)",
         ),
         Recording(
             GPU_THROTTLE,
@@ -450,6 +452,16 @@ def _dashboard_url(panel_id: int) -> str:
     )
 
 
+def on_the_ranks_node(condition: str) -> str:
+    """A rank alert's condition, labelled with the instance (and node) of the agent on the rank's
+    host where that is known, else of the agent that exports the rank (on a shared filesystem,
+    maybe another node's): Alertmanager inhibits a straggler by its node's own alerts."""
+    return (
+        f"(\n{condition}\n)\n* on (cluster, host) group_left (instance, node) {HOST_INFO}\n"
+        f"or on (cluster, job_id, rank)\n(\n{condition}\n)"
+    )
+
+
 RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
 GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
 WORK_30M = f"job_rank:{WORK}:mean{W}"
@@ -462,9 +474,11 @@ WORKLOAD_ALERTS = Group(
             "LockstepTrainingStraggler",
             "warning",
             "10m",
-            "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
-            f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}",
+            on_the_ranks_node(
+                "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
+                f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
+                f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}"
+            ),
             f"Rank {label('rank')} of job {label('job_id')} is a straggler",
             f"Rank {label('rank')} of job {label('job_id')} on {WHERE} takes {VALUE_2F}x its job's median compute "
             "time per step (5 min average). Its peers wait for it in communication, so the whole job runs at "
@@ -475,12 +489,14 @@ WORKLOAD_ALERTS = Group(
             "LockstepTrainingStragglerSustained",
             "warning",
             T.STRAGGLER_SUSTAINED_FOR,
-            "(\n"
-            f"  job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
-            f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
-            f"  and\n  {WORK_30M} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
-            f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n)\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}",
+            on_the_ranks_node(
+                "(\n"
+                f"  job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
+                f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
+                f"  and\n  {WORK_30M} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
+                f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n)\n"
+                f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+            ),
             f"Rank {label('rank')} of job {label('job_id')} has been slower than its peers for 30 minutes",
             f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its job's "
             "median time per step of its own work (compute and data wait) over 30 minutes, more than "
@@ -591,12 +607,20 @@ GPU_ALERTS = Group(
             "LockstepGPUFellOffBus",
             "critical",
             "1m",
-            f"lockstep_gpu_up == 0\nor\ncount {by()} (lockstep_gpu_info offset 1h) > count {by()} (lockstep_gpu_info)",
+            # On a node running a single Slurm job (the usual exclusive allocation) the alert carries
+            # that job's job_id, so Alertmanager can inhibit the job's stall and straggler alerts that
+            # the lost GPU causes (alerts/alertmanager.yml).  NVML no longer names the lost GPU's job.
+            "(\n  (lockstep_gpu_up == 0)\n"
+            f"  * {on()} group_left (job_id)\n"
+            f"  (\n    max {by('job_id')} (lockstep_slurm_job_info)\n"
+            f"    unless {on()} count {by()} (lockstep_slurm_job_info) > 1\n  )\n"
+            f"  or {on('uuid')}\n  lockstep_gpu_up == 0\n)\n"
+            f"or\ncount {by()} (lockstep_gpu_info offset 1h) > count {by()} (lockstep_gpu_info)",
             f"GPU lost on {WHERE}",
             "{{ if $labels.uuid }}GPU " + label("gpu") + " (" + label("uuid") + ") on " + WHERE + " no longer "
             "answers NVML (fallen off the bus, XID 79).{{ else }}" + WHERE + " reports fewer GPUs than an hour "
-            "ago: a GPU vanished (e.g. not enumerated after a reboot).{{ end }} Jobs on it have failed or hang; "
-            "drain the node.",
+            "ago: a GPU vanished (e.g. not enumerated after a reboot).{{ end }} Jobs on it have failed or hang"
+            "{{ with $labels.job_id }} (Slurm job {{ . }}){{ end }}; drain the node.",
         ),
         Alert(
             "LockstepGPUXidCritical",

@@ -143,7 +143,7 @@ def rank_alert(job: str, rank: int, host: str, ratio: str, suspects: str) -> dic
             "severity": "warning",
             "cluster": "c1",
             "job": "lockstep",
-            "instance": "n1:12400",
+            "instance": f"{host}:12400",  # the agent on the rank's host, not n1's that exports the rank
             "job_id": job,
             "rank": str(rank),
             "host": host,
@@ -179,6 +179,14 @@ def faults() -> dict[str, object]:
         series += rank_series("502", rank, "n4", rng, slow=1.1 if rank == 0 else 1.0)
     for instance, host in (("n1:12400", "n1"), ("n2:12400", "n2"), ("n3:12400", "n3"), ("n4:12400", "n4")):
         series += node_series(instance, host)
+    # Two agents that name no host (no Slurm, no Kubernetes node label) must not break the joins.
+    for instance in ("n5:12400", "n6:12400"):
+        series.append(
+            {
+                "series": "lockstep_build_info" + labels(cluster="c1", job="lockstep", instance=instance, version="1"),
+                "values": f"1x{MINUTES}",
+            }
+        )
     for gpu in range(8):
         series += gpu_series("n2:12400", "500", gpu, rng, slow_clock=0.91 if gpu == 5 else 1.0,
                              reason="hw_thermal_slowdown" if gpu == 5 else "")  # fmt: skip
