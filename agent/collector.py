@@ -92,7 +92,9 @@ class Families:
             spec: spec.histogram_family() if spec.type == "histogram" else spec.family() for spec in specs
         }
 
-    def __getitem__(self, spec: MetricSpec) -> Metric:
+    def __getitem__(self, spec: MetricSpec) -> Any:
+        # Any, not Metric: a gauge or counter family's add_metric(labels, value) and a
+        # histogram's add_metric(labels, buckets, sum_value) differ, and the spec decides which.
         try:
             return self._families[spec]
         except KeyError:
