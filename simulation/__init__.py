@@ -47,6 +47,9 @@ from lockstep.agent.seams import Seams
 class Scenario:
     name: str
     description: str
+    # The node is healthy when the demo starts and the fault begins later (the straggler scenarios
+    # of the workloads area): its exposition at t=0 is the healthy one, so it has no golden file.
+    starts_healthy: bool = False
 
 
 HEALTHY = Scenario("healthy", "An 8-GPU training node in steady state: nothing wrong anywhere.")

@@ -52,22 +52,27 @@ SCENARIOS = (
         "25 minutes in, job 4242's rank 3 turns 10 % slower for no visible reason (LockstepTrainingStraggler"
         "Sustained names no suspect); the healthy job jitters, has per-rank biases, evaluation passes and "
         "checkpoint pauses.",
+        starts_healthy=True,
     ),
     Scenario(
         "straggler-thermal",
         "25 minutes in, GPU 3 is held down by thermal slowdown (SM clock -10 %) and rank 3 turns 10 % slower.",
+        starts_healthy=True,
     ),
     Scenario(
         "straggler-pfc",
         "25 minutes in, ens3f0np0 storms PFC pause and rank 3 (whose pipeline sends cross it) turns 10 % slower.",
+        starts_healthy=True,
     ),
     Scenario(
         "straggler-data",
         "25 minutes in, rank 3's data loader starves: its data wait grows and it turns 10 % slower.",
+        starts_healthy=True,
     ),
     Scenario(
         "straggler-nfs",
         "25 minutes in, /home (NFS) hangs; rank 3 reads its data from it and turns 10 % slower.",
+        starts_healthy=True,
     ),
     Scenario(
         "straggler",

@@ -20,7 +20,7 @@ from alerts.__main__ import stale_files
 from alerts.tests import stragglers
 from dashboards.build import boards
 from lockstep.agent.catalogue import declared
-from tests.conftest import REPO, require_promtool
+from tests.conftest import REPO, require_promtool, require_real
 
 # The alert names on-call routes on (issue 8): part of the product, never renamed silently.
 PRODUCT_ALERTS = {
@@ -248,3 +248,15 @@ def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> No
     recording = rules.render_rule_files(compression)[rules.RULE_FILES["recording"]]
     assert "(time() - 1000) - lockstep_checkpoint_last_success_timestamp_seconds" in recording
     assert "rate(lockstep_training_compute_seconds_total[30s])" in recording
+
+
+def test_the_alertmanager_configuration_is_valid() -> None:
+    """alerts/alertmanager.yml as amtool (Debian prometheus-alertmanager) reads it; what it does
+    with the alerts is proven in tests/test_pages_e2e.py."""
+    amtool = "/usr/bin/amtool"
+    require_real("amtool (Debian package prometheus-alertmanager)", Path(amtool).exists())
+    result = subprocess.run(
+        [amtool, "check-config", str(REPO / "alerts" / "alertmanager.yml")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "5 inhibit rules" in result.stdout and "2 receivers" in result.stdout, result.stdout

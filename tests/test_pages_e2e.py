@@ -418,3 +418,14 @@ def test_report(run: Run) -> None:
             'ALERTS{cluster="slow-rank"}',
         ):
             print(expr, [(r["metric"].get("rank"), r["value"][1]) for r in run.query(expr)])
+
+
+@pytest.mark.parametrize("speed", ["0", "fast"])
+def test_a_bad_demo_speed_is_a_clear_error(speed: str) -> None:
+    from tests.conftest import lockstep
+
+    result = lockstep("demo", "--speed", speed, "--once")
+    assert result.returncode == 2
+    assert f"argument --speed: expected a number of simulated seconds per second, 0 < speed <= 1000, got '{speed}'" in (
+        result.stderr
+    )
