@@ -247,12 +247,18 @@ WORKLOAD_ALERTS = Group(
             "LockstepTrainingStalled",
             "critical",
             "5m",
-            f"max {job_by()} (rate(lockstep_training_steps_total[{T.TRAINING_STALL_WINDOW}])) == 0\n"
-            f"and {JOB_ON} group {job_by()} (lockstep_training_last_step_timestamp_seconds)",
+            # The last step's time, not rate(steps): the agent drops a rank that logged nothing
+            # for its idle_timeout, so a hung job's series vanish just when "no step in 10
+            # minutes" becomes true.  last_over_time keeps the last value seen.  A hung job
+            # and a finished one both stop logging: Slurm still running the job tells them apart.
+            f"time() - max {job_by()} (\n"
+            f"  last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
+            f") > {T.TRAINING_STALL_SECONDS}\n"
+            f"and {JOB_ON} group {job_by()} (lockstep_slurm_job_info)",
             f"Training job {label('job_id')} makes no progress",
-            f"No rank of job {label('job_id')} completed a training step in the last {T.TRAINING_STALL_WINDOW} "
-            "(plus 5 minutes). A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem "
-            "holds every rank.",
+            f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and Slurm still "
+            "runs the job. A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem holds "
+            "every rank while the allocation burns.",
         ),
         Alert(
             "LockstepKVCachePressure",
@@ -302,6 +308,25 @@ WORKLOAD_ALERTS = Group(
     ),
 )
 
+GPU_COLLECTOR_STUCK = 'lockstep_collector_state{collector="gpu", state="stuck"} == 1'
+THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")
+
+
+def throttled_share(reasons: tuple[str, ...]) -> str:
+    """The share of the window in which any of the clock event reasons held the GPU down.
+
+    The rate of the cumulative time (lockstep_gpu_clock_event_seconds_total): a GPU hovering at
+    its limit flickers in and out of it, so the flag at each evaluation says little.  GPUs that
+    do not report that time fall back to the flag (which then has to hold through the 'for')."""
+    selector = f'{{reason=~"{regex(reasons)}"}}'
+    return (
+        f"sum without (reason) (rate(lockstep_gpu_clock_event_seconds_total{selector}[{T.GPU_THROTTLE_WINDOW}]))\n"
+        f"  > {num(T.GPU_THROTTLE_TIME_RATIO)}\n"
+        f"or\n(\n  max without (reason) (lockstep_gpu_clock_event_active{selector}) == 1\n"
+        f"  unless {on('uuid')} group {by('uuid')} (lockstep_gpu_clock_event_seconds_total{selector})\n)"
+    )
+
+
 GPU_ALERTS = Group(
     "lockstep-gpu.alerts",
     (
@@ -309,12 +334,22 @@ GPU_ALERTS = Group(
             "LockstepGPUFellOffBus",
             "critical",
             "1m",
-            f"lockstep_gpu_up == 0\nor\ncount {by()} (lockstep_gpu_info offset 1h) > count {by()} (lockstep_gpu_info)",
+            "lockstep_gpu_up == 0\nor\n"
+            # Fewer GPUs than an hour ago, none counting as fewer while the agent is scraped.
+            f"count {by()} (lockstep_gpu_info offset 1h)\n"
+            f"  > (count {by()} (lockstep_gpu_info) or {on()} 0 * group {by()} (lockstep_build_info))\n"
+            f"  unless {on()} {GPU_COLLECTOR_STUCK}\n"
+            "or\n"
+            # NVML hangs after GPU faults: the GPU collector is stuck in it and every GPU series
+            # of the node ages out.  That is the lost GPU's signal, and it does not vanish.
+            f'lockstep_collector_duration_seconds{{collector="gpu"}}\n  and {on()} {GPU_COLLECTOR_STUCK}',
             f"GPU lost on {WHERE}",
             "{{ if $labels.uuid }}GPU " + label("gpu") + " (" + label("uuid") + ") on " + WHERE + " no longer "
-            "answers NVML (fallen off the bus, XID 79).{{ else }}" + WHERE + " reports fewer GPUs than an hour "
-            "ago: a GPU vanished (e.g. not enumerated after a reboot).{{ end }} Jobs on it have failed or hang; "
-            "drain the node.",
+            "answers NVML (fallen off the bus, XID 79).{{ else if $labels.collector }}NVML on " + WHERE + " has "
+            "not answered for " + VALUE_DURATION + ": the GPU collector is stuck in it. NVML hangs after a GPU "
+            "fault (fallen off the bus, XID 79), and every GPU metric of the node is missing while it does."
+            "{{ else }}" + WHERE + " reports fewer GPUs than an hour ago: a GPU vanished (e.g. not enumerated "
+            "after a reboot, or NVML no longer finds any).{{ end }} Jobs on it have failed or hang; drain the node.",
         ),
         Alert(
             "LockstepGPUXidCritical",
@@ -351,21 +386,21 @@ GPU_ALERTS = Group(
             "LockstepGPUThermalSlowdown",
             "warning",
             "5m",
-            'lockstep_gpu_clock_event_active{reason=~"hw_thermal_slowdown|sw_thermal_slowdown"} == 1',
+            throttled_share(THERMAL_REASONS),
             f"GPU {label('gpu')} on {WHERE} is throttled for heat",
-            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} has had its clocks held down by "
-            f"{label('reason')} for 5 minutes: it runs slower than its peers and slows its job. Check cooling "
-            "(fans, airflow, inlet temperature) and the GPU's temperature.",
+            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} had its clocks held down for heat (thermal slowdown) "
+            f"{VALUE_PERCENT} of the last {T.GPU_THROTTLE_WINDOW}, for 5 minutes: it runs slower than its peers and "
+            "slows its job. Check cooling (fans, airflow, inlet temperature) and the GPU's temperature.",
         ),
         Alert(
             "LockstepGPUPowerBrake",
             "warning",
             "1m",
-            'lockstep_gpu_clock_event_active{reason="hw_power_brake"} == 1',
+            throttled_share(("hw_power_brake",)),
             f"Power brake holds GPU {label('gpu')} on {WHERE} down",
-            f"The hardware power brake of GPU {label('gpu')} ({label('uuid')}) on {WHERE} is engaged: the system "
-            "signalled a power supply problem and the GPU runs at minimum clocks. Check the node's power supplies "
-            "and BMC event log.",
+            f"The hardware power brake of GPU {label('gpu')} ({label('uuid')}) on {WHERE} was engaged "
+            f"{VALUE_PERCENT} of the last {T.GPU_THROTTLE_WINDOW}: the system signalled a power supply problem and "
+            "the GPU runs at minimum clocks. Check the node's power supplies and BMC event log.",
         ),
         Alert(
             "LockstepNVLinkDown",
@@ -482,6 +517,20 @@ FABRIC_ALERTS = Group(
     ),
 )
 
+def almost_full(local: bool) -> str:
+    """Local (shared=False) or shared filesystems with < 5 % available, or < 15 % and full within a
+    day at the last 6 hours' rate; read-only mounts left out (nothing writes to them)."""
+    fstype = f'{{fstype{"!~" if local else "=~"}"{T.SHARED_FSTYPES}"}}'
+    ratio = f"mountpoint:lockstep_filesystem_available_bytes:ratio{fstype}"
+    return (
+        f"(\n  {ratio} < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}\n  or\n  (\n"
+        f"    {ratio} < {num(T.FILESYSTEM_AVAILABLE_PREDICT_RATIO)}\n"
+        f"    and predict_linear(lockstep_filesystem_available_bytes{fstype}[{T.FILESYSTEM_PREDICT_WINDOW}], "
+        f"{T.FILESYSTEM_PREDICT_HORIZON_SECONDS}) < 0\n  )\n)\n"
+        f"unless {on('mountpoint')} lockstep_filesystem_readonly == 1"
+    )
+
+
 STORAGE_ALERTS = Group(
     "lockstep-storage.alerts",
     (
@@ -500,18 +549,10 @@ STORAGE_ALERTS = Group(
             "LockstepFilesystemAlmostFull",
             "warning",
             "30m",
-            "(\n"
-            f'  mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f" < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}\n  or\n  (\n"
-            f'    mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f" < {num(T.FILESYSTEM_AVAILABLE_PREDICT_RATIO)}\n"
-            f'    and predict_linear(lockstep_filesystem_available_bytes{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f"[{T.FILESYSTEM_PREDICT_WINDOW}], {T.FILESYSTEM_PREDICT_HORIZON_SECONDS}) < 0\n  )\n)\n"
-            f"unless {on('mountpoint')} lockstep_filesystem_readonly == 1\nor\n"
-            # A shared filesystem is one alert per cluster, not one per node that mounts it.
-            f"min by (cluster, mountpoint, fstype) (\n"
-            f'  mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype=~"{T.SHARED_FSTYPES}"}}\n'
-            f") < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}",
+            f"{almost_full(local=True)}\nor\n"
+            # A shared filesystem is one alert per cluster, not one per node that mounts it:
+            # the fullest node's view, among those that mount it writable.
+            f"min by (cluster, mountpoint, fstype) (\n{almost_full(local=False)}\n)",
             f"Filesystem {label('mountpoint')} is almost full",
             f"{label('mountpoint')} ({label('fstype')}){{{{ with $labels.instance }}}} on {WHERE}{{{{ end }}}} "
             f"has {VALUE_PERCENT} of its space left"
@@ -538,7 +579,8 @@ AGENT_ALERTS = Group(
             "LockstepCollectorFailing",
             "warning",
             "10m",
-            "lockstep_collector_up == 0",
+            # A GPU collector stuck in NVML is LockstepGPUFellOffBus's (critical, within minutes).
+            f"lockstep_collector_up == 0\nunless {on('collector')} {GPU_COLLECTOR_STUCK}",
             f"Collector {label('collector')} on {WHERE} is failing",
             f"The {label('collector')} collector of the agent on {WHERE} has failed or been stuck past its deadline "
             "for 10 minutes: its metrics are missing, and the alerts built on them cannot fire. "
