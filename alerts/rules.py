@@ -517,6 +517,7 @@ FABRIC_ALERTS = Group(
     ),
 )
 
+
 def almost_full(local: bool) -> str:
     """Local (shared=False) or shared filesystems with < 5 % available, or < 15 % and full within a
     day at the last 6 hours' rate; read-only mounts left out (nothing writes to them)."""
@@ -642,12 +643,13 @@ class Compression:
     """Test-only changes for running the rules against a demo for a minute or two
     (tests/test_alerts_e2e.py); production renders without any.
 
-    for_scale: every `for:` times this.  range_scale, min_range: every range window ([5m]) and
+    for_scale: every `for:` times this, at most max_for seconds.  range_scale, min_range: every range window ([5m]) and
     offset times range_scale, at least min_range seconds: rate() divides by the whole window, so a
     window longer than the data reads low.  clock_offset: time() reads this many seconds earlier
     (the simulated node's wall clock runs behind the real one)."""
 
     for_scale: float = 1.0
+    max_for: int | None = None  # seconds: no compressed 'for' longer than this
     range_scale: float = 1.0
     min_range: int = 1
     clock_offset: float = 0.0
@@ -666,7 +668,12 @@ class Compression:
         return expr
 
     def for_(self, duration: str) -> str:
-        return duration if self.for_scale == 1.0 else scale_duration(duration, self.for_scale)
+        if self.for_scale == 1.0:
+            return duration
+        scaled = scale_duration(duration, self.for_scale)
+        if self.max_for is not None and int(scaled.removesuffix("s")) > self.max_for:
+            return f"{self.max_for}s"
+        return scaled
 
 
 PRODUCTION = Compression()

@@ -8,7 +8,7 @@ directory is on a shared file system, so this node sees all 16 logs under
 node001's ranks write with lockstep/emitter.py (explicit compute and
 communication-wait times, tokens, samples); node002's ranks write the older record set
 (step_time_sec, data_time_sec, allreduce_time_pct, throughput_examples_per_sec), from
-which the collector derives the same quantities.  The job started 300 s before the demo.
+which the collector derives the same quantities.  The job started 600 s before the demo.
 
 ``straggler``: from 120 s before the demo, rank 3 (GPU 3, which the GPU area throttles)
 computes slower, reaching 1.4x its peers' compute time 60 s later.  Every rank's step
@@ -30,11 +30,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.emitter import format_timestamp, step_lines
-from lockstep.simulation import Scenario
+from lockstep.simulation import Scenario, storage
 from lockstep.simulation.host import BOOT_TIME
 
 if TYPE_CHECKING:
@@ -45,6 +47,14 @@ SCENARIOS = (
         "kv-pressure",
         "A vLLM server on the node runs out of KV cache: usage climbs to ~0.97, requests are "
         "preempted and the queue grows.",
+    ),
+    Scenario(
+        "training-hang",
+        "Job 4242 hangs in a collective: no rank has logged a step for 9.5 minutes, and Slurm still runs the job.",
+    ),
+    Scenario(
+        "training-finished",
+        "Job 4242 ended normally 9.5 minutes ago: its ranks stopped logging and Slurm no longer runs it.",
     ),
     Scenario(
         "straggler",
@@ -59,7 +69,7 @@ RANKS = 16
 RANKS_PER_NODE = 8
 HOSTS = ("node001", "node002")
 STRAGGLER_RANK = 3
-JOB_START = -300.0  # seconds relative to t=0
+JOB_START = -600.0  # seconds relative to t=0
 STRAGGLER_ONSET = -120.0
 STRAGGLER_RAMP = 60.0
 STRAGGLER_FACTOR = 1.4
@@ -72,8 +82,8 @@ VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 VLLM_URL = f"http://127.0.0.1:{VLLM_PORT}/metrics"
 PRESSURE_ONSET = -120.0  # the KV-cache episode began two minutes before the demo
 
-# Steps of the job so far, per scenario: (end time relative to t=0, straggler factor).
-_timelines: dict[str, list[tuple[float, float]]] = {}
+# Steps of the job so far, per scenario.
+_timelines: dict[str, list[Step]] = {}
 # Per log file: (steps written, file size then), to append instead of rewriting.
 _written: dict[str, tuple[int, int]] = {}
 
@@ -89,6 +99,23 @@ def build(node: SimulatedNode, t: float) -> None:
 
 # --- training ---
 
+# Healthy noise, a pure function of (rank, step): every rank's compute time jitters step to
+# step by up to JITTER either way around its own fixed bias (up to RANK_BIAS either way).
+JITTER = 0.03
+RANK_BIAS = 0.02
+# Every EVAL_INTERVAL of the job an evaluation pass slows every rank together for EVAL_SECONDS
+# (compute EVAL_SLOWDOWN times as long), and every checkpoint save of the storage area pauses
+# every rank together until the save completes (a synchronous save between two steps).
+EVAL_INTERVAL, EVAL_SECONDS, EVAL_SLOWDOWN = 1800.0, 120.0, 1.5
+# training-hang and training-finished: no rank completes a step after this (sim seconds).
+# 9.5 minutes before the demo: "no step for 10 minutes" becomes true 30 s into it.
+STOP_AT = -570.0
+
+
+def noise(rank: int, step: int) -> float:
+    """A repeatable number in [-1, 1) for (rank, step): step -1 is the rank's fixed bias."""
+    return zlib.crc32(f"{rank}/{step}".encode()) / 2**31 - 1.0
+
 
 def straggler_factor(scenario: str, start: float) -> float:
     if scenario != "straggler":
@@ -97,31 +124,70 @@ def straggler_factor(scenario: str, start: float) -> float:
     return 1.0 + (STRAGGLER_FACTOR - 1.0) * progress
 
 
-def timeline(scenario: str, t: float) -> list[tuple[float, float]]:
-    """The job's finished steps by time t: (end, straggler factor) each."""
+def eval_factor(start: float) -> float:
+    """Compute slowdown of every rank for a step starting at ``start`` (an evaluation pass)."""
+    return EVAL_SLOWDOWN if (start - JOB_START) % EVAL_INTERVAL < EVAL_SECONDS else 1.0
+
+
+def checkpoint_pause_end(scenario: str, start: float) -> float:
+    """When a step that would start at ``start`` starts: after the checkpoint save under way then.
+
+    A save that never completes (checkpoint-stall) is written in the background and pauses nothing."""
+    k = math.floor((start - storage.FIRST_SAVE_OFFSET - (storage.JOB_START - storage.EPOCH)) / storage.SAVE_INTERVAL)
+    begin = storage.save_begin(k) - storage.EPOCH
+    done = storage.metadata_done(k) - storage.EPOCH
+    stalled = scenario == "checkpoint-stall" and k >= storage.STALLED_SAVE
+    skipped = scenario == "checkpoint-overdue" and k > storage.LAST_SAVE  # no save at all
+    return done if begin <= start < done and not (stalled or skipped) else start
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    start: float  # relative to t=0
+    end: float
+    computes: tuple[float, ...]  # per rank, seconds
+
+    @property
+    def wall(self) -> float:
+        return round(self.end - self.start, 6)
+
+
+def rank_compute(scenario: str, rank: int, index: int, start: float) -> float:
+    factor = straggler_factor(scenario, start) if rank == STRAGGLER_RANK else 1.0
+    bias = 1.0 + RANK_BIAS * noise(rank, -1)
+    jitter = 1.0 + JITTER * noise(rank, index)
+    return round(COMPUTE * factor * bias * jitter * eval_factor(start), 6)
+
+
+def timeline(scenario: str, t: float) -> list[Step]:
+    """The job's finished steps by time t.  Every rank's step takes as long as the slowest
+    rank's compute plus data and transfer time (synchronous training)."""
     steps = _timelines.setdefault(scenario, [])
+    stop = STOP_AT if scenario in ("training-hang", "training-finished") else math.inf
     while True:
-        start = steps[-1][0] if steps else JOB_START
-        factor = straggler_factor(scenario, start)
-        end = round(start + DATA_WAIT + COMPUTE * factor + TRANSFER, 6)
-        if end > t:
+        start = checkpoint_pause_end(scenario, steps[-1].end if steps else JOB_START)
+        index = len(steps)
+        computes = tuple(rank_compute(scenario, rank, index, start) for rank in range(RANKS))
+        end = round(start + DATA_WAIT + max(computes) + TRANSFER, 6)
+        if end > min(t, stop):
             break
-        steps.append((end, factor))
-    return [step for step in steps if step[0] <= t]
+        steps.append(Step(index, start, end, computes))
+    return [step for step in steps if step.end <= t]
 
 
-def rank_step_text(rank: int, step: int, end: float, factor: float) -> str:
-    compute = COMPUTE * (factor if rank == STRAGGLER_RANK else 1.0)
-    wall = DATA_WAIT + COMPUTE * factor + TRANSFER
-    comm_wait = wall - DATA_WAIT - compute
+def rank_step_text(rank: int, step: Step) -> str:
+    compute = step.computes[rank]
+    wall = step.wall
+    comm_wait = round(wall - DATA_WAIT - compute, 6)
     host = HOSTS[rank // RANKS_PER_NODE]
     if host == HOSTS[0]:
         return step_lines(
             job_id=JOB_ID,
             rank=rank,
             host=host,
-            step=step,
-            ts=DEMO_EPOCH + end,
+            step=step.index,
+            ts=DEMO_EPOCH + step.end,
             step_time=wall,
             compute_time=compute,
             comm_wait_time=comm_wait,
@@ -130,9 +196,9 @@ def rank_step_text(rank: int, step: int, end: float, factor: float) -> str:
             samples=SAMPLES_PER_STEP,
         )
     # node002: the older record set, no step number (steps are told apart by ts).
-    stamp = format_timestamp(DEMO_EPOCH + end)
+    stamp = format_timestamp(DEMO_EPOCH + step.end)
     values = (
-        ("step_time_sec", round(wall, 6), "s"),
+        ("step_time_sec", wall, "s"),
         ("data_time_sec", DATA_WAIT, "s"),
         ("allreduce_time_pct", round(comm_wait / wall * 100, 4), "%"),
         ("throughput_examples_per_sec", round(SAMPLES_PER_STEP / wall, 4), "examples/s"),
@@ -160,10 +226,10 @@ def _training_logs(node: SimulatedNode, t: float) -> None:
         path = log_path(node, rank)
         written, size = _written.get(str(path), (0, -1))
         if not path.exists() or path.stat().st_size != size or written > len(steps):
-            text = "".join(rank_step_text(rank, k, *steps[k]) for k in range(len(steps)))
+            text = "".join(rank_step_text(rank, step) for step in steps)
             node.write(path, text)
         else:
-            text = "".join(rank_step_text(rank, k, *steps[k]) for k in range(written, len(steps)))
+            text = "".join(rank_step_text(rank, step) for step in steps[written:])
             with open(path, "a") as log:
                 log.write(text)
         _written[str(path)] = (len(steps), path.stat().st_size)
