@@ -223,10 +223,11 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    fake = node.fakes.get("nvml")
+    fake = node.seams.nvml
     if fake is None:
-        fake = node.fakes["nvml"] = FakeNvml(node_spec(node.scenario))
-        node.fakes.setdefault("wall_clock", lambda: WALL_CLOCK_AT_START + node.t)
+        fake = node.seams.nvml = FakeNvml(node_spec(node.scenario))
+        if node.seams.wall_clock is None:
+            node.seams.wall_clock = lambda: WALL_CLOCK_AT_START + node.t
     if node.scenario == "gpu-faults":
         fake.spec = node_spec(node.scenario, t)  # its counters change with t
     fake.set_time(t)

@@ -19,7 +19,7 @@ TRAINING_PID = 2200
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    node.fakes["scontrol"] = _scontrol
+    node.seams.scontrol = _scontrol
     node.options.setdefault("slurm", {})["node_name"] = NODE
     if node.scenario == "training-finished":
         return  # the job ended: no job cgroup, no job process
