@@ -47,12 +47,8 @@ SCENARIOS = (
     ),
     Scenario(
         "shared-fs-filling",
-        "/lustre has 14.5 % left and fills within 12 hours; /home (NFS) has 14 % left, steady; /refdata, an "
-        "NFS export mounted read-only, is 98 % full.",
-    ),
-    Scenario(
-        "statfs-slow",
-        "One statfs on /home takes 0.5 s, 10 s in (within the agent's 1-s stat timeout): slow, not hung.",
+        "/lustre has 14.5 % left and fills within 12 hours; /home (NFS) has 14 % left, steady, and one statfs "
+        "on it takes 0.5 s 10 s in (slow, not hung); /refdata, an NFS export mounted read-only, is 98 % full.",
     ),
     Scenario(
         "nfs-server-down",
@@ -97,7 +93,7 @@ LUSTRE_AVAILABLE, LUSTRE_FILLS_IN = 0.145, 12 * 3600.0
 HOME_AVAILABLE = 0.14
 REFDATA_MOUNT = ("/refdata", "nfs4", "nfs2:/export/refdata", "ro,relatime", "ro,vers=4.2,hard,proto=tcp")
 REFDATA_STATFS = (1_048_576, 20_000_000, 400_000, 400_000, 100_000_000, 60_000_000)
-SLOW_STATFS_AT, SLOW_STATFS_SECONDS = 10.0, 0.5  # statfs-slow
+SLOW_STATFS_AT, SLOW_STATFS_SECONDS = 10.0, 0.5  # shared-fs-filling: within the 1-s stat timeout
 
 CHECKPOINT_ROOT = "/lustre/ckpt/job=4242"
 SAVE_INTERVAL = 600
@@ -173,7 +169,7 @@ class FakeStatvfs:
         mountpoint = "/" if relative == "." else "/" + relative
         if mountpoint in self.hung:
             self._never.wait()
-        if self.node.scenario == "statfs-slow" and mountpoint == "/home" and self.node.t >= SLOW_STATFS_AT:
+        if self.node.scenario == "shared-fs-filling" and mountpoint == "/home" and self.node.t >= SLOW_STATFS_AT:
             if not self._slow_done:
                 self._slow_done = True
                 time.sleep(SLOW_STATFS_SECONDS)

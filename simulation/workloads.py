@@ -8,7 +8,19 @@ directory is on a shared file system, so this node sees all 16 logs under
 node001's ranks write with lockstep/emitter.py (explicit compute and
 communication-wait times, tokens, samples); node002's ranks write the older record set
 (step_time_sec, data_time_sec, allreduce_time_pct, throughput_examples_per_sec), from
-which the collector derives the same quantities.  The job started 600 s before the demo.
+which the collector derives the same quantities.  The job started 300 s before the demo (720 s
+in training-hang and training-finished).
+
+Healthy training is not a constant (so the healthy node tests the rules' tolerance): each
+rank's compute time jitters step to step by up to 3 % around a fixed bias of up to 2 % (both
+repeatable: a hash of rank and step); every 30 minutes an evaluation pass slows every rank
+together for 2 minutes (compute 1.5x); every checkpoint save of the storage area (every 10
+minutes, 45 s) pauses every rank together between two steps.
+
+``training-hang``: no rank completes a step after 570 s before the demo (a collective that
+never returns); Slurm still runs the job.  ``training-finished``: the same silence, but the job
+ended normally: the Slurm area shows no job.  ``checkpoint-overdue`` (storage area): training
+goes on without the saves' pauses after the last save.
 
 ``straggler``: from 120 s before the demo, rank 3 (GPU 3, which the GPU area throttles)
 computes slower, reaching 1.4x its peers' compute time 60 s later.  Every rank's step
@@ -69,7 +81,8 @@ RANKS = 16
 RANKS_PER_NODE = 8
 HOSTS = ("node001", "node002")
 STRAGGLER_RANK = 3
-JOB_START = -600.0  # seconds relative to t=0
+JOB_START = -300.0  # seconds relative to t=0
+HUNG_JOB_START = -720.0  # training-hang and training-finished: the job ran 2.5 minutes before it stopped
 STRAGGLER_ONSET = -120.0
 STRAGGLER_RAMP = 60.0
 STRAGGLER_FACTOR = 1.4
@@ -166,9 +179,10 @@ def timeline(scenario: str, t: float) -> list[Step]:
     """The job's finished steps by time t.  Every rank's step takes as long as the slowest
     rank's compute plus data and transfer time (synchronous training)."""
     steps = _timelines.setdefault(scenario, [])
-    stop = STOP_AT if scenario in ("training-hang", "training-finished") else math.inf
+    stopping = scenario in ("training-hang", "training-finished")
+    stop = STOP_AT if stopping else math.inf
     while True:
-        start = checkpoint_pause_end(scenario, steps[-1].end if steps else JOB_START)
+        start = checkpoint_pause_end(scenario, steps[-1].end if steps else HUNG_JOB_START if stopping else JOB_START)
         index = len(steps)
         computes = tuple(rank_compute(scenario, rank, index, start) for rank in range(RANKS))
         end = round(start + DATA_WAIT + max(computes) + TRANSFER, 6)

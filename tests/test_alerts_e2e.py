@@ -48,6 +48,10 @@ from tests.test_dashboards import checked_in, panel_queries, variable_queries
 
 PROMETHEUS = "/usr/bin/prometheus"
 COLLECTOR_INTERVAL = "5s"  # the demo advances its clock every 5 s: collecting more often reads the same data
+# Longer than the interval: twenty demos share the machine with whatever else runs, and a round
+# that takes 6 s on a busy machine is slow, not failed (a GPU collector stuck in a hung NVML is
+# reported after this long).
+COLLECTOR_DEADLINE = "15s"
 # After every expected alert fired, keep watching at least this long, so that an unexpected
 # alert had the time to fire too: the compressed windows filled (30 s) and the 'for' of most
 # alerts (up to 10m -> 20 s) over.  An alert with a longer 'for' whose condition holds shows
@@ -117,7 +121,6 @@ CASES: dict[str, Case] = {
     "training-hang": case("training-hang", expect("LockstepTrainingStalled", job_id="4242"), onset=30),
     "training-finished": case("training-finished"),
     "gpu-nvml-hang": case("gpu-nvml-hang", expect("LockstepGPUFellOffBus", collector="gpu"), onset=10),
-    "gpu-nvml-slow": case("gpu-nvml-slow"),
     "gpu-throttle": case(
         "gpu-throttle",
         expect("LockstepGPUThermalSlowdown", gpu="2"),
@@ -125,7 +128,6 @@ CASES: dict[str, Case] = {
         onset=10,
     ),
     "shared-fs-filling": case("shared-fs-filling", expect("LockstepFilesystemAlmostFull", mountpoint="/lustre")),
-    "statfs-slow": case("statfs-slow"),
     # The other alerts' faults.
     "checkpoint-overdue": case("checkpoint-overdue", expect("LockstepCheckpointOverdue", root="/lustre/ckpt/job=4242")),
     "gpu-faults": case(
@@ -220,7 +222,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     (tmp / "kubelet").mkdir()
     config = tmp / "lockstep.yml"
     config.write_text(
-        yaml.safe_dump({"collectors": {name: {"interval": COLLECTOR_INTERVAL} for name in _collectors()}})
+        yaml.safe_dump(
+            {
+                "collectors": {
+                    name: {"interval": COLLECTOR_INTERVAL, "deadline": COLLECTOR_DEADLINE} for name in _collectors()
+                }
+            }
+        )
     )
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -254,13 +262,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # agent down).  A demo's simulated clock starts at 0 when it serves: its faults' onsets
         # are counted from then.
         ready: dict[str, float] = {}
-        give_up = time.monotonic() + 90
+        give_up = time.monotonic() + 180
         while len(ready) < len(demos):
             for name, health, proc, log in demos:
                 if name not in ready and _ready(health, proc, log):
                     ready[name] = time.monotonic()
             if time.monotonic() > give_up:
-                raise AssertionError(f"demos not serving after 90 s: {sorted({d[0] for d in demos} - set(ready))}")
+                raise AssertionError(f"demos not serving after 180 s: {sorted({d[0] for d in demos} - set(ready))}")
             time.sleep(0.2)
 
         compression = rules.Compression(
@@ -436,7 +444,7 @@ def _seconds(duration: str) -> int:
 
 def detection_bound(compression: rules.Compression, alertname: str) -> float:
     """The alert's 'for' plus its longest range window (its recording rules' included) plus two
-    scrape intervals, as rendered for this run (seconds)."""
+    refreshes of the data, as rendered for this run (seconds)."""
     recorded = {r.record: compression.expr(r.expr) for r in rules.recordings()}
     alert = next(a for a in rules.alerts() if a.name == alertname)
 
@@ -449,8 +457,11 @@ def detection_bound(compression: rules.Compression, alertname: str) -> float:
                 found += windows(text)
         return found
 
-    scrape = 1.0
-    return _seconds(compression.for_(alert.for_)) + max(windows(compression.expr(alert.expr)), default=0) + 2 * scrape
+    # Two refreshes of the data: in production the scrape interval (15 s) is at least the
+    # collectors' (10-15 s); here scrapes come every second but the data changes every 5 s (the
+    # demo's clock step and the collectors' interval), so a refresh is 5 s.
+    refresh = max(1.0, float(COLLECTOR_INTERVAL.removesuffix("s")))
+    return _seconds(compression.for_(alert.for_)) + max(windows(compression.expr(alert.expr)), default=0) + 2 * refresh
 
 
 def time_to_detect(run: Run) -> list[tuple[str, str, float, float]]:
@@ -474,7 +485,7 @@ def test_report(run: Run) -> None:
     for cluster in run.scenarios:
         for labels, seconds in sorted(run.fired.get(cluster, {}).items(), key=lambda item: item[1]):
             print(f"e2e: {cluster}: {dict(labels)['alertname']} firing after {seconds} s")
-    print("e2e: time to detect (s), fault -> firing, against for + window + 2 scrapes:")
+    print("e2e: time to detect (s), fault -> firing, against for + window + 2 refreshes:")
     for name, alertname, detected, bound in time_to_detect(run):
         note = "" if detected <= bound else "  (over)"
         print(f"e2e-ttd: | {name} | {alertname} | {detected:.1f} | {bound:.0f} |{note}")
