@@ -19,6 +19,10 @@ Scenarios:
   ``mlx5_2``/1 is congested (its traffic collapsed and it waits for credits a quarter of its
   transmit time), ``mlx5_4``/1 mildly so (5 %, below the alert); DCQCN is disabled on
   every priority of ``ens3f1np1``.
+- ``leaf-switch-down``: the rail-0 leaf switch is dead, so ``mlx5_0``'s port is down (and stays
+  down) on every node behind it; run several demos of it to see one alert group.
+- ``straggler-pfc`` (defined by the workloads area): from its onset ``ens3f0np0`` storms as in
+  ``pfc-storm``.
 - ``link-flap``: ``mlx5_3``'s cable is failing: link_downed and link_error_recovery keep
   increasing, symbol_error has saturated at 65535, and the port is down 10 s of every minute.
 """
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.simulation import Scenario
+from lockstep.simulation.workloads import SLOW_ONSET
 
 if TYPE_CHECKING:
     from lockstep.agent.collector import Paths
@@ -48,12 +53,18 @@ SCENARIOS = (
         "transmit time, DCQCN is disabled on ens3f1np1; mlx5_4/1 waits 5 % of the time (no alert).",
     ),
     Scenario(
+        "leaf-switch-down",
+        "The leaf switch of rail 0 failed: InfiniBand port mlx5_0/1 is down (DOWN, Polling) here and on every "
+        "node behind that switch.",
+    ),
+    Scenario(
         "link-flap",
         "InfiniBand port mlx5_3/1 flaps: link_downed and link_error_recovery keep rising, symbol_error is "
         "saturated at 65535, the port is down 10 s of every minute.",
     ),
 )
 
+LEAF_DOWN = "mlx5_0"
 UPTIME = 86_400.0  # the node has been up a day when the demo starts
 IB_HCAS = 8
 ROCE_NETDEVS = ("ens3f0np0", "ens3f1np1")
@@ -147,7 +158,9 @@ def write_hca(
     port = root / "ports" / "1"
     flapping = scenario == "link-flap" and device == FLAPPING
     faults = scenario == "fabric-faults"
-    down = (flapping and (t % 60) >= 50) or (faults and device == DOWN_PORT)
+    # leaf-switch-down: the rail-0 leaf switch died before the demo started; its port stays down.
+    leaf_down = scenario == "leaf-switch-down" and device == LEAF_DOWN
+    down = (flapping and (t % 60) >= 50) or leaf_down or (faults and device == DOWN_PORT)
     write(port / "link_layer", f"{link_layer}\n")
     write(port / "state", "1: DOWN\n" if down else "4: ACTIVE\n")
     write(port / "phys_state", "2: Polling\n" if down else "5: LinkUp\n")
@@ -167,7 +180,7 @@ def write_hca(
     counters = {
         "VL15_dropped": 0,
         "excessive_buffer_overrun_errors": 0,
-        "link_downed": (3 + int((t + 60) // 60)) if flapping else 0,
+        "link_downed": (3 + int((t + 60) // 60)) if flapping else 1 if leaf_down else 0,
         "link_error_recovery": (17 + int((t + 20) // 20)) if flapping else 1,
         "local_link_integrity_errors": 0,
         "multicast_rcv_packets": _count(0.5, t),
@@ -236,8 +249,11 @@ class SimulatedEthtool:
 
 def ethtool_statistics(interface: str, scenario: str, t: float) -> list[tuple[str, int]]:
     """An mlx5 ``ethtool -S`` (abridged), in the driver's order: names as the kernel gives them."""
-    storm = scenario == "pfc-storm" and interface == STORMING
-    storm_seconds = max(0.0, t + 120)  # the storm began two minutes before the demo started
+    # pfc-storm: the storm began two minutes before the demo started; straggler-pfc: at the
+    # workloads area's onset.
+    began = {"pfc-storm": -120.0, "straggler-pfc": SLOW_ONSET}.get(scenario)
+    storm = began is not None and t >= began and interface == STORMING
+    storm_seconds = max(0.0, t - began) if began is not None else 0.0
     pfc = interface == STORMING
     prio = f"prio{PFC_PRIORITY}" if pfc else "global"
     stats: list[tuple[str, int]] = [

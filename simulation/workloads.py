@@ -8,19 +8,7 @@ directory is on a shared file system, so this node sees all 16 logs under
 node001's ranks write with lockstep/emitter.py (explicit compute and
 communication-wait times, tokens, samples); node002's ranks write the older record set
 (step_time_sec, data_time_sec, allreduce_time_pct, throughput_examples_per_sec), from
-which the collector derives the same quantities.  The job started 300 s before the demo (720 s
-in training-hang and training-finished).
-
-Healthy training is not a constant (so the healthy node tests the rules' tolerance): each
-rank's compute time jitters step to step by up to 3 % around a fixed bias of up to 2 % (both
-repeatable: a hash of rank and step); every 30 minutes an evaluation pass slows every rank
-together for 2 minutes (compute 1.5x); every checkpoint save of the storage area (every 10
-minutes, 45 s) pauses every rank together between two steps.
-
-``training-hang``: no rank completes a step after 570 s before the demo (a collective that
-never returns); Slurm still runs the job.  ``training-finished``: the same silence, but the job
-ended normally: the Slurm area shows no job.  ``checkpoint-overdue`` (storage area): training
-goes on without the saves' pauses after the last save.
+which the collector derives the same quantities.  The job started 300 s before the demo.
 
 ``straggler``: from 120 s before the demo, rank 3 (GPU 3, which the GPU area throttles)
 computes slower, reaching 1.4x its peers' compute time 60 s later.  Every rank's step
@@ -39,16 +27,15 @@ and their content is a pure function of (scenario, t).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
-import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.emitter import format_timestamp, step_lines
-from lockstep.simulation import Scenario, storage
+from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
 
 if TYPE_CHECKING:
@@ -59,6 +46,33 @@ SCENARIOS = (
         "kv-pressure",
         "A vLLM server on the node runs out of KV cache: usage climbs to ~0.97, requests are "
         "preempted and the queue grows.",
+    ),
+    Scenario(
+        "slow-rank",
+        "25 minutes in, job 4242's rank 3 turns 10 % slower for no visible reason (LockstepTrainingStraggler"
+        "Sustained names no suspect); the healthy job jitters, has per-rank biases, evaluation passes and "
+        "checkpoint pauses.",
+        starts_healthy=True,
+    ),
+    Scenario(
+        "straggler-thermal",
+        "25 minutes in, GPU 3 is held down by thermal slowdown (SM clock -10 %) and rank 3 turns 10 % slower.",
+        starts_healthy=True,
+    ),
+    Scenario(
+        "straggler-pfc",
+        "25 minutes in, ens3f0np0 storms PFC pause and rank 3 (whose pipeline sends cross it) turns 10 % slower.",
+        starts_healthy=True,
+    ),
+    Scenario(
+        "straggler-data",
+        "25 minutes in, rank 3's data loader starves: its data wait grows and it turns 10 % slower.",
+        starts_healthy=True,
+    ),
+    Scenario(
+        "straggler-nfs",
+        "25 minutes in, /home (NFS) hangs; rank 3 reads its data from it and turns 10 % slower.",
+        starts_healthy=True,
     ),
     Scenario(
         "training-hang",
@@ -82,12 +96,16 @@ RANKS_PER_NODE = 8
 HOSTS = ("node001", "node002")
 STRAGGLER_RANK = 3
 JOB_START = -300.0  # seconds relative to t=0
-HUNG_JOB_START = -720.0  # training-hang and training-finished: the job ran 2.5 minutes before it stopped
+# training-hang and training-finished: the job ran from HUNG_JOB_START and no rank completes a
+# step after STOP_AT, 9.5 minutes before the demo ("no step for 10 minutes" 30 s into it).
+HUNG_JOB_START, STOP_AT = -720.0, -570.0
 STRAGGLER_ONSET = -120.0
 STRAGGLER_RAMP = 60.0
 STRAGGLER_FACTOR = 1.4
-DATA_WAIT, COMPUTE, TRANSFER = 0.10, 1.30, 0.20  # a healthy step: 1.6 s wall
-TOKENS_PER_STEP, SAMPLES_PER_STEP = 32768, 8
+# A healthy step of the 70B model: 16 s wall.  (Long steps also keep the logs small when the
+# demo runs an hour of simulated time in a minute, --speed 60.)
+DATA_WAIT, COMPUTE, TRANSFER = 1.0, 13.0, 2.0
+TOKENS_PER_STEP, SAMPLES_PER_STEP = 327680, 80
 LOG_GLOB = "/scratch/runs/*__job=*/logs/rank-*.metrics.jsonl"
 
 VLLM_PID, VLLM_ENGINE_CORE_PID, VLLM_PORT, VLLM_SOCKET_INODE = 3100, 3101, 8000, 48100
@@ -95,8 +113,8 @@ VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 VLLM_URL = f"http://127.0.0.1:{VLLM_PORT}/metrics"
 PRESSURE_ONSET = -120.0  # the KV-cache episode began two minutes before the demo
 
-# Steps of the job so far, per scenario.
-_timelines: dict[str, list[Step]] = {}
+# Steps of the job so far, per scenario: (start, end) relative to t=0.
+_timelines: dict[str, list[tuple[float, float]]] = {}
 # Per log file: (steps written, file size then), to append instead of rewriting.
 _written: dict[str, tuple[int, int]] = {}
 
@@ -114,23 +132,6 @@ def build(node: SimulatedNode, t: float) -> None:
 
 # --- training ---
 
-# Healthy noise, a pure function of (rank, step): every rank's compute time jitters step to
-# step by up to JITTER either way around its own fixed bias (up to RANK_BIAS either way).
-JITTER = 0.03
-RANK_BIAS = 0.02
-# Every EVAL_INTERVAL of the job an evaluation pass slows every rank together for EVAL_SECONDS
-# (compute EVAL_SLOWDOWN times as long), and every checkpoint save of the storage area pauses
-# every rank together until the save completes (a synchronous save between two steps).
-EVAL_INTERVAL, EVAL_SECONDS, EVAL_SLOWDOWN = 1800.0, 120.0, 1.5
-# training-hang and training-finished: no rank completes a step after this (sim seconds).
-# 9.5 minutes before the demo: "no step for 10 minutes" becomes true 30 s into it.
-STOP_AT = -570.0
-
-
-def noise(rank: int, step: int) -> float:
-    """A repeatable number in [-1, 1) for (rank, step): step -1 is the rank's fixed bias."""
-    return zlib.crc32(f"{rank}/{step}".encode()) / 2**31 - 1.0
-
 
 def straggler_factor(scenario: str, start: float) -> float:
     if scenario != "straggler":
@@ -139,83 +140,112 @@ def straggler_factor(scenario: str, start: float) -> float:
     return 1.0 + (STRAGGLER_FACTOR - 1.0) * progress
 
 
-def eval_factor(start: float) -> float:
-    """Compute slowdown of every rank for a step starting at ``start`` (an evaluation pass)."""
-    return EVAL_SLOWDOWN if (start - JOB_START) % EVAL_INTERVAL < EVAL_SECONDS else 1.0
+# --- Healthy variation of a real job (issue 19; issue 17 makes the node's healthy data realistic
+# in general: reconcile there).  Every rank differs from step to step by up to STEP_JITTER and
+# has a stable speed of its own (RANK_BIAS); every EVAL_EVERY seconds the job runs an evaluation
+# pass in which every rank's steps take EVAL_SLOWDOWN times as long, and every CHECKPOINT_EVERY
+# seconds it stops for a synchronous checkpoint save.  All are pure functions of (rank, step).
+
+STEP_JITTER = 0.03
+RANK_BIAS_SPREAD = 0.02
+EVAL_EVERY, EVAL_LENGTH, EVAL_SLOWDOWN = 600.0, 60.0, 1.3
+CHECKPOINT_EVERY, CHECKPOINT_PAUSE = 900.0, 40.0
 
 
-def checkpoint_pause_end(scenario: str, start: float) -> float:
-    """When a step that would start at ``start`` starts: after the checkpoint save under way then.
-
-    A save that never completes (checkpoint-stall) is written in the background and pauses nothing."""
-    k = math.floor((start - storage.FIRST_SAVE_OFFSET - (storage.JOB_START - storage.EPOCH)) / storage.SAVE_INTERVAL)
-    begin = storage.save_begin(k) - storage.EPOCH
-    done = storage.metadata_done(k) - storage.EPOCH
-    stalled = scenario == "checkpoint-stall" and k >= storage.STALLED_SAVE
-    skipped = scenario == "checkpoint-overdue" and k > storage.LAST_SAVE  # no save at all
-    return done if begin <= start < done and not (stalled or skipped) else start
+def _unit(*key: object) -> float:
+    """A deterministic pseudo-random number in [-1, 1) for the key."""
+    digest = hashlib.blake2b(repr(key).encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") / 2**31 - 1.0
 
 
-@dataclass(frozen=True)
-class Step:
-    index: int
-    start: float  # relative to t=0
-    end: float
-    computes: tuple[float, ...]  # per rank, seconds
-
-    @property
-    def wall(self) -> float:
-        return round(self.end - self.start, 6)
+RANK_BIAS = tuple(1.0 + RANK_BIAS_SPREAD * _unit("bias", rank) for rank in range(RANKS))
 
 
-def rank_compute(scenario: str, rank: int, index: int, start: float) -> float:
-    factor = straggler_factor(scenario, start) if rank == STRAGGLER_RANK else 1.0
-    bias = 1.0 + RANK_BIAS * noise(rank, -1)
-    jitter = 1.0 + JITTER * noise(rank, index)
-    return round(COMPUTE * factor * bias * jitter * eval_factor(start), 6)
+def healthy_compute_factor(rank: int, step: int, start: float) -> float:
+    evaluating = (start - JOB_START) % EVAL_EVERY >= EVAL_EVERY - EVAL_LENGTH
+    return RANK_BIAS[rank] * (1.0 + STEP_JITTER * _unit("step", rank, step)) * (EVAL_SLOWDOWN if evaluating else 1.0)
 
 
-def timeline(scenario: str, t: float) -> list[Step]:
-    """The job's finished steps by time t.  Every rank's step takes as long as the slowest
-    rank's compute plus data and transfer time (synchronous training)."""
+def checkpoint_pause(previous: tuple[float, float]) -> float:
+    """The pause after a step (start, end): a checkpoint save when the step crossed a save time."""
+    start, end = previous
+    crossed = (start - JOB_START) // CHECKPOINT_EVERY != (end - JOB_START) // CHECKPOINT_EVERY
+    return CHECKPOINT_PAUSE if crossed else 0.0
+
+
+# --- Faults of the straggler scenarios that name a suspect: rank 3 turns ~10 % slower at
+# SLOW_ONSET, after 25 minutes of healthy history to compare it against.
+
+SLOW_RANK = STRAGGLER_RANK
+SLOW_ONSET = 1500.0
+SLOW_FACTOR = 1.10
+SLOW_SCENARIOS = ("slow-rank", "straggler-thermal", "straggler-pfc", "straggler-data", "straggler-nfs")
+# In these the rank's data loader is what is slow: its data wait grows by as much time.
+DATA_SCENARIOS = ("straggler-data", "straggler-nfs")
+
+
+def slow(scenario: str, t: float) -> bool:
+    """Whether the scenario's fault is on at time t (the other areas ask too)."""
+    return scenario in SLOW_SCENARIOS and t >= SLOW_ONSET
+
+
+def rank_times(scenario: str, rank: int, step: int, start: float) -> tuple[float, float]:
+    """(data wait, compute) of one rank's step."""
+    compute = COMPUTE * healthy_compute_factor(rank, step, start)
+    data = DATA_WAIT
+    if rank == STRAGGLER_RANK:
+        compute *= straggler_factor(scenario, start)
+    if rank == SLOW_RANK and slow(scenario, start):
+        excess = (SLOW_FACTOR - 1.0) * (DATA_WAIT + COMPUTE * RANK_BIAS[rank])
+        if scenario in DATA_SCENARIOS:
+            data += excess
+        else:
+            compute += excess
+    return data, compute
+
+
+def timeline(scenario: str, t: float) -> list[tuple[float, float]]:
+    """The job's finished steps by time t: (start, end) each.  Every rank's step ends when the
+    slowest rank's data and compute are done and the transfer after them."""
     steps = _timelines.setdefault(scenario, [])
-    stopping = scenario in ("training-hang", "training-finished")
-    stop = STOP_AT if stopping else math.inf
+    stopped = scenario in ("training-hang", "training-finished")
     while True:
-        start = checkpoint_pause_end(scenario, steps[-1].end if steps else HUNG_JOB_START if stopping else JOB_START)
+        start = steps[-1][1] + checkpoint_pause(steps[-1]) if steps else HUNG_JOB_START if stopped else JOB_START
+        if scenario == "gpu-lost" and start >= 0.0:
+            break  # GPU 5 fell off the bus at t=0: rank 5 never finishes a step, every rank waits in NCCL
         index = len(steps)
-        computes = tuple(rank_compute(scenario, rank, index, start) for rank in range(RANKS))
-        end = round(start + DATA_WAIT + max(computes) + TRANSFER, 6)
-        if end > min(t, stop):
+        slowest = max(sum(rank_times(scenario, rank, index, start)) for rank in range(RANKS))
+        end = round(start + slowest + TRANSFER, 6)
+        if end > t or (stopped and end > STOP_AT):
             break
-        steps.append(Step(index, start, end, computes))
-    return [step for step in steps if step.end <= t]
+        steps.append((start, end))
+    return [step for step in steps if step[1] <= t]
 
 
-def rank_step_text(rank: int, step: Step) -> str:
-    compute = step.computes[rank]
-    wall = step.wall
-    comm_wait = round(wall - DATA_WAIT - compute, 6)
+def rank_step_text(scenario: str, rank: int, step: int, start: float, end: float) -> str:
+    data_wait, compute = rank_times(scenario, rank, step, start)
+    wall = end - start
+    comm_wait = wall - data_wait - compute
     host = HOSTS[rank // RANKS_PER_NODE]
     if host == HOSTS[0]:
         return step_lines(
             job_id=JOB_ID,
             rank=rank,
             host=host,
-            step=step.index,
-            ts=DEMO_EPOCH + step.end,
+            step=step,
+            ts=DEMO_EPOCH + end,
             step_time=wall,
             compute_time=compute,
             comm_wait_time=comm_wait,
-            data_time=DATA_WAIT,
+            data_time=data_wait,
             tokens=TOKENS_PER_STEP,
             samples=SAMPLES_PER_STEP,
         )
     # node002: the older record set, no step number (steps are told apart by ts).
-    stamp = format_timestamp(DEMO_EPOCH + step.end)
+    stamp = format_timestamp(DEMO_EPOCH + end)
     values = (
-        ("step_time_sec", wall, "s"),
-        ("data_time_sec", DATA_WAIT, "s"),
+        ("step_time_sec", round(wall, 6), "s"),
+        ("data_time_sec", round(data_wait, 6), "s"),
         ("allreduce_time_pct", round(comm_wait / wall * 100, 4), "%"),
         ("throughput_examples_per_sec", round(SAMPLES_PER_STEP / wall, 4), "examples/s"),
         ("gpu_utilization_pct", 97.0, "%"),
@@ -242,10 +272,10 @@ def _training_logs(node: SimulatedNode, t: float) -> None:
         path = log_path(node, rank)
         written, size = _written.get(str(path), (0, -1))
         if not path.exists() or path.stat().st_size != size or written > len(steps):
-            text = "".join(rank_step_text(rank, step) for step in steps)
+            text = "".join(rank_step_text(node.scenario, rank, k, *steps[k]) for k in range(len(steps)))
             node.write(path, text)
         else:
-            text = "".join(rank_step_text(rank, step) for step in steps[written:])
+            text = "".join(rank_step_text(node.scenario, rank, k, *steps[k]) for k in range(written, len(steps)))
             with open(path, "a") as log:
                 log.write(text)
         _written[str(path)] = (len(steps), path.stat().st_size)
