@@ -31,6 +31,13 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     shared = argparse.ArgumentParser(add_help=False)
     shared.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (see docs/configuration.md)")
     shared.add_argument("--listen", metavar="ADDR", help=f"address to serve on (default {DEFAULT_LISTEN})")
+    shared.add_argument(
+        "--health-listen",
+        dest="health_listen",
+        metavar="ADDR",
+        help="also serve /healthz alone, in plain HTTP, on this address (e.g. 127.0.0.1:12401): "
+        "for liveness probes when client certificates are required",
+    )
     shared.add_argument("--web.config.file", dest="web_config_file", metavar="FILE", help="TLS/basic-auth config")
     shared.add_argument("--log.level", dest="log_level", choices=("debug", "info", "warning", "error"))
     for root in ("sysfs", "procfs", "rootfs"):
@@ -112,6 +119,7 @@ def overrides_from(
                 options.setdefault(name, {})[option.name] = given
     return Overrides(
         listen=args.listen,
+        health_listen=args.health_listen,
         web_config_file=args.web_config_file,
         log_level=args.log_level,
         paths=given_paths,

@@ -58,6 +58,8 @@ class Agent:
         self.exporter = SnapshotExporter(self.views)
         self.server: AgentHTTPServer | None = None
         self._server_thread: threading.Thread | None = None
+        self.health_server: AgentHTTPServer | None = None  # the plain /healthz-only listener
+        self._health_thread: threading.Thread | None = None
         self._stuck_logged: set[str] = set()
         self.hotplug: HotplugMonitor | None = None
         self._apply_collectors(config)
@@ -139,9 +141,17 @@ class Agent:
 
     def start_server(self) -> None:
         self.server = make_server(self.config.listen, self.exporter, self.web, lambda: self.config.enabled_collectors)
-        self._server_thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
-        self._server_thread.start()
+        self._server_thread = _serve(self.server)
         log.info("listening", extra={"listen": self.config.listen, "tls": self.web.ssl_context is not None})
+        if self.config.health_listen is not None:
+            try:
+                self.health_server = make_server(
+                    self.config.health_listen, self.exporter, WebConfig(), list, health_only=True, healthy=self.serving
+                )
+            except OSError as exc:
+                raise OSError(exc.errno, f"{exc.strerror} (health_listen {self.config.health_listen})") from exc
+            self._health_thread = _serve(self.health_server)
+            log.info("serving /healthz alone", extra={"listen": self.config.health_listen})
 
     def reload(self) -> bool:
         """Load the config again; apply it if valid, else keep the running one.  True if applied."""
@@ -159,11 +169,23 @@ class Agent:
                 return False
             old = self.server
             self.server = server
-            self._server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-            self._server_thread.start()
-            threading.Thread(target=old.shutdown, daemon=True).start()
+            self._server_thread = _serve(server)
+            old.shutdown()  # returns within a loop tick; answers in progress finish in their workers
         elif self.server is not None:
             self.server.web_config = web
+        if self.server is not None and config.health_listen != self.config.health_listen:
+            if self.health_server is not None:
+                self.health_server.shutdown()
+                self.health_server, self._health_thread = None, None
+            if config.health_listen is not None:
+                try:
+                    self.health_server = make_server(
+                        config.health_listen, self.exporter, WebConfig(), list, health_only=True, healthy=self.serving
+                    )
+                except OSError as exc:
+                    log.error("cannot serve /healthz on %s: %s", config.health_listen, exc)
+                else:
+                    self._health_thread = _serve(self.health_server)
         self.web = web
         logging.getLogger("lockstep").setLevel(config.log_level.upper())
         self._apply_collectors(config)
@@ -179,17 +201,28 @@ class Agent:
             elif view.state != State.STUCK:
                 self._stuck_logged.discard(view.name)
 
+    def serving(self) -> bool:
+        """Whether the main listener's event loop runs (what the health listener reports)."""
+        return self._server_thread is not None and self._server_thread.is_alive()
+
     def healthy(self) -> bool:
-        return self._server_thread is None or self._server_thread.is_alive()
+        return all(thread is None or thread.is_alive() for thread in (self._server_thread, self._health_thread))
 
     def stop(self) -> None:
         if self.hotplug is not None:
             self.hotplug.stop()
         for worker in self.workers.values():
             worker.stop()
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        for server in (self.server, self.health_server):
+            if server is not None:
+                server.shutdown()
+
+
+def _serve(server: AgentHTTPServer) -> threading.Thread:
+    """Run a listener's event loop in its own thread."""
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    return thread
 
 
 class ConfigWatcher:
