@@ -172,8 +172,12 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
         context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), dict(setup.fakes))
         result: list[tuple[str, str]] = []
         thread = threading.Thread(target=lambda c=cls, x=context, out=result: out.append(probe(c, x)), daemon=True)
-        thread.start()
-        thread.join(settings.deadline)  # a probe stuck in the kernel must not hang the doctor
+        try:
+            thread.start()
+        except RuntimeError as exc:  # at the task limit: say so for this collector, go on
+            result.append(("cannot run", f"cannot start a thread to check it ({exc})"))
+        else:
+            thread.join(settings.deadline)  # a probe stuck in the kernel must not hang the doctor
         status, detail = (
             result[0] if result else ("cannot run", f"no answer within its {settings.deadline:g}s deadline")
         )

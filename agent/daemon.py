@@ -129,6 +129,14 @@ class Agent:
             self.hotplug = HotplugMonitor(wanted, self._on_hotplug)
             self.hotplug.start()
 
+    def restart_what_failed_to_start(self) -> None:
+        """Threads that could not be created (the process at its task limit) are started again."""
+        for worker in list(self.workers.values()):
+            if not worker.started and not worker.stopped:
+                worker.start()
+        if self.hotplug is not None and self.hotplug.thread_failed:
+            self.hotplug.start()
+
     def _on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
         for worker in list(self.workers.values()):
             if subsystem in worker.collector.hotplug_subsystems:
@@ -164,12 +172,12 @@ class Agent:
         if self.server is not None and config.listen != self.config.listen:
             try:
                 server = make_server(config.listen, self.exporter, web, lambda: self.config.enabled_collectors)
-            except OSError as exc:
+                thread = _serve(server)
+            except (OSError, RuntimeError) as exc:
                 log.error("cannot listen on %s (%s), keeping the running configuration", config.listen, exc)
                 return False
             old = self.server
-            self.server = server
-            self._server_thread = _serve(server)
+            self.server, self._server_thread = server, thread
             old.shutdown()  # returns within a loop tick; answers in progress finish in their workers
         elif self.server is not None:
             self.server.web_config = web
@@ -179,13 +187,12 @@ class Agent:
                 self.health_server, self._health_thread = None, None
             if config.health_listen is not None:
                 try:
-                    self.health_server = make_server(
+                    health_server = make_server(
                         config.health_listen, self.exporter, WebConfig(), list, health_only=True, healthy=self.serving
                     )
-                except OSError as exc:
+                    self._health_thread, self.health_server = _serve(health_server), health_server
+                except (OSError, RuntimeError) as exc:
                     log.error("cannot serve /healthz on %s: %s", config.health_listen, exc)
-                else:
-                    self._health_thread = _serve(self.health_server)
         self.web = web
         logging.getLogger("lockstep").setLevel(config.log_level.upper())
         self._apply_collectors(config)
@@ -312,7 +319,7 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
     notifier = Notifier()
     try:
         agent.start_server()
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # RuntimeError: no thread for the event loop
         log.error("cannot listen on %s: %s", config.listen, exc)
         _shutdown(agent, watcher, previous)
         return 1
@@ -339,6 +346,7 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
                 agent.reload()
                 notifier.notify("READY=1")
             agent.log_stuck()
+            agent.restart_what_failed_to_start()
             if notifier.watchdog_interval and agent.healthy():
                 notifier.notify("WATCHDOG=1")
     finally:
