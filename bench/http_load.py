@@ -1,0 +1,463 @@
+"""The HTTP endpoint under crowds and slowloris, side by side with node_exporter on this machine.
+
+    .venv/bin/python bench/http_load.py [--duration 3] [--slowloris 1000] [--tasks-max 256]
+
+Starts `lockstep demo` (the simulated node, as its own process) and node_exporter (Debian
+``prometheus-node-exporter``, default collectors, on a free port), then for each:
+
+1. Scrapers: 1, 8, 32 and 128 concurrent clients scraping /metrics for --duration seconds, each
+   at a fixed interval from a random phase, as Prometheus servers do, --rate scrapes a second
+   in all (--rate 0: back to back, which measures throughput and queueing instead); once over
+   keep-alive connections (as Prometheus does) and once with a new connection per scrape;
+   p50/p99/max latency, scrapes done and failed, the server's CPU per scrape.  The clients run
+   in 4 processes so that the client's own GIL does not cap the load.
+2. Slowloris: --slowloris connections that each send a request line and then one header line
+   a second, never finishing; an attacker that reopens what the server closes (once a second).
+   Meanwhile one scraper scrapes every 100 ms over keep-alive (a request that fails on a reused
+   connection is retried once on a new one, as Go's and Python's clients do); scrape latency,
+   failed scrapes, and the server's threads and RSS (max over the attack, against before).
+3. Release: every attacker connection still open completes its request at once; peak RSS over
+   the next 3 s, RSS after, and the first scrape's latency.
+
+With --tasks-max N (root, cgroup v1 or v2 pids controller), each server runs in its own pids
+cgroup with pids.max N, as the systemd unit's TasksMax does; removed afterwards.
+Prints figures only; no pass/fail (the machine is shared: compare the two servers' columns).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import multiprocessing
+import os
+import random
+import resource
+import selectors
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+CONCURRENCY = (1, 8, 32, 128)
+CLIENT_PROCESSES = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return float("nan")
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * q))]
+
+
+def proc_status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    return -1
+
+
+def rss_mib(pid: int) -> float:
+    return proc_status(pid, "VmRSS") / 1024
+
+
+def threads(pid: int) -> int:
+    return proc_status(pid, "Threads")
+
+
+def wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> None:
+    for _ in range(400):
+        if process.poll() is not None:
+            sys.exit(f"{what} exited with {process.returncode}")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/metrics")
+            conn.getresponse().read()
+            conn.close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"{what} did not answer on port {port}")
+
+
+# --- scrapers ----------------------------------------------------------------------------
+
+
+def scrape_once(port: int, conn: http.client.HTTPConnection | None) -> tuple[http.client.HTTPConnection | None, bool]:
+    """One scrape; returns the connection to reuse (None: make a new one) and whether it succeeded."""
+    for attempt in (0, 1):
+        reused = conn is not None
+        if conn is None:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        try:
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            response = conn.getresponse()
+            response.read()
+            if response.status != 200:
+                conn.close()
+                return None, False
+            if response.will_close:
+                conn.close()
+                return None, True
+            return conn, True
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            conn = None
+            if not reused or attempt:
+                return None, False
+    return None, False
+
+
+def client_process(
+    port: int, clients: int, keep_alive: bool, duration: float, start_at: float, interval: float
+) -> tuple[list[float], int]:
+    """Runs ``clients`` scraping threads; returns their latencies (ms) and failure count.
+
+    Each scraper starts a scrape every ``interval`` seconds from a random phase, as Prometheus
+    servers do (0: back to back, as fast as the server answers).
+    """
+    latencies: list[float] = []
+    failures = [0]
+    lock = threading.Lock()
+
+    def scraper(phase: float) -> None:
+        mine: list[float] = []
+        failed = 0
+        conn = None
+        next_at = start_at + phase
+        end = start_at + duration
+        while True:
+            delay = next_at - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            if time.time() >= end:
+                break
+            next_at += interval
+            started = time.perf_counter()
+            conn, ok = scrape_once(port, conn)
+            if not keep_alive and conn is not None:
+                conn.close()
+                conn = None
+            if ok:
+                mine.append((time.perf_counter() - started) * 1000)
+            else:
+                failed += 1
+        if conn is not None:
+            conn.close()
+        with lock:
+            latencies.extend(mine)
+            failures[0] += failed
+
+    workers = [threading.Thread(target=scraper, args=(random.uniform(0, interval),)) for _ in range(clients)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return latencies, failures[0]
+
+
+def crowd(
+    pid: int, port: int, concurrency: int, keep_alive: bool, duration: float, rate: float
+) -> tuple[list[float], int, float]:
+    """Latencies (sorted, ms), failures, and the server's CPU ms per scrape."""
+    processes = min(CLIENT_PROCESSES, concurrency)
+    per_process = [concurrency // processes + (1 if i < concurrency % processes else 0) for i in range(processes)]
+    interval = concurrency / rate if rate else 0.0
+    start_at = time.time() + 0.5
+    cpu_before = cpu_seconds(pid)
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        results = pool.starmap(
+            client_process, [(port, n, keep_alive, duration, start_at, interval) for n in per_process]
+        )
+    cpu = cpu_seconds(pid) - cpu_before
+    latencies = sorted(x for lat, _ in results for x in lat)
+    return latencies, sum(f for _, f in results), cpu * 1000 / max(1, len(latencies))
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# --- slowloris ---------------------------------------------------------------------------
+
+
+class Slowloris:
+    """``count`` connections that never finish their request; closed ones reopened once a second."""
+
+    def __init__(self, port: int, count: int) -> None:
+        self.port, self.count = port, count
+        self.socks: dict[int, socket.socket] = {}
+        self.stop = threading.Event()
+        self.reopened = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _open(self) -> None:
+        while len(self.socks) < self.count:
+            sock = socket.socket()
+            sock.setblocking(False)
+            try:
+                sock.connect_ex(("127.0.0.1", self.port))
+            except OSError:
+                sock.close()
+                return
+            self.socks[sock.fileno()] = sock
+            self._send(sock, b"GET /metrics HTTP/1.1\r\nHost: bench\r\n")
+
+    def _send(self, sock: socket.socket, data: bytes) -> None:
+        try:
+            sock.send(data)
+        except (BlockingIOError, InterruptedError):
+            pass  # still connecting: the next round sends
+        except OSError:
+            self.socks.pop(sock.fileno(), None)
+            sock.close()
+
+    def _run(self) -> None:
+        self._open()
+        while not self.stop.wait(1.0):
+            for sock in list(self.socks.values()):
+                self._send(sock, b"X-Trickle: 1\r\n")
+            selector = selectors.DefaultSelector()  # drop the ones the server closed
+            for sock in self.socks.values():
+                selector.register(sock, selectors.EVENT_READ)
+            for key, _ in selector.select(timeout=0):
+                sock = key.fileobj  # type: ignore[assignment]
+                try:
+                    data = sock.recv(4096)  # type: ignore[union-attr]
+                except OSError:
+                    data = b""
+                if not data or data.startswith(b"HTTP/"):
+                    self.socks.pop(sock.fileno(), None)  # type: ignore[union-attr]
+                    sock.close()  # type: ignore[union-attr]
+                    self.reopened += 1
+            selector.close()
+            self._open()
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def release(self) -> int:
+        """Finish every open connection's request at once."""
+        self.stop.set()
+        self.thread.join()
+        for sock in list(self.socks.values()):
+            self._send(sock, b"\r\n")
+        return len(self.socks)
+
+    def close(self) -> None:
+        for sock in self.socks.values():
+            sock.close()
+        self.socks.clear()
+
+
+def slowloris_phase(pid: int, port: int, count: int, seconds: float) -> dict[str, float]:
+    base_threads, base_rss = threads(pid), rss_mib(pid)
+    attack = Slowloris(port, count)
+    attack.start()
+    time.sleep(2)  # let it connect
+    latencies: list[float] = []
+    failures = 0
+    max_threads, max_rss = 0, 0.0
+    conn = None
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        conn, ok = scrape_once(port, conn)
+        if ok:
+            latencies.append((time.perf_counter() - started) * 1000)
+        else:
+            failures += 1
+        max_threads, max_rss = max(max_threads, threads(pid)), max(max_rss, rss_mib(pid))
+        time.sleep(0.1)
+    held = len(attack.socks)
+    released = attack.release()
+    peak_after = 0.0
+    started = time.perf_counter()
+    first_conn, ok = scrape_once(port, None)
+    first_scrape = (time.perf_counter() - started) * 1000 if ok else float("nan")
+    if first_conn is not None:
+        first_conn.close()
+    for _ in range(30):
+        peak_after = max(peak_after, rss_mib(pid))
+        time.sleep(0.1)
+    attack.close()
+    if conn is not None:
+        conn.close()
+    time.sleep(1)
+    latencies.sort()
+    return {
+        "base_threads": base_threads,
+        "base_rss": base_rss,
+        "p50": percentile(latencies, 0.5),
+        "p99": percentile(latencies, 0.99),
+        "max": latencies[-1] if latencies else float("nan"),
+        "scrapes": len(latencies),
+        "failed": failures,
+        "max_threads": max_threads,
+        "max_rss": max_rss,
+        "held": held,
+        "released": released,
+        "first_scrape": first_scrape,
+        "peak_rss_after": peak_after,
+        "rss_after": rss_mib(pid),
+    }
+
+
+# --- servers -----------------------------------------------------------------------------
+
+
+@contextmanager
+def pids_cgroup(name: str, tasks_max: int | None) -> Iterator[Path | None]:
+    """A pids cgroup limited to ``tasks_max`` tasks (like systemd's TasksMax), removed afterwards."""
+    if tasks_max is None:
+        yield None
+        return
+    group = pids_cgroup_root() / f"lockstep-bench-{name}-{os.getpid()}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(tasks_max))
+    except OSError as exc:
+        sys.exit(f"--tasks-max needs a writable pids cgroup (root): {exc}")
+    try:
+        yield group
+    finally:
+        for _ in range(50):  # the server's tasks leave the group as they exit
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+def pids_cgroup_root() -> Path:
+    """cgroup v1's pids hierarchy, or the v2 unified one."""
+    v1 = Path("/sys/fs/cgroup/pids")
+    return v1 if (v1 / "cgroup.procs").exists() else Path("/sys/fs/cgroup")
+
+
+@contextmanager
+def lockstep_agent(port: int, group: Path | None) -> Iterator[subprocess.Popen[bytes]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "bench.yml"
+        config.write_text("log_level: warning\n")
+        argv = [sys.executable, "-m", "lockstep.agent.cli", "demo", "--scenario", "healthy", "--config", str(config),
+                "--listen", f"127.0.0.1:{port}"]  # fmt: skip
+        with started(argv, group) as process:
+            wait_listening(port, process, "lockstep")
+            time.sleep(2)  # collectors' first rounds
+            yield process
+
+
+@contextmanager
+def node_exporter(port: int, group: Path | None) -> Iterator[subprocess.Popen[bytes]]:
+    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
+    if binary is None:
+        sys.exit("node_exporter not found: apt-get install prometheus-node-exporter (dev/debian-packages.d)")
+    with started([binary, f"--web.listen-address=127.0.0.1:{port}"], group) as process:
+        wait_listening(port, process, "node_exporter")
+        yield process
+
+
+@contextmanager
+def started(argv: list[str], group: Path | None) -> Iterator[subprocess.Popen[bytes]]:
+    def enter_group() -> None:
+        if group is not None:
+            (group / "cgroup.procs").write_text(str(os.getpid()))
+
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=enter_group)
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def measure(name: str, process: subprocess.Popen[bytes], port: int, args: argparse.Namespace) -> dict:
+    print(f"  {name}: scrapers ...", file=sys.stderr, flush=True)
+    rows = {}
+    for keep_alive in (True, False):
+        for concurrency in CONCURRENCY:
+            rows[(keep_alive, concurrency)] = crowd(
+                process.pid, port, concurrency, keep_alive, args.duration, args.rate
+            )
+    print(f"  {name}: slowloris ...", file=sys.stderr, flush=True)
+    attack = slowloris_phase(process.pid, port, args.slowloris, args.attack_seconds)
+    return {"rows": rows, "attack": attack}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=float, default=5.0, help="seconds per scraper cell")
+    parser.add_argument(
+        "--rate", type=float, default=100.0, help="scrapes per second from all scrapers together (0: back to back)"
+    )
+    parser.add_argument("--slowloris", type=int, default=1000, help="slowloris connections")
+    parser.add_argument("--attack-seconds", type=float, default=15.0)
+    parser.add_argument("--tasks-max", type=int, default=None, help="run each server in a pids cgroup of this size")
+    parser.add_argument("--only", choices=("lockstep", "node_exporter"), help="measure one server")
+    args = parser.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker's 1000 sockets
+
+    results = {}
+    servers = {"lockstep": lockstep_agent, "node_exporter": node_exporter}
+    for name, start in servers.items():
+        if args.only and name != args.only:
+            continue
+        port = free_port()
+        with pids_cgroup(name, args.tasks_max) as group, start(port, group) as process:
+            results[name] = measure(name, process, port, args)
+
+    names = list(results)
+    cores = os.cpu_count()
+    tasks = f", pids.max {args.tasks_max}" if args.tasks_max else ""
+    pace = f"{args.rate:g} scrapes/s in all" if args.rate else "back to back"
+    print(f"HTTP load, {cores} cores, {args.duration:g} s per cell, {pace}{tasks}")
+    print("latency in ms: p50 / p99 / max, then scrapes done, failed, and the server's CPU ms per scrape")
+    print(f"{'':<18}" + "".join(f"{n:<50}" for n in names))
+    for keep_alive in (True, False):
+        for concurrency in CONCURRENCY:
+            label = f"{concurrency:>3} {'keep-alive' if keep_alive else 'new conn'}"
+            cells = []
+            for n in names:
+                latencies, failed, cpu = results[n]["rows"][(keep_alive, concurrency)]
+                cells.append(
+                    f"{percentile(latencies, 0.5):7.1f} /{percentile(latencies, 0.99):7.1f} /"
+                    f"{(latencies[-1] if latencies else float('nan')):7.1f} {len(latencies):6d} {failed:4d} {cpu:5.2f}"
+                )
+            print(f"{label:<18}" + "".join(f"{c:<50}" for c in cells))
+    print(f"\n{args.slowloris} slowloris connections for {args.attack_seconds:g} s, one scrape per 100 ms meanwhile")
+    rows = (
+        ("scrape p50 / p99 / max ms", lambda a: f"{a['p50']:.1f} / {a['p99']:.1f} / {a['max']:.1f}"),
+        ("scrapes ok / failed", lambda a: f"{a['scrapes']} / {a['failed']}"),
+        ("threads before -> max", lambda a: f"{a['base_threads']} -> {a['max_threads']}"),
+        ("RSS MiB before -> max", lambda a: f"{a['base_rss']:.1f} -> {a['max_rss']:.1f}"),
+        ("attack conns open at end", lambda a: f"{a['held']}"),
+        ("released at once", lambda a: f"{a['released']}"),
+        ("first scrape after ms", lambda a: f"{a['first_scrape']:.1f}"),
+        ("RSS MiB peak after release", lambda a: f"{a['peak_rss_after']:.1f}"),
+        ("RSS MiB 4 s after release", lambda a: f"{a['rss_after']:.1f}"),
+    )
+    print(f"{'':<30}" + "".join(f"{n:<24}" for n in names))
+    for label, fmt in rows:
+        print(f"{label:<30}" + "".join(f"{fmt(results[n]['attack']):<24}" for n in names))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
