@@ -24,7 +24,7 @@ from lockstep.agent.hotplug import HotplugMonitor
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.scheduler import State, Worker, WorkerView
 from lockstep.agent.sdnotify import Notifier
-from lockstep.agent.server import AgentHTTPServer, make_server
+from lockstep.agent.server import AgentHTTPServer, ServerLimits, make_server
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger("lockstep.agent")
@@ -45,6 +45,10 @@ class Setup:
 
 def load_web(config: Config) -> WebConfig:
     return load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
+
+
+# The /healthz-only listener answers a probe every few seconds: one worker, few connections.
+HEALTH_LIMITS = ServerLimits(max_connections=32, workers=1)
 
 
 class Agent:
@@ -153,13 +157,16 @@ class Agent:
         log.info("listening", extra={"listen": self.config.listen, "tls": self.web.ssl_context is not None})
         if self.config.health_listen is not None:
             try:
-                self.health_server = make_server(
-                    self.config.health_listen, self.exporter, WebConfig(), list, health_only=True, healthy=self.serving
-                )
+                self.health_server = self._make_health_server(self.config.health_listen)
             except OSError as exc:
                 raise OSError(exc.errno, f"{exc.strerror} (health_listen {self.config.health_listen})") from exc
             self._health_thread = _serve(self.health_server)
             log.info("serving /healthz alone", extra={"listen": self.config.health_listen})
+
+    def _make_health_server(self, listen: str) -> AgentHTTPServer:
+        """The plain /healthz-only listener: no TLS, no auth, whatever the web config says."""
+        web = WebConfig()
+        return make_server(listen, self.exporter, web, list, HEALTH_LIMITS, health_only=True, healthy=self.serving)
 
     def reload(self) -> bool:
         """Load the config again; apply it if valid, else keep the running one.  True if applied."""
@@ -187,9 +194,7 @@ class Agent:
                 self.health_server, self._health_thread = None, None
             if config.health_listen is not None:
                 try:
-                    health_server = make_server(
-                        config.health_listen, self.exporter, WebConfig(), list, health_only=True, healthy=self.serving
-                    )
+                    health_server = self._make_health_server(config.health_listen)
                     self._health_thread, self.health_server = _serve(health_server), health_server
                 except (OSError, RuntimeError) as exc:
                     log.error("cannot serve /healthz on %s: %s", config.health_listen, exc)

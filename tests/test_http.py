@@ -6,6 +6,7 @@ import base64
 import datetime
 import gzip
 import http.client
+import socket
 import ssl
 import subprocess
 import threading
@@ -109,8 +110,11 @@ def test_tls_with_self_signed_certificate(serve, tmp_path: Path) -> None:  # typ
     web_file = tmp_path / "web.yml"
     web_file.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
     server = serve(load_web_config(web_file))
+    # A client that connects and never starts its handshake holds up nobody else.
+    silent = socket.create_connection(("127.0.0.1", server.server_address[1]))
     trusting = ssl.create_default_context(cafile=tmp_path / "server.crt")
     response, body = get(server, "/metrics", context=trusting)
+    silent.close()
     assert response.status == 200 and b"lockstep_collector_up" in body
     with pytest.raises(ssl.SSLCertVerificationError):
         get(server, "/metrics", context=ssl.create_default_context())  # does not trust it
