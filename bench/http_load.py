@@ -16,7 +16,11 @@ Starts `lockstep demo` (the simulated node, as its own process) and node_exporte
    Meanwhile one scraper scrapes every 100 ms over keep-alive (a request that fails on a reused
    connection is retried once on a new one, as Go's and Python's clients do); scrape latency,
    failed scrapes, and the server's threads and RSS (max over the attack, against before).
-3. Release: every attacker connection still open completes its request at once; peak RSS over
+3. Password flood: --flood-clients clients send wrong passwords (a new one each time) back to
+   back for --flood-seconds; the server's CPU in cores, the answers by status, and a real
+   scrape's latency meanwhile.  Both servers run with the same basic-auth web config (bcrypt
+   cost 10), and every scrape carries the right password.
+4. Release: every attacker connection still open completes its request at once; peak RSS over
    the next 3 s, RSS after, and the first scrape's latency.
 
 With --tasks-max N (root, cgroup v1 or v2 pids controller), each server runs in its own pids
@@ -27,6 +31,7 @@ Prints figures only; no pass/fail (the machine is shared: compare the two server
 from __future__ import annotations
 
 import argparse
+import base64
 import http.client
 import multiprocessing
 import os
@@ -46,6 +51,10 @@ from pathlib import Path
 
 CONCURRENCY = (1, 8, 32, 128)
 CLIENT_PROCESSES = 4
+# Both servers run with basic auth (a bcrypt hash of cost 10, as `htpasswd -nBC 10` makes), so
+# that scrapes pay for the remembered check and the flood phase can guess passwords.
+USER, PASSWORD = "prometheus", "bench-secret"
+AUTH = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
 
 
 def free_port() -> int:
@@ -111,7 +120,7 @@ def scrape_once(port: int, conn: http.client.HTTPConnection | None) -> tuple[htt
         if conn is None:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         try:
-            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip"})
+            conn.request("GET", "/metrics", headers={"Accept-Encoding": "gzip", **AUTH})
             response = conn.getresponse()
             response.read()
             if response.status != 200:
@@ -325,6 +334,76 @@ def slowloris_phase(pid: int, port: int, count: int, seconds: float) -> dict[str
     }
 
 
+# --- password flood ----------------------------------------------------------------------
+
+
+def flood_process(port: int, clients: int, seconds: float) -> dict[int, int]:
+    """``clients`` threads sending wrong passwords (each one new) back to back; counts by status."""
+    statuses: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def guesser() -> None:
+        mine: dict[int, int] = {}
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            guess = base64.b64encode(f"{USER}:{random.getrandbits(64):x}".encode()).decode()
+            try:
+                conn.request("GET", "/metrics", headers={"Authorization": "Basic " + guess})
+                response = conn.getresponse()
+                response.read()
+                mine[response.status] = mine.get(response.status, 0) + 1
+                if response.will_close:
+                    conn.close()
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            except (OSError, http.client.HTTPException):
+                mine[0] = mine.get(0, 0) + 1
+                conn.close()
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.close()
+        with lock:
+            for status, count in mine.items():
+                statuses[status] = statuses.get(status, 0) + count
+
+    workers = [threading.Thread(target=guesser) for _ in range(clients)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return statuses
+
+
+def flood_phase(pid: int, port: int, clients: int, seconds: float) -> dict[str, object]:
+    """CPU the server spends while ``clients`` guess passwords, and a real scrape's latency meanwhile."""
+    processes = min(CLIENT_PROCESSES, clients)
+    per_process = [clients // processes + (1 if i < clients % processes else 0) for i in range(processes)]
+    cpu_before, wall_before = cpu_seconds(pid), time.monotonic()
+    with multiprocessing.get_context("fork").Pool(processes) as pool:
+        pending = pool.starmap_async(flood_process, [(port, n, seconds) for n in per_process])
+        latencies: list[float] = []
+        failed = 0
+        conn = None
+        time.sleep(0.5)
+        while not pending.ready():
+            started = time.perf_counter()
+            conn, ok = scrape_once(port, conn)
+            if ok:
+                latencies.append((time.perf_counter() - started) * 1000)
+            else:
+                failed += 1
+            time.sleep(0.1)
+        results = pending.get()
+    cores = (cpu_seconds(pid) - cpu_before) / (time.monotonic() - wall_before)
+    if conn is not None:
+        conn.close()
+    statuses: dict[int, int] = {}
+    for result in results:
+        for status, count in result.items():
+            statuses[status] = statuses.get(status, 0) + count
+    latencies.sort()
+    return {"cores": cores, "statuses": statuses, "latencies": latencies, "failed": failed}
+
+
 # --- servers -----------------------------------------------------------------------------
 
 
@@ -358,12 +437,12 @@ def pids_cgroup_root() -> Path:
 
 
 @contextmanager
-def lockstep_agent(port: int, group: Path | None) -> Iterator[subprocess.Popen[bytes]]:
+def lockstep_agent(port: int, group: Path | None, web_config: Path) -> Iterator[subprocess.Popen[bytes]]:
     with tempfile.TemporaryDirectory() as tmp:
         config = Path(tmp) / "bench.yml"
         config.write_text("log_level: warning\n")
         argv = [sys.executable, "-m", "lockstep.agent.cli", "demo", "--scenario", "healthy", "--config", str(config),
-                "--listen", f"127.0.0.1:{port}"]  # fmt: skip
+                "--listen", f"127.0.0.1:{port}", f"--web.config.file={web_config}"]  # fmt: skip
         with started(argv, group) as process:
             wait_listening(port, process, "lockstep")
             time.sleep(2)  # collectors' first rounds
@@ -371,11 +450,12 @@ def lockstep_agent(port: int, group: Path | None) -> Iterator[subprocess.Popen[b
 
 
 @contextmanager
-def node_exporter(port: int, group: Path | None) -> Iterator[subprocess.Popen[bytes]]:
+def node_exporter(port: int, group: Path | None, web_config: Path) -> Iterator[subprocess.Popen[bytes]]:
     binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if binary is None:
         sys.exit("node_exporter not found: apt-get install prometheus-node-exporter (dev/debian-packages.d)")
-    with started([binary, f"--web.listen-address=127.0.0.1:{port}"], group) as process:
+    argv = [binary, f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web_config}"]
+    with started(argv, group) as process:
         wait_listening(port, process, "node_exporter")
         yield process
 
@@ -406,9 +486,11 @@ def measure(name: str, process: subprocess.Popen[bytes], port: int, args: argpar
             rows[(keep_alive, concurrency)] = crowd(
                 process.pid, port, concurrency, keep_alive, args.duration, args.rate
             )
+    print(f"  {name}: password flood ...", file=sys.stderr, flush=True)
+    flood = flood_phase(process.pid, port, args.flood_clients, args.flood_seconds)
     print(f"  {name}: slowloris ...", file=sys.stderr, flush=True)
     attack = slowloris_phase(process.pid, port, args.slowloris, args.attack_seconds)
-    return {"rows": rows, "attack": attack}
+    return {"rows": rows, "attack": attack, "flood": flood}
 
 
 def main() -> int:
@@ -419,19 +501,27 @@ def main() -> int:
     )
     parser.add_argument("--slowloris", type=int, default=1000, help="slowloris connections")
     parser.add_argument("--attack-seconds", type=float, default=15.0)
+    parser.add_argument("--flood-clients", type=int, default=16, help="clients guessing passwords")
+    parser.add_argument("--flood-seconds", type=float, default=10.0)
     parser.add_argument("--tasks-max", type=int, default=None, help="run each server in a pids cgroup of this size")
     parser.add_argument("--only", choices=("lockstep", "node_exporter"), help="measure one server")
     args = parser.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # the attacker's 1000 sockets
 
+    import bcrypt
+
+    web_dir = tempfile.TemporaryDirectory()
+    web_config = Path(web_dir.name) / "web.yml"
+    hashed = bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=10)).decode()
+    web_config.write_text(f"basic_auth_users:\n  {USER}: '{hashed}'\n")
     results = {}
     servers = {"lockstep": lockstep_agent, "node_exporter": node_exporter}
     for name, start in servers.items():
         if args.only and name != args.only:
             continue
         port = free_port()
-        with pids_cgroup(name, args.tasks_max) as group, start(port, group) as process:
+        with pids_cgroup(name, args.tasks_max) as group, start(port, group, web_config) as process:
             results[name] = measure(name, process, port, args)
 
     names = list(results)
@@ -452,6 +542,22 @@ def main() -> int:
                     f"{(latencies[-1] if latencies else float('nan')):7.1f} {len(latencies):6d} {failed:4d} {cpu:5.2f}"
                 )
             print(f"{label:<18}" + "".join(f"{c:<50}" for c in cells))
+    print(f"\n{args.flood_clients} clients guessing passwords for {args.flood_seconds:g} s, one real scrape per 100 ms")
+    flood_rows = (
+        ("server CPU, cores", lambda f: f"{f['cores']:.2f}"),
+        (
+            "guesses answered by status",
+            lambda f: " ".join(f"{k or 'err'}:{v}" for k, v in sorted(f["statuses"].items())),
+        ),
+        (
+            "scrape p50 / p99 ms",
+            lambda f: f"{percentile(f['latencies'], 0.5):.1f} / {percentile(f['latencies'], 0.99):.1f}",
+        ),
+        ("scrapes ok / failed", lambda f: f"{len(f['latencies'])} / {f['failed']}"),
+    )
+    print(f"{'':<30}" + "".join(f"{n:<24}" for n in names))
+    for label, fmt in flood_rows:
+        print(f"{label:<30}" + "".join(f"{fmt(results[n]['flood']):<24}" for n in names))
     print(f"\n{args.slowloris} slowloris connections for {args.attack_seconds:g} s, one scrape per 100 ms meanwhile")
     rows = (
         ("scrape p50 / p99 / max ms", lambda a: f"{a['p50']:.1f} / {a['p99']:.1f} / {a['max']:.1f}"),
