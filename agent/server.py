@@ -503,7 +503,7 @@ class AgentHTTPServer:
         request = conn.request
         assert request is not None
         try:
-            response = self._respond(request)
+            response = self._respond(request, _client_host(conn.address))
             head = request.method == b"HEAD"
             body = response.body
             headers = [] if response.status == 204 else [("Content-Type", response.content_type)]
@@ -536,7 +536,7 @@ class AgentHTTPServer:
             return True
         return False  # Connection: close, HTTP/1.0
 
-    def _respond(self, request: h11.Request) -> _Response:
+    def _respond(self, request: h11.Request, client: str) -> _Response:
         if request.method == b"OPTIONS":
             return _Response(204, b"", headers=(("Allow", "GET, HEAD, OPTIONS"),))
         if request.method not in (b"GET", b"HEAD"):
@@ -548,7 +548,7 @@ class AgentHTTPServer:
             return _Response(200, b"ok\n") if self.healthy() else _Response(503, b"unhealthy\n")
         if self.health_only:
             return _Response(404, b"not found; this listener serves /healthz only\n")
-        auth = self._authorize(request)
+        auth = self._authorize(request, client)
         if auth is not AuthResult.OK:
             if auth is AuthResult.BUSY:
                 return _Response(429, b"too many concurrent password checks\n", headers=(("Retry-After", "1"),))
@@ -562,7 +562,7 @@ class AgentHTTPServer:
             return _Response(200, page, "text/html; charset=utf-8")
         return _Response(404, b"not found; try /metrics\n")
 
-    def _authorize(self, request: h11.Request) -> AuthResult:
+    def _authorize(self, request: h11.Request, client: str) -> AuthResult:
         web = self.web_config
         if not web.users:
             return AuthResult.OK
@@ -572,8 +572,13 @@ class AgentHTTPServer:
                 user, _, password = b64decode(header[6:].strip(), validate=True).decode().partition(":")
             except (Base64Error, UnicodeDecodeError):
                 return AuthResult.DENIED
-            return web.check_basic_auth(user, password)
+            return web.check_basic_auth(user, password, client)
         return AuthResult.DENIED
+
+
+def _client_host(address: object) -> str:
+    """The client's address without its port: what bounds one client's pending password checks."""
+    return str(address[0]) if isinstance(address, tuple) and address else str(address)
 
 
 def _header(request: h11.Request, name: bytes) -> str:

@@ -65,9 +65,12 @@ class AuthResult(enum.Enum):
 # bcrypt's modular crypt format: $2a$, $2b$ or $2y$, a two-digit cost, 22 characters of salt
 # and 31 of hash in bcrypt's base64.  Costs outside 4..31 are refused by every bcrypt.
 _BCRYPT_HASH = re.compile(r"\$2[aby]\$([0-9]{2})\$[./A-Za-z0-9]{53}")
-# Password checks that may wait for the one running; more get AuthResult.BUSY at once, so
-# a flood of guesses holds at most this many HTTP worker threads and one core.
-MAX_WAITING_CHECKS = 2
+# Password checks in progress or waiting for the running one, in all and per client address;
+# more get AuthResult.BUSY at once.  A flood of guesses thus holds at most 4 of the 8 HTTP
+# worker threads, and one client flooding leaves the other 3 places to other clients (the
+# Prometheus server whose new password must be checked once).
+MAX_PENDING_CHECKS = 4
+MAX_PENDING_CHECKS_PER_CLIENT = 1
 # Failed credentials remembered (a bounded cache: guesses that vary are each paid for once).
 MAX_REMEMBERED_FAILURES = 1024
 
@@ -88,11 +91,11 @@ class WebConfig:
     ignored: list[str] = field(default_factory=list)  # settings accepted but not applied
 
     def __post_init__(self) -> None:
-        self._lock = threading.Lock()  # guards the caches and the waiting count
+        self._lock = threading.Lock()  # guards the caches and the pending counts
         self._bcrypt = threading.Lock()  # one bcrypt computation at a time
         self._verified: set[bytes] = set()
         self._failed: collections.OrderedDict[bytes, None] = collections.OrderedDict()
-        self._waiting = 0
+        self._pending: collections.Counter[str] = collections.Counter()  # client -> checks pending
         # An unknown user is checked against a hash of the highest configured cost, so that
         # it takes as long as a known user's check (with one cost for all users, exactly).
         cost = max((bcrypt_cost(h.decode()) or 10 for h in self.users.values()), default=10)
@@ -100,22 +103,23 @@ class WebConfig:
         # making it (bcrypt.hashpw at this cost would take as long as a check).
         self._unknown_user_hash = bcrypt.gensalt(rounds=cost) + b"." * 31
 
-    def check_basic_auth(self, user: str, password: str) -> AuthResult:
+    def check_basic_auth(self, user: str, password: str, client: str = "") -> AuthResult:
         """Whether the user exists and the password matches its bcrypt hash.
 
         bcrypt is slow by design (~100 ms at cost 10).  Like exporter-toolkit, checks run one at
         a time and their results are remembered, as a keyed hash, never the password: scrapes
-        stay fast, and a flood of guesses costs at most one core.  Beyond MAX_WAITING_CHECKS
-        waiting checks the answer is BUSY, without a check.
+        stay fast, and a flood of guesses costs at most one core.  Beyond MAX_PENDING_CHECKS
+        checks pending, or MAX_PENDING_CHECKS_PER_CLIENT for ``client`` (its address), the
+        answer is BUSY, without a check.
         """
         key = hashlib.sha256(f"{user}\0{password}".encode()).digest()
         with self._lock:
             cached = self._cached(key)
             if cached is not None:
                 return cached
-            if self._waiting >= MAX_WAITING_CHECKS:
+            if self._pending.total() >= MAX_PENDING_CHECKS or self._pending[client] >= MAX_PENDING_CHECKS_PER_CLIENT:
                 return AuthResult.BUSY
-            self._waiting += 1
+            self._pending[client] += 1
         try:
             with self._bcrypt:
                 with self._lock:  # checked by another thread while this one waited
@@ -137,7 +141,9 @@ class WebConfig:
             return AuthResult.OK if ok else AuthResult.DENIED
         finally:
             with self._lock:
-                self._waiting -= 1
+                self._pending[client] -= 1
+                if not self._pending[client]:
+                    del self._pending[client]
 
     def _cached(self, key: bytes) -> AuthResult | None:
         if key in self._verified:

@@ -286,21 +286,30 @@ def test_password_checks_one_at_a_time_bounded_and_failures_cached() -> None:
     web = WebConfig(users={"alice": bcrypt.hashpw(b"right", bcrypt.gensalt(rounds=4))})
     results: dict[str, AuthResult] = {}
 
-    def check(user: str, password: str) -> threading.Thread:
-        thread = threading.Thread(target=lambda: results.__setitem__(password, web.check_basic_auth(user, password)))
+    def check(user: str, password: str, client: str) -> threading.Thread:
+        def run() -> None:
+            results[password] = web.check_basic_auth(user, password, client)
+
+        thread = threading.Thread(target=run)
         thread.start()
         return thread
 
     with web._bcrypt:  # a check in progress: the next ones wait for it
-        waiting = [check("alice", "guess1"), check("nobody", "guess2")]
-        wait_for(lambda: web._waiting == 2)
-        assert web.check_basic_auth("alice", "guess3") is AuthResult.BUSY  # no third waiter, no bcrypt
+        waiting = [check("alice", "guess1", "10.0.0.1"), check("nobody", "guess2", "10.0.0.2")]
+        wait_for(lambda: web._pending.total() == 2)
+        # One pending check per client: the flooding client gets BUSY at once, without bcrypt.
+        assert web.check_basic_auth("alice", "guess3", "10.0.0.1") is AuthResult.BUSY
+        waiting += [check("alice", "guess4", "10.0.0.3"), check("alice", "guess5", "10.0.0.4")]
+        wait_for(lambda: web._pending.total() == 4)
+        # Four pending in all: a fifth client waits for none of them either.
+        assert web.check_basic_auth("alice", "guess6", "10.0.0.5") is AuthResult.BUSY
     for thread in waiting:
         thread.join(20)
-    assert results == {"guess1": AuthResult.DENIED, "guess2": AuthResult.DENIED}
+    assert results == {f"guess{i}": AuthResult.DENIED for i in (1, 2, 4, 5)}
+    assert web._pending.total() == 0
     with web._bcrypt:  # remembered: answered without bcrypt, so without waiting for the lock
-        assert web.check_basic_auth("alice", "guess1") is AuthResult.DENIED
-        assert web.check_basic_auth("nobody", "guess2") is AuthResult.DENIED
+        assert web.check_basic_auth("alice", "guess1", "10.0.0.9") is AuthResult.DENIED
+        assert web.check_basic_auth("nobody", "guess2", "10.0.0.9") is AuthResult.DENIED
     assert web.check_basic_auth("alice", "right") is AuthResult.OK
     with web._bcrypt:
         assert web.check_basic_auth("alice", "right") is AuthResult.OK
