@@ -223,7 +223,9 @@ class Slowloris:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _open(self) -> None:
-        while len(self.socks) < self.count:
+        # A fixed number per round: a server that closes connections as fast as they open
+        # (evicting at its cap) must not turn this into a tight loop.
+        for _ in range(self.count - len(self.socks)):
             sock = socket.socket()
             sock.setblocking(False)
             try:
