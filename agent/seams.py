@@ -28,7 +28,7 @@ class Seams:
     # Seconds since the epoch, for timestamps the collectors export (time.time when None).
     wall_clock: Callable[[], float] | None = None
     # ``scontrol ARGS`` with a timeout in seconds -> its stdout; raises OSError or
-    # subprocess.CalledProcessError like the real one (collectors/slurm.py run_scontrol).
+    # subprocess.CalledProcessError like the real one (collectors/slurm/scontrol.py run_scontrol).
     scontrol: Callable[[list[str], float], str] | None = None
     # The kubelet's pod-resources List call with a timeout in seconds.
     kubelet_pod_resources: Callable[[float], ListPodResourcesResponse] | None = None
