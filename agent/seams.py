@@ -34,7 +34,7 @@ class Seams:
     kubelet_pod_resources: Callable[[float], ListPodResourcesResponse] | None = None
     # A NIC's driver info and ethtool statistics (the SIOCETHTOOL ioctl when None).
     ethtool: StatsReader | None = None
-    # GET URL with a timeout in seconds -> the body; raises OSError (collectors/inference.py fetch_http).
+    # GET URL with a timeout in seconds -> the body; raises OSError (lockstep.collectors.inference.fetch.fetch_http).
     inference_http: Callable[[str, float], str] | None = None
     # statvfs(mountpoint) for the filesystem collector (os.statvfs when None).
     statvfs: Callable[[str], os.statvfs_result] | None = None
