@@ -77,7 +77,8 @@ def proc_status(pid: int, field: str) -> int:
 
 
 def established(port: int) -> int:
-    """Connections to ``port`` the server has open (its side of them, from /proc/net/tcp*)."""
+    """Established connections to ``port`` (from /proc/net/tcp*): the ones the server holds plus
+    those the kernel completed and queued in the listen backlog, not yet accepted."""
     count = 0
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         for line in Path(table).read_text().splitlines()[1:]:
@@ -557,24 +558,24 @@ def main() -> int:
         ),
         ("scrapes ok / failed", lambda f: f"{len(f['latencies'])} / {f['failed']}"),
     )
-    print(f"{'':<30}" + "".join(f"{n:<24}" for n in names))
+    print(f"{'':<30}" + "".join(f"{n:<30}" for n in names))
     for label, fmt in flood_rows:
-        print(f"{label:<30}" + "".join(f"{fmt(results[n]['flood']):<24}" for n in names))
+        print(f"{label:<30}" + "".join(f"{fmt(results[n]['flood']):<30}" for n in names))
     print(f"\n{args.slowloris} slowloris connections for {args.attack_seconds:g} s, one scrape per 100 ms meanwhile")
     rows = (
         ("scrape p50 / p99 / max ms", lambda a: f"{a['p50']:.1f} / {a['p99']:.1f} / {a['max']:.1f}"),
         ("scrapes ok / failed", lambda a: f"{a['scrapes']} / {a['failed']}"),
         ("threads before -> max", lambda a: f"{a['base_threads']} -> {a['max_threads']}"),
         ("RSS MiB before -> max", lambda a: f"{a['base_rss']:.1f} -> {a['max_rss']:.1f}"),
-        ("connections server holds", lambda a: f"{a['held']}"),
+        ("established to the port", lambda a: f"{a['held']}"),
         ("released at once", lambda a: f"{a['released']}"),
         ("first scrape after ms", lambda a: f"{a['first_scrape']:.1f}"),
         ("RSS MiB peak after release", lambda a: f"{a['peak_rss_after']:.1f}"),
         ("RSS MiB 4 s after release", lambda a: f"{a['rss_after']:.1f}"),
     )
-    print(f"{'':<30}" + "".join(f"{n:<24}" for n in names))
+    print(f"{'':<30}" + "".join(f"{n:<30}" for n in names))
     for label, fmt in rows:
-        print(f"{label:<30}" + "".join(f"{fmt(results[n]['attack']):<24}" for n in names))
+        print(f"{label:<30}" + "".join(f"{fmt(results[n]['attack']):<30}" for n in names))
     return 0
 
 
