@@ -54,6 +54,9 @@ CLIENT_PROCESSES = 4
 # Both servers run with basic auth (a bcrypt hash of cost 10, as `htpasswd -nBC 10` makes), so
 # that scrapes pay for the remembered check and the flood phase can guess passwords.
 USER, PASSWORD = "prometheus", "bench-secret"
+# The guessers connect from another loopback address, as an attacker is another host than the
+# Prometheus server (the agent bounds pending password checks per client address).
+FLOOD_SOURCE = ("127.0.0.2", 0)
 AUTH = {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
 
 
@@ -347,7 +350,7 @@ def flood_process(port: int, clients: int, seconds: float) -> dict[int, int]:
 
     def guesser() -> None:
         mine: dict[int, int] = {}
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=FLOOD_SOURCE)
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             guess = base64.b64encode(f"{USER}:{random.getrandbits(64):x}".encode()).decode()
@@ -358,11 +361,11 @@ def flood_process(port: int, clients: int, seconds: float) -> dict[int, int]:
                 mine[response.status] = mine.get(response.status, 0) + 1
                 if response.will_close:
                     conn.close()
-                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=FLOOD_SOURCE)
             except (OSError, http.client.HTTPException):
                 mine[0] = mine.get(0, 0) + 1
                 conn.close()
-                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30, source_address=FLOOD_SOURCE)
         conn.close()
         with lock:
             for status, count in mine.items():
@@ -446,7 +449,7 @@ def lockstep_agent(port: int, group: Path | None, web_config: Path) -> Iterator[
         config.write_text("log_level: warning\n")
         argv = [sys.executable, "-m", "lockstep.agent.cli", "demo", "--scenario", "healthy", "--config", str(config),
                 "--listen", f"127.0.0.1:{port}", f"--web.config.file={web_config}"]  # fmt: skip
-        with started(argv, group) as process:
+        with started("lockstep", argv, group) as process:
             wait_listening(port, process, "lockstep")
             time.sleep(2)  # collectors' first rounds
             yield process
@@ -458,18 +461,20 @@ def node_exporter(port: int, group: Path | None, web_config: Path) -> Iterator[s
     if binary is None:
         sys.exit("node_exporter not found: apt-get install prometheus-node-exporter (dev/debian-packages.d)")
     argv = [binary, f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web_config}"]
-    with started(argv, group) as process:
+    with started("node_exporter", argv, group) as process:
         wait_listening(port, process, "node_exporter")
         yield process
 
 
 @contextmanager
-def started(argv: list[str], group: Path | None) -> Iterator[subprocess.Popen[bytes]]:
+def started(name: str, argv: list[str], group: Path | None) -> Iterator[subprocess.Popen[bytes]]:
     def enter_group() -> None:
         if group is not None:
             (group / "cgroup.procs").write_text(str(os.getpid()))
 
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=enter_group)
+    # The server's log, for when a figure looks wrong.
+    with open(Path(tempfile.gettempdir()) / f"http_load-{name}.log", "wb") as log:
+        process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, preexec_fn=enter_group)
     try:
         yield process
     finally:
