@@ -115,10 +115,14 @@ def accepts_gzip(accept_encoding: str) -> bool:
 class _Connection:
     """One client connection; owned by the event loop while registered, else by one worker."""
 
-    __slots__ = ("sock", "address", "http", "handshaking", "deadline", "idle", "body_bytes", "request")
+    __slots__ = ("sock", "fd", "address", "http", "handshaking", "deadline", "idle", "body_bytes", "request", "closed")
 
     def __init__(self, sock: socket.socket, address: object, handshaking: bool, deadline: float, limit: int) -> None:
         self.sock = sock
+        # The selector and the waiting table go by this number, which stays valid for them
+        # after the socket is closed (they are always updated before it is).
+        self.fd = sock.fileno()
+        self.closed = False
         self.address = address
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=limit)
         self.handshaking = handshaking
@@ -222,7 +226,13 @@ class AgentHTTPServer:
                     elif key.data == "wake":
                         self._drain_wakeups()
                     else:
-                        self._on_readable(key.data, events)
+                        conn = key.data
+                        try:
+                            self._on_readable(conn, events)
+                        except Exception:  # one connection's trouble never stops the listener
+                            log.exception("handling a connection from %s failed; closing it", conn.address)
+                            self._stop_waiting(conn)
+                            self._close(conn)
                 self._drain_returned()
         finally:
             self._close_everything()
@@ -306,7 +316,7 @@ class AgentHTTPServer:
             return False
         _, oldest = self._waiting.popitem(last=False)
         log.debug("connection limit reached: closing %s, the longest waiting for a request", oldest.address)
-        self._selector.unregister(oldest.sock)
+        self._selector.unregister(oldest.fd)
         self._close(oldest)
         return True
 
@@ -322,14 +332,17 @@ class AgentHTTPServer:
         sock.close()
 
     def _wait_for_request(self, conn: _Connection) -> None:
-        self._waiting[conn.sock.fileno()] = conn
-        self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        self._waiting[conn.fd] = conn
+        self._selector.register(conn.fd, selectors.EVENT_READ, conn)
 
     def _stop_waiting(self, conn: _Connection) -> None:
-        self._waiting.pop(conn.sock.fileno(), None)
-        self._selector.unregister(conn.sock)
+        if self._waiting.get(conn.fd) is conn:
+            del self._waiting[conn.fd]
+            self._selector.unregister(conn.fd)
 
     def _on_readable(self, conn: _Connection, events: int) -> None:
+        if self._waiting.get(conn.fd) is not conn:
+            return  # closed earlier in this batch of events (evicted by a new connection)
         if conn.handshaking:
             self._handshake(conn)
         else:
@@ -340,10 +353,10 @@ class AgentHTTPServer:
         try:
             conn.sock.do_handshake()
         except ssl.SSLWantReadError:
-            self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+            self._selector.modify(conn.fd, selectors.EVENT_READ, conn)
             return
         except ssl.SSLWantWriteError:
-            self._selector.modify(conn.sock, selectors.EVENT_WRITE, conn)
+            self._selector.modify(conn.fd, selectors.EVENT_WRITE, conn)
             return
         except (OSError, ValueError) as exc:  # a bad or missing client certificate, a reset
             log.debug("TLS handshake with %s failed: %s", conn.address, exc)
@@ -351,7 +364,7 @@ class AgentHTTPServer:
             self._close(conn)
             return
         conn.handshaking = False
-        self._selector.modify(conn.sock, selectors.EVENT_READ, conn)
+        self._selector.modify(conn.fd, selectors.EVENT_READ, conn)
         self._receive(conn)
 
     def _receive(self, conn: _Connection) -> None:
@@ -435,6 +448,9 @@ class AgentHTTPServer:
                 self._close(conn)
 
     def _close(self, conn: _Connection) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
         try:
             conn.sock.close()
         except OSError:

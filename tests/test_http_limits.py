@@ -79,6 +79,14 @@ def exchange(server: AgentHTTPServer, data: bytes, end_input: bool = True) -> by
     return read_all(sock)
 
 
+def closed_without_answer(sock: socket.socket) -> bool:
+    """The server closed the connection without a response (a reset if it left bytes unread)."""
+    try:
+        return read_all(sock) == b""
+    except ConnectionResetError:
+        return True
+
+
 def status_of(response: bytes) -> int:
     return int(response.split(b" ", 2)[1])
 
@@ -251,6 +259,30 @@ def test_connections_above_the_cap_refused_when_all_are_busy(serve) -> None:  # 
     conn.request("GET", "/metrics")
     assert conn.getresponse().status == 200  # served again once the queue drained
     conn.close()
+
+
+def test_a_connection_evicted_with_its_event_pending_does_not_stop_the_listener(serve) -> None:  # type: ignore[no-untyped-def]
+    """A new connection and bytes from the connection it evicts, in one batch of events (found by
+    bench/http_load.py: the listener died on the closed socket's event)."""
+    views = CountingViews()
+    views.release.clear()
+    # No worker thread: the event loop answers itself, so a held render holds the loop.
+    server = serve(ServerLimits(max_connections=2, workers=0), views)
+    evicted = connect(server)
+    evicted.sendall(b"GET /metrics HTTP/1.1\r\n")
+    wait_for(lambda: server.waiting_connections == 1)
+    slow = connect(server)  # keep-alive: still open, and waiting, once answered
+    slow.sendall(b"GET /metrics HTTP/1.1\r\nHost: node\r\n\r\n")
+    wait_for(views.rendering.is_set)  # the loop is in the render: the next two wait for it
+    newcomer = connect(server)  # listen socket readable first ...
+    evicted.sendall(b"Host: node\r\n")  # ... then the connection its accept will evict
+    views.release.set()
+    assert status_of(slow.recv(65536)) == 200
+    newcomer.sendall(b"GET /healthz HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
+    assert responses(read_all(newcomer)) == [(200, b"ok\n")]
+    assert closed_without_answer(evicted)  # closed for the newcomer
+    slow.close()
+    assert status_of(exchange(server, b"GET /healthz HTTP/1.1\r\nHost: node\r\n\r\n")) == 200
 
 
 def wait_for(condition, timeout: float = 20.0) -> None:  # type: ignore[no-untyped-def]
