@@ -34,6 +34,8 @@ PROMETHEUS_RULE = "deploy/prometheusrule.yaml"
 class Recording:
     record: str
     expr: str
+    # Static labels the rule adds (rules recording the same name tell their series apart by them).
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Alert:
     expr: str
     summary: str
     description: str
+    # Further annotations (name, Go template), after summary and description.
+    annotations: tuple[tuple[str, str], ...] = ()
 
     @property
     def runbook_anchor(self) -> str:
@@ -211,11 +215,257 @@ FABRIC_RECORDING = Group(
     ),
 )
 
+# --- Sustained stragglers: 30-minute means against the job's median and MAD -------------------
+
+W = T.STRAGGLER_SUSTAINED_WINDOW
+TARGET = ", ".join(T.TARGET_LABELS)
+WORK = "lockstep_training_work_seconds"  # compute + data wait per step: the rank's own time
+
+
+def _work_per_step(window: str) -> Recording:
+    """The rank's own time per step (not waiting for its peers): compute plus data wait.  A rank
+    starved by its loader is as slow as one with a slow GPU; ranks that report no data wait
+    count compute alone."""
+    return Recording(
+        f"job_rank:{WORK}:mean{window}",
+        f"(\n  rate(lockstep_training_compute_seconds_total[{window}])\n"
+        f"  + (rate(lockstep_training_data_wait_seconds_total[{window}])"
+        f" or 0 * rate(lockstep_training_compute_seconds_total[{window}]))\n)\n"
+        f"/ (rate(lockstep_training_steps_total[{window}]) > 0)",
+    )
+
+
+def _median_and_mad(level: str, metric: str, window: str) -> tuple[Recording, ...]:
+    """The job's median of a per-rank (per-GPU) series, its median absolute deviation, and each
+    member's ratio to the median."""
+    member = f"{level}:{metric}:{'avg' if level == 'job_gpu' else 'mean'}{window}"
+    median = f"job:{metric}:median{window}"
+    return (
+        Recording(median, f"quantile {job_by()} (0.5, {member})"),
+        Recording(
+            f"job:{metric}:mad{window}",
+            f"quantile {job_by()} (\n  0.5,\n  abs({member} - {JOB_ON} group_left () {median})\n)",
+        ),
+        Recording(f"{level}:{metric}:ratio_to_median{window}", f"{member}\n/ {JOB_ON} group_left ()\n{median}"),
+    )
+
+
+def _gpu_pace(window: str) -> str:
+    """What a busy GPU's pace is measured by: its SM clock, averaged over the window.
+
+    Hook for GPM (issue 13): where the GPU reports SM activity (Hopper and later, through GPM),
+    that is the better measure (a GPU stalled on memory or NVLink keeps its clock).  Record
+    job_gpu:lockstep_gpu_sm_active:avg<window> from it the same way, and make the sustained
+    GPU straggler alert compare that where it exists (`or` the clock-based series for GPUs
+    without GPM)."""
+    return (
+        f"lockstep_slurm_job_gpu_info\n* {on('uuid')} group_left ()\n"
+        f"(\n  avg_over_time(lockstep_gpu_sm_clock_hertz[{window}])\n"
+        f"  and avg_over_time(lockstep_gpu_utilization_ratio[{window}]) > {num(T.GPU_STRAGGLER_MIN_UTILIZATION)}\n)"
+    )
+
+
+def _suspect(record: str, name: str, expr: str) -> Recording:
+    """A suspect series: 1 where expr has a sample, labelled suspect=<name> by the rule."""
+    return Recording(record, expr, (("suspect", name),))
+
+
+INSTANCE_SUSPECT = f"instance:lockstep_straggler_suspect:active{W}"
+HOST_SUSPECT = f"host:lockstep_straggler_suspect:active{W}"
+RANK_SUSPECT = f"job_rank:lockstep_training_suspect:active{W}"
+GPU_THROTTLE = f"gpu:lockstep_gpu_clock_event_active:avg{W}"
+HOST_INFO = "instance:lockstep_host:info"
+SLOWDOWN_REASONS = regex(T.SUSPECT_GPU_THROTTLE_REASONS)
+
+# Node-wide suspects: (name, PromQL that has a sample per target where the node shows it).
+NODE_SUSPECTS = (
+    (
+        "ib_errors",
+        f"rate(lockstep_ib_port_symbol_errors_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_link_error_recovery_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_link_downed_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_receive_errors_total[{W}]) > 0\n"
+        f"    or min_over_time(lockstep_ib_port_state[{W}]) < 4",
+    ),
+    (
+        "ib_congestion",
+        f"rate(lockstep_ib_port_transmit_wait_total[{W}])\n"
+        f"    / (rate(lockstep_ib_port_transmit_wait_total[{W}])"
+        f" + rate(lockstep_ib_port_transmitted_bytes_total[{W}]) / 4 > 0)\n"
+        f"    > {num(T.SUSPECT_IB_TRANSMIT_WAIT_RATIO)}",
+    ),
+    ("pfc_pause", f"rate(lockstep_pfc_pause_seconds_total[{W}]) > {num(T.SUSPECT_PFC_PAUSE_RATIO)}"),
+    (
+        "hung_mount",
+        f"min_over_time(lockstep_filesystem_responsive[{W}]) == 0\n"
+        f"    or rate(lockstep_nfs_major_timeouts_total[{W}]) > 0",
+    ),
+    (
+        "cpu_pressure",
+        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="cpu", kind="some"}}[{W}])'
+        f" > {num(T.SUSPECT_CPU_PRESSURE_RATIO)}",
+    ),
+    (
+        "io_pressure",
+        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="io", kind="full"}}[{W}])'
+        f" > {num(T.SUSPECT_IO_PRESSURE_RATIO)}",
+    ),
+)
+
+# Ranks slow enough by the relative margin to be given suspects.
+SLOW_RANKS = f"job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}"
+
+
+def _rank_suspects() -> tuple[Recording, ...]:
+    """Each slow rank gets its node's suspects.  A rank's series come from whichever agent reads
+    its log (on a shared filesystem, maybe not its own node's), so the join is on the rank's
+    host label, which instance:lockstep_host:info maps to the node's agent."""
+    slow = f"group by ({TARGET}, job_id, rank, host) ({SLOW_RANKS})"
+    rules = [
+        _suspect(RANK_SUSPECT, name, f'{slow}\n* on (cluster, host) group_left ()\n{HOST_SUSPECT}{{suspect="{name}"}}')
+        for name, _ in NODE_SUSPECTS
+    ]
+    # A throttled GPU of the same job on the rank's node (which GPU runs which rank is not known).
+    rules.append(
+        _suspect(
+            RANK_SUSPECT,
+            "gpu_throttle",
+            f"{slow}\n* on (cluster, host, job_id) group_left ()\n"
+            f"group by (cluster, host, job_id) (\n"
+            f"  max by ({TARGET}, uuid) ({GPU_THROTTLE})\n"
+            f"  * on ({TARGET}, uuid) group_right () lockstep_slurm_job_gpu_info\n"
+            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+        )
+    )
+    # The rank's own data wait explains most of its excess time.
+    excess = f"(job_rank:{WORK}:mean{W} - {JOB_ON} group_left () job:{WORK}:median{W})"
+    data_excess = (
+        f"(job_rank:lockstep_training_data_wait_seconds:mean{W}"
+        f" - {JOB_ON} group_left () job:lockstep_training_data_wait_seconds:median{W})"
+    )
+    rules.append(
+        _suspect(
+            RANK_SUSPECT,
+            "data_wait",
+            f"{slow}\nand on ({TARGET}, job_id, rank, host)\n"
+            f"{data_excess}\n> {num(T.SUSPECT_DATA_WAIT_SHARE)} * {excess}",
+        )
+    )
+    return tuple(rules)
+
+
+STRAGGLER_RECORDING = Group(
+    "lockstep-stragglers.recording",
+    (
+        _work_per_step("5m"),
+        Recording(f"job:{WORK}:median5m", f"quantile {job_by()} (0.5, job_rank:{WORK}:mean5m)"),
+        Recording(
+            f"job_rank:{WORK}:ratio_to_median5m",
+            f"job_rank:{WORK}:mean5m\n/ {JOB_ON} group_left ()\njob:{WORK}:median5m",
+        ),
+        _work_per_step(W),
+        *_median_and_mad("job_rank", WORK, W),
+        Recording(
+            f"job_rank:lockstep_training_data_wait_seconds:mean{W}",
+            f"rate(lockstep_training_data_wait_seconds_total[{W}])\n/ (rate(lockstep_training_steps_total[{W}]) > 0)",
+        ),
+        Recording(
+            f"job:lockstep_training_data_wait_seconds:median{W}",
+            f"quantile {job_by()} (0.5, job_rank:lockstep_training_data_wait_seconds:mean{W})",
+        ),
+        Recording(f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}", _gpu_pace(W)),
+        *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
+        # Suspects.  Which host each agent runs on, for ranks whose series another agent exports:
+        # the Slurm node name, else the Kubernetes node name the scrape adds.
+        # One agent per host (topk): the joins on it must find one, or PromQL refuses them.
+        Recording(
+            HOST_INFO,
+            f"topk by (cluster, host) (\n  1,\n  max by ({TARGET}, host) (\n"
+            '    label_replace(lockstep_slurm_node_info{slurm_node!=""}, "host", "$1", "slurm_node", "(.+)")\n'
+            f"    or on (cluster, instance)\n"
+            f'    label_replace(group by ({TARGET}) (lockstep_build_info{{node!=""}}), "host", "$1", "node", "(.+)")\n'
+            "  )\n)",
+        ),
+        Recording(
+            GPU_THROTTLE,
+            f'avg_over_time(lockstep_gpu_clock_event_active{{reason=~"{SLOWDOWN_REASONS}"}}[{W}])'
+            f" > {num(T.SUSPECT_GPU_THROTTLE_SHARE)}",
+        ),
+        *(_suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)") for name, expr in NODE_SUSPECTS),
+        Recording(
+            HOST_SUSPECT,
+            f"max by (cluster, host, suspect) (\n  {INSTANCE_SUSPECT}\n"
+            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+        ),
+        *_rank_suspects(),
+    ),
+)
+
 EXPECTED_INTERVAL = "root:lockstep_checkpoint_expected_interval_seconds:or_default"
 
-RECORDING_GROUPS = (TRAINING_RECORDING, GPU_RECORDING, INFERENCE_RECORDING, STORAGE_RECORDING, FABRIC_RECORDING)
+RECORDING_GROUPS = (
+    TRAINING_RECORDING,
+    GPU_RECORDING,
+    STRAGGLER_RECORDING,
+    INFERENCE_RECORDING,
+    STORAGE_RECORDING,
+    FABRIC_RECORDING,
+)
 
 # --- Alerts --------------------------------------------------------------------------------------
+
+# --- What the straggler alerts say about suspects --------------------------------------------------
+# Annotations run a query at evaluation (Prometheus' template function `query`), so the suspects
+# are those of the moment the alert is sent, and a change of suspect does not make a new alert.
+
+
+def _list(var: str, label_name: str) -> str:
+    """A Go template listing label_name of the query results in var, comma-separated, by name."""
+    return (
+        f'{{{{ range $i, $s := sortByLabel "{label_name}" {var} }}}}{{{{ if $i }}}}, {{{{ end }}}}'
+        f"{{{{ $s.Labels.{label_name} }}}}{{{{ end }}}}"
+    )
+
+
+RANK_SUSPECTS = (
+    f'{{{{ $suspects := printf "{RANK_SUSPECT}{{cluster=%q, job_id=%q, rank=%q}}" '
+    "$labels.cluster $labels.job_id $labels.rank | query }}"
+    "{{ if $suspects }}" + _list("$suspects", "suspect") + "{{ else }}none found{{ end }}"
+)
+GPU_SUSPECTS = (
+    f'{{{{ $throttle := printf "{GPU_THROTTLE}{{cluster=%q, instance=%q, uuid=%q}}" '
+    "$labels.cluster $labels.instance $labels.uuid | query }}"
+    f'{{{{ $node := printf "{INSTANCE_SUSPECT}{{cluster=%q, instance=%q}}" '
+    "$labels.cluster $labels.instance | query }}"
+    "{{ if $throttle }}gpu_throttle ("
+    + _list("$throttle", "reason")
+    + "){{ if $node }}, {{ end }}{{ end }}"
+    + _list("$node", "suspect")
+    + "{{ if not (or $throttle $node) }}none found{{ end }}"
+)
+
+
+def _dashboard_url(panel_id: int) -> str:
+    return (
+        f"{T.GRAFANA_URL}/d/{T.SLURM_JOB_DASHBOARD_UID}/?var-cluster={{{{ $labels.cluster | urlquery }}}}"
+        f"&var-job_id={{{{ $labels.job_id | urlquery }}}}&viewPanel={panel_id}"
+    )
+
+
+def on_the_ranks_node(condition: str) -> str:
+    """A rank alert's condition, labelled with the instance (and node) of the agent on the rank's
+    host where that is known, else of the agent that exports the rank (on a shared filesystem,
+    maybe another node's): Alertmanager inhibits a straggler by its node's own alerts."""
+    return (
+        f"(\n{condition}\n)\n* on (cluster, host) group_left (instance, node) {HOST_INFO}\n"
+        f"or on (cluster, job_id, rank)\n(\n{condition}\n)"
+    )
+
+
+RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
+GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
+WORK_30M = f"job_rank:{WORK}:mean{W}"
+GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
 
 WORKLOAD_ALERTS = Group(
     "lockstep-workloads.alerts",
@@ -224,13 +474,36 @@ WORKLOAD_ALERTS = Group(
             "LockstepTrainingStraggler",
             "warning",
             "10m",
-            "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
-            f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}",
+            on_the_ranks_node(
+                "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
+                f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
+                f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}"
+            ),
             f"Rank {label('rank')} of job {label('job_id')} is a straggler",
             f"Rank {label('rank')} of job {label('job_id')} on {WHERE} takes {VALUE_2F}x its job's median compute "
             "time per step (5 min average). Its peers wait for it in communication, so the whole job runs at "
-            "its pace. Look at its GPU's clocks and clock event reasons.",
+            "its pace. Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+            RANK_ANNOTATIONS,
+        ),
+        Alert(
+            "LockstepTrainingStragglerSustained",
+            "warning",
+            T.STRAGGLER_SUSTAINED_FOR,
+            on_the_ranks_node(
+                "(\n"
+                f"  job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
+                f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
+                f"  and\n  {WORK_30M} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
+                f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n)\n"
+                f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+            ),
+            f"Rank {label('rank')} of job {label('job_id')} has been slower than its peers for 30 minutes",
+            f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its job's "
+            "median time per step of its own work (compute and data wait) over 30 minutes, more than "
+            f"{percent(T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1)} and {num(T.STRAGGLER_SUSTAINED_MADS)} times the "
+            "job's spread (MAD) above the median, and is still slower now. The whole job runs at its pace. "
+            "Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+            RANK_ANNOTATIONS,
         ),
         Alert(
             "LockstepGPUStraggler",
@@ -241,7 +514,32 @@ WORKLOAD_ALERTS = Group(
             f"GPU {label('gpu')} on {WHERE} is slower than the rest of job {label('job_id')}",
             f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} runs its SM clock at {VALUE_PERCENT} of the median "
             f"of job {label('job_id')}'s busy GPUs (5 min average). A synchronous job runs at its slowest GPU's "
-            "pace: check its clock event reasons (hw_slowdown, thermal, power brake), temperature and power.",
+            "pace. Suspects in the last 30 minutes: " + GPU_SUSPECTS + ".",
+            GPU_ANNOTATIONS,
+        ),
+        Alert(
+            "LockstepGPUStragglerSustained",
+            "warning",
+            T.STRAGGLER_SUSTAINED_FOR,
+            "(\n"
+            # In percent, so the description's rounded value does not flicker in its last digit.
+            f"  100 * job_gpu:lockstep_gpu_sm_clock_hertz:ratio_to_median{W}"
+            f" < {num(100 * T.GPU_STRAGGLER_SUSTAINED_RATIO)}\n"
+            "  and\n  job_gpu:lockstep_gpu_sm_clock_hertz:ratio_to_median5m"
+            f" < {num(T.GPU_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
+            f"  and\n  job:lockstep_gpu_sm_clock_hertz:median{W} - {JOB_ON} group_right () {GPU_30M}\n"
+            f"  > {JOB_ON} group_left ()\n"
+            f"  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:lockstep_gpu_sm_clock_hertz:mad{W}\n)\n"
+            f"and {JOB_ON} job:lockstep_gpus_busy:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}",
+            f"GPU {label('gpu')} on {WHERE} has been slower than the rest of job {label('job_id')} for 30 minutes",
+            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} has run its SM clock at "
+            '{{ printf "%.0f" $value }} % of the '
+            f"median of job {label('job_id')}'s busy GPUs over 30 minutes, more than "
+            f"{percent(1 - T.GPU_STRAGGLER_SUSTAINED_RATIO)} and {num(T.STRAGGLER_SUSTAINED_MADS)} times the job's "
+            "spread (MAD) below the median, and is still slower now. Suspects in the last 30 minutes: "
+            + GPU_SUSPECTS
+            + ".",
+            GPU_ANNOTATIONS,
         ),
         Alert(
             "LockstepTrainingStalled",
@@ -309,12 +607,20 @@ GPU_ALERTS = Group(
             "LockstepGPUFellOffBus",
             "critical",
             "1m",
-            f"lockstep_gpu_up == 0\nor\ncount {by()} (lockstep_gpu_info offset 1h) > count {by()} (lockstep_gpu_info)",
+            # On a node running a single Slurm job (the usual exclusive allocation) the alert carries
+            # that job's job_id, so Alertmanager can inhibit the job's stall and straggler alerts that
+            # the lost GPU causes (alerts/alertmanager.yml).  NVML no longer names the lost GPU's job.
+            "(\n  (lockstep_gpu_up == 0)\n"
+            f"  * {on()} group_left (job_id)\n"
+            f"  (\n    max {by('job_id')} (lockstep_slurm_job_info)\n"
+            f"    unless {on()} count {by()} (lockstep_slurm_job_info) > 1\n  )\n"
+            f"  or {on('uuid')}\n  lockstep_gpu_up == 0\n)\n"
+            f"or\ncount {by()} (lockstep_gpu_info offset 1h) > count {by()} (lockstep_gpu_info)",
             f"GPU lost on {WHERE}",
             "{{ if $labels.uuid }}GPU " + label("gpu") + " (" + label("uuid") + ") on " + WHERE + " no longer "
             "answers NVML (fallen off the bus, XID 79).{{ else }}" + WHERE + " reports fewer GPUs than an hour "
-            "ago: a GPU vanished (e.g. not enumerated after a reboot).{{ end }} Jobs on it have failed or hang; "
-            "drain the node.",
+            "ago: a GPU vanished (e.g. not enumerated after a reboot).{{ end }} Jobs on it have failed or hang"
+            "{{ with $labels.job_id }} (Slurm job {{ . }}){{ end }}; drain the node.",
         ),
         Alert(
             "LockstepGPUXidCritical",
@@ -633,7 +939,7 @@ PRODUCTION = Compression()
 def rule_dict(rule: Recording | Alert, compression: Compression = PRODUCTION) -> dict[str, object]:
     expr = compression.expr(rule.expr)
     if isinstance(rule, Recording):
-        return {"record": rule.record, "expr": expr}
+        return {"record": rule.record, "expr": expr, **({"labels": dict(rule.labels)} if rule.labels else {})}
     return {
         "alert": rule.name,
         "expr": expr,
@@ -643,6 +949,7 @@ def rule_dict(rule: Recording | Alert, compression: Compression = PRODUCTION) ->
             "summary": rule.summary,
             "description": rule.description,
             "runbook_url": f"{T.RUNBOOK_BASE_URL}#{rule.runbook_anchor}",
+            **dict(rule.annotations),
         },
     }
 

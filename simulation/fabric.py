@@ -15,6 +15,10 @@ plus a rate times t.
 Scenarios:
 - ``pfc-storm``: ``ens3f0np0``'s receive path is stalled, so it keeps sending PFC pause on
   priority 3 (tx pause frames and pause time rising, pause-storm warning events).
+- ``leaf-switch-down``: the rail-0 leaf switch is dead, so ``mlx5_0``'s port is down (and stays
+  down) on every node behind it; run several demos of it to see one alert group.
+- ``straggler-pfc`` (defined by the workloads area): from its onset ``ens3f0np0`` storms as in
+  ``pfc-storm``.
 - ``link-flap``: ``mlx5_3``'s cable is failing: link_downed and link_error_recovery keep
   increasing, symbol_error has saturated at 65535, and the port is down 10 s of every minute.
 """
@@ -27,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.simulation import Scenario
+from lockstep.simulation.workloads import SLOW_ONSET
 
 if TYPE_CHECKING:
     from lockstep.agent.collector import Paths
@@ -39,12 +44,18 @@ SCENARIOS = (
         "pause-storm warning events fire.",
     ),
     Scenario(
+        "leaf-switch-down",
+        "The leaf switch of rail 0 failed: InfiniBand port mlx5_0/1 is down (DOWN, Polling) here and on every "
+        "node behind that switch.",
+    ),
+    Scenario(
         "link-flap",
         "InfiniBand port mlx5_3/1 flaps: link_downed and link_error_recovery keep rising, symbol_error is "
         "saturated at 65535, the port is down 10 s of every minute.",
     ),
 )
 
+LEAF_DOWN = "mlx5_0"
 UPTIME = 86_400.0  # the node has been up a day when the demo starts
 IB_HCAS = 8
 ROCE_NETDEVS = ("ens3f0np0", "ens3f1np1")
@@ -130,7 +141,9 @@ def write_hca(
     write(root / "node_type", "1: CA\n")
     port = root / "ports" / "1"
     flapping = scenario == "link-flap" and device == FLAPPING
-    down = flapping and (t % 60) >= 50
+    # leaf-switch-down: the rail-0 leaf switch died before the demo started; its port stays down.
+    leaf_down = scenario == "leaf-switch-down" and device == LEAF_DOWN
+    down = (flapping and (t % 60) >= 50) or leaf_down
     write(port / "link_layer", f"{link_layer}\n")
     write(port / "state", "1: DOWN\n" if down else "4: ACTIVE\n")
     write(port / "phys_state", "2: Polling\n" if down else "5: LinkUp\n")
@@ -144,7 +157,7 @@ def write_hca(
     counters = {
         "VL15_dropped": 0,
         "excessive_buffer_overrun_errors": 0,
-        "link_downed": (3 + int((t + 60) // 60)) if flapping else 0,
+        "link_downed": (3 + int((t + 60) // 60)) if flapping else 1 if leaf_down else 0,
         "link_error_recovery": (17 + int((t + 20) // 20)) if flapping else 1,
         "local_link_integrity_errors": 0,
         "multicast_rcv_packets": _count(0.5, t),
@@ -212,8 +225,11 @@ class SimulatedEthtool:
 
 def ethtool_statistics(interface: str, scenario: str, t: float) -> list[tuple[str, int]]:
     """An mlx5 ``ethtool -S`` (abridged), in the driver's order: names as the kernel gives them."""
-    storm = scenario == "pfc-storm" and interface == STORMING
-    storm_seconds = max(0.0, t + 120)  # the storm began two minutes before the demo started
+    # pfc-storm: the storm began two minutes before the demo started; straggler-pfc: at the
+    # workloads area's onset.
+    began = {"pfc-storm": -120.0, "straggler-pfc": SLOW_ONSET}.get(scenario)
+    storm = began is not None and t >= began and interface == STORMING
+    storm_seconds = max(0.0, t - began) if began is not None else 0.0
     pfc = interface == STORMING
     prio = f"prio{PFC_PRIORITY}" if pfc else "global"
     stats: list[tuple[str, int]] = [

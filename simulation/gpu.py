@@ -10,6 +10,8 @@ Scenarios:
   runs on GPUs 0-5).
 - ``gpu-volta``: an older node's GPUs: 8 V100s with NVLink 2 (6 links), page retirement
   instead of row remapping, and the fields Volta lacks probed once and left out.
+- ``straggler-thermal`` (defined by the workloads area): from its onset GPU 3 is held ~10 %
+  down by sw_thermal_slowdown, hot (89 C).
 - ``straggler`` (defined by another area): GPU 3 is throttled: hw_slowdown active, its SM
   clock ~1.4x below its peers' and its power lower.
 
@@ -33,6 +35,7 @@ from lockstep.simulation.fake_nvml import (
     default_uuid,
     with_defaults,
 )
+from lockstep.simulation.workloads import slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -99,6 +102,17 @@ def throttled(gpu: GpuSpec) -> GpuSpec:
         power_watts=430.0,
         temperature_celsius=71,
         utilization_gpu_percent=99,
+    )
+
+
+def thermally_throttled(gpu: GpuSpec) -> GpuSpec:
+    """GPU 3 in ``straggler-thermal``: the driver holds its clock ~10 % down for heat."""
+    return dataclasses.replace(
+        gpu,
+        clock_event_reasons=("sw_thermal_slowdown",),
+        sm_clock_mhz=round(gpu.sm_clock_max_mhz / 1.1),
+        temperature_celsius=89,
+        power_watts=560.0,
     )
 
 
@@ -174,6 +188,13 @@ def node_spec(scenario: str) -> FakeSpec:
 
 
 def build(node: SimulatedNode, t: float) -> None:
+    if node.scenario == "straggler-thermal" and node.seams.nvml is not None and slow(node.scenario, t):
+        # The throttle begins at the workloads area's onset: the fake serves the new spec from now on.
+        fake = node.seams.nvml
+        if fake.spec.gpus[STRAGGLER_GPU].clock_event_reasons != ("sw_thermal_slowdown",):
+            gpus = list(fake.spec.gpus)
+            gpus[STRAGGLER_GPU] = thermally_throttled(gpus[STRAGGLER_GPU])
+            fake.spec = dataclasses.replace(fake.spec, gpus=tuple(gpus))
     fake = node.seams.nvml
     if fake is None:
         fake = node.seams.nvml = FakeNvml(node_spec(node.scenario))

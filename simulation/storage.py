@@ -17,6 +17,7 @@ Scenarios:
   host's healthy one in this scenario only.
 - ``nfs-server-down``: the NFS server of /home stopped answering: statfs on /home blocks
   (the mount is reported unresponsive), and its RPCs time out and retransmit.
+- ``straggler-nfs`` (defined by the workloads area): the same, from that area's onset.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
+from lockstep.simulation.workloads import SLOW_ONSET, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -103,6 +105,8 @@ def build(node: SimulatedNode, t: float) -> None:
         (rootfs / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
     if node.seams.statvfs is None:  # one for the node's life: collectors keep the one they were given
         node.seams.statvfs = FakeStatvfs(rootfs, hung={"/home"} if node.scenario == "nfs-server-down" else set())
+    if node.scenario == "straggler-nfs" and slow(node.scenario, t) and isinstance(node.seams.statvfs, FakeStatvfs):
+        node.seams.statvfs.hung.add("/home")  # the server went away at the workloads area's onset
     node.seams.stat_timer = lambda: 0.0
     node.seams.wall_clock = lambda: EPOCH + node.t
     # The whole demo round waits for a hung statfs this long, not the 5 s default.
@@ -153,10 +157,12 @@ def mountstats(scenario: str, t: float) -> str:
     for name, (ops_rate, sent, received, queue, rtt, execute) in rates.items():
         ops = int(ops_rate * elapsed)
         transmissions, timeouts = ops + ops // 50_000, 0
-        if scenario == "nfs-server-down" and name in ("READ", "GETATTR"):
-            # Since the server went away 10 minutes before t=0, retries every 60 s (timeo=600).
-            transmissions += int((600 + t) // 60) * 2
-            timeouts += int((600 + t) // 60)
+        # nfs-server-down: the server went away 10 minutes before t=0; straggler-nfs: at the
+        # workloads area's onset.  Retries every 60 s (timeo=600).
+        gone = {"nfs-server-down": -600.0, "straggler-nfs": SLOW_ONSET}.get(scenario)
+        if gone is not None and t >= gone and name in ("READ", "GETATTR"):
+            transmissions += int((t - gone) // 60) * 2
+            timeouts += int((t - gone) // 60)
         numbers = (
             ops,
             transmissions,

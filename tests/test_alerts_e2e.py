@@ -87,12 +87,19 @@ def case(demo: str | None, *expected: Expect, args: tuple[str, ...] = ()) -> Cas
 # made around a healthy node: a collector that fails, and an agent that is not there.
 CASES: dict[str, Case] = {
     "healthy": case("healthy"),
-    "straggler": case("straggler", expect("LockstepTrainingStraggler"), expect("LockstepGPUStraggler", gpu="3")),
+    "straggler": case(
+        "straggler",
+        expect("LockstepTrainingStraggler"),
+        expect("LockstepTrainingStragglerSustained"),
+        expect("LockstepGPUStraggler", gpu="3"),
+        expect("LockstepGPUStragglerSustained", gpu="3"),
+    ),
     "kv-pressure": case("kv-pressure", expect("LockstepKVCachePressure"), expect("LockstepKVCachePreemptions")),
     "checkpoint-stall": case(
         "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")
     ),
-    "gpu-lost": case("gpu-lost", expect("LockstepGPUFellOffBus", gpu="5")),
+    # The lost GPU's rank never finishes a step: job 4242 stalls.
+    "gpu-lost": case("gpu-lost", expect("LockstepGPUFellOffBus", gpu="5"), expect("LockstepTrainingStalled")),
     "pfc-storm": case("pfc-storm", expect("LockstepPFCStorm", interface="ens3f0np0")),
     "link-flap": case(
         "link-flap",
