@@ -122,7 +122,7 @@ def demo_description() -> str:
     from lockstep.simulation import scenarios
 
     return "Run the agent on a simulated node.\n\nscenarios:\n" + "\n".join(
-        textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18}", subsequent_indent=" " * 20)
+        textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18} ", subsequent_indent=" " * 21)
         for s in scenarios().values()
     )
 

@@ -6,7 +6,7 @@ fails when those files differ from what this module renders.  Every number comes
 alerts/thresholds.py, which the dashboards read too.
 
 Recording rules are named level:metric:operations: the level is what a series is per (job_rank,
-job_gpu, job, endpoint, root, port, interface, mountpoint, instance), the metric what it
+job_gpu, job, server, root, port, interface, mountpoint, instance), the metric what it
 measures, the operations how it was made (mean5m: a per-step mean over 5 minutes from two
 counters' rates; ratio_to_median5m: divided by the job's median).
 
@@ -167,14 +167,14 @@ INFERENCE_RECORDING = Group(
     "lockstep-inference.recording",
     (
         Recording(
-            "endpoint:lockstep_inference_kv_cache_usage_ratio:avg5m",
+            "server:lockstep_inference_kv_cache_usage_ratio:avg5m",
             "avg_over_time(lockstep_inference_kv_cache_usage_ratio[5m])",
         ),
         Recording(
-            "endpoint:lockstep_inference_requests_waiting:avg5m",
+            "server:lockstep_inference_requests_waiting:avg5m",
             "avg_over_time(lockstep_inference_requests_waiting[5m])",
         ),
-        Recording("endpoint:lockstep_inference_preemptions:rate5m", "rate(lockstep_inference_preemptions_total[5m])"),
+        Recording("server:lockstep_inference_preemptions:rate5m", "rate(lockstep_inference_preemptions_total[5m])"),
     ),
 )
 
@@ -545,12 +545,22 @@ WORKLOAD_ALERTS = Group(
             "LockstepTrainingStalled",
             "critical",
             "5m",
-            f"max {job_by()} (rate(lockstep_training_steps_total[{T.TRAINING_STALL_WINDOW}])) == 0\n"
-            f"and {JOB_ON} group {job_by()} (lockstep_training_last_step_timestamp_seconds)",
+            # The last step's time, not rate(steps): the agent drops a rank that logged nothing
+            # for its idle_timeout, so a hung job's series vanish just when "no step in 10
+            # minutes" becomes true.  last_over_time keeps the last value seen; changes() over
+            # the window tells whether a step came in it.  A hung job and a finished one both
+            # stop logging: Slurm still running the job tells them apart.
+            f"time() - max {job_by()} (\n"
+            f"  last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
+            ")\n"
+            f"unless {JOB_ON} max {job_by()} (\n"
+            f"  changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_WINDOW}])\n"
+            ") > 0\n"
+            f"and {JOB_ON} group {job_by()} (lockstep_slurm_job_info)",
             f"Training job {label('job_id')} makes no progress",
-            f"No rank of job {label('job_id')} completed a training step in the last {T.TRAINING_STALL_WINDOW} "
-            "(plus 5 minutes). A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem "
-            "holds every rank.",
+            f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and Slurm still "
+            "runs the job. A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem holds "
+            "every rank while the allocation burns.",
         ),
         Alert(
             "LockstepKVCachePressure",
@@ -558,8 +568,8 @@ WORKLOAD_ALERTS = Group(
             "5m",
             f"lockstep_inference_kv_cache_usage_ratio > {num(T.KV_CACHE_USAGE_RATIO)}\n"
             "and lockstep_inference_requests_waiting > 0",
-            f"KV cache of {label('endpoint')} is full and requests queue",
-            f"The {label('engine')} endpoint {label('endpoint')} ({label('model')}) on {WHERE} has used "
+            f"KV cache of {label('server')} is full and requests queue",
+            f"The {label('engine')} endpoint {label('server')} ({label('model')}) on {WHERE} has used "
             f"{VALUE_PERCENT} of its KV cache for 5 minutes while requests wait for a slot: time to first token "
             "grows with the queue. Add replicas, lower max concurrency or context length, or free GPU memory.",
         ),
@@ -568,8 +578,8 @@ WORKLOAD_ALERTS = Group(
             "warning",
             "5m",
             f"rate(lockstep_inference_preemptions_total[5m]) * 60 > {num(T.KV_PREEMPTIONS_PER_MINUTE)}",
-            f"{label('endpoint')} keeps preempting requests",
-            f"The {label('engine')} endpoint {label('endpoint')} ({label('model')}) on {WHERE} preempts "
+            f"{label('server')} keeps preempting requests",
+            f"The {label('engine')} endpoint {label('server')} ({label('model')}) on {WHERE} preempts "
             f"{VALUE_2F} requests a minute: it runs out of KV cache blocks mid-generation, evicts requests and "
             "recomputes them later, wasting GPU time and inflating their latency.",
         ),
@@ -600,6 +610,25 @@ WORKLOAD_ALERTS = Group(
     ),
 )
 
+GPU_COLLECTOR_STUCK = 'lockstep_collector_state{collector="gpu", state="stuck"} == 1'
+THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")
+
+
+def throttled_share(reasons: tuple[str, ...]) -> str:
+    """The share of the window in which any of the clock event reasons held the GPU down.
+
+    The rate of the cumulative time (lockstep_gpu_clock_event_seconds_total): a GPU hovering at
+    its limit flickers in and out of it, so the flag at each evaluation says little.  GPUs that
+    do not report that time fall back to the flag (which then has to hold through the 'for')."""
+    selector = f'{{reason=~"{regex(reasons)}"}}'
+    return (
+        f"sum without (reason) (rate(lockstep_gpu_clock_event_seconds_total{selector}[{T.GPU_THROTTLE_WINDOW}]))\n"
+        f"  > {num(T.GPU_THROTTLE_TIME_RATIO)}\n"
+        f"or\n(\n  max without (reason) (lockstep_gpu_clock_event_active{selector}) == 1\n"
+        f"  unless {on('uuid')} group {by('uuid')} (lockstep_gpu_clock_event_seconds_total{selector})\n)"
+    )
+
+
 GPU_ALERTS = Group(
     "lockstep-gpu.alerts",
     (
@@ -615,11 +644,21 @@ GPU_ALERTS = Group(
             f"  (\n    max {by('job_id')} (lockstep_slurm_job_info)\n"
             f"    unless {on()} count {by()} (lockstep_slurm_job_info) > 1\n  )\n"
             f"  or {on('uuid')}\n  lockstep_gpu_up == 0\n)\n"
-            f"or\ncount {by()} (lockstep_gpu_info offset 1h) > count {by()} (lockstep_gpu_info)",
+            # Fewer GPUs than an hour ago, none counting as fewer while the agent is scraped.
+            f"or\ncount {by()} (lockstep_gpu_info offset 1h)\n"
+            f"  > (count {by()} (lockstep_gpu_info) or {on()} 0 * group {by()} (lockstep_build_info))\n"
+            f"  unless {on()} {GPU_COLLECTOR_STUCK}\n"
+            "or\n"
+            # NVML hangs after GPU faults: the GPU collector is stuck in it and every GPU series
+            # of the node ages out.  That is the lost GPU's signal, and it does not vanish.
+            f'lockstep_collector_duration_seconds{{collector="gpu"}}\n  and {on()} {GPU_COLLECTOR_STUCK}',
             f"GPU lost on {WHERE}",
             "{{ if $labels.uuid }}GPU " + label("gpu") + " (" + label("uuid") + ") on " + WHERE + " no longer "
-            "answers NVML (fallen off the bus, XID 79).{{ else }}" + WHERE + " reports fewer GPUs than an hour "
-            "ago: a GPU vanished (e.g. not enumerated after a reboot).{{ end }} Jobs on it have failed or hang"
+            "answers NVML (fallen off the bus, XID 79).{{ else if $labels.collector }}NVML on " + WHERE + " has "
+            "not answered for " + VALUE_DURATION + ": the GPU collector is stuck in it. NVML hangs after a GPU "
+            "fault (fallen off the bus, XID 79), and every GPU metric of the node is missing while it does."
+            "{{ else }}" + WHERE + " reports fewer GPUs than an hour ago: a GPU vanished (e.g. not enumerated "
+            "after a reboot, or NVML no longer finds any).{{ end }} Jobs on it have failed or hang"
             "{{ with $labels.job_id }} (Slurm job {{ . }}){{ end }}; drain the node.",
         ),
         Alert(
@@ -657,21 +696,21 @@ GPU_ALERTS = Group(
             "LockstepGPUThermalSlowdown",
             "warning",
             "5m",
-            'lockstep_gpu_clock_event_active{reason=~"hw_thermal_slowdown|sw_thermal_slowdown"} == 1',
+            throttled_share(THERMAL_REASONS),
             f"GPU {label('gpu')} on {WHERE} is throttled for heat",
-            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} has had its clocks held down by "
-            f"{label('reason')} for 5 minutes: it runs slower than its peers and slows its job. Check cooling "
-            "(fans, airflow, inlet temperature) and the GPU's temperature.",
+            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} had its clocks held down for heat (thermal slowdown) "
+            f"{VALUE_PERCENT} of the last {T.GPU_THROTTLE_WINDOW}, for 5 minutes: it runs slower than its peers and "
+            "slows its job. Check cooling (fans, airflow, inlet temperature) and the GPU's temperature.",
         ),
         Alert(
             "LockstepGPUPowerBrake",
             "warning",
             "1m",
-            'lockstep_gpu_clock_event_active{reason="hw_power_brake"} == 1',
+            throttled_share(("hw_power_brake",)),
             f"Power brake holds GPU {label('gpu')} on {WHERE} down",
-            f"The hardware power brake of GPU {label('gpu')} ({label('uuid')}) on {WHERE} is engaged: the system "
-            "signalled a power supply problem and the GPU runs at minimum clocks. Check the node's power supplies "
-            "and BMC event log.",
+            f"The hardware power brake of GPU {label('gpu')} ({label('uuid')}) on {WHERE} was engaged "
+            f"{VALUE_PERCENT} of the last {T.GPU_THROTTLE_WINDOW}: the system signalled a power supply problem and "
+            "the GPU runs at minimum clocks. Check the node's power supplies and BMC event log.",
         ),
         Alert(
             "LockstepNVLinkDown",
@@ -788,6 +827,21 @@ FABRIC_ALERTS = Group(
     ),
 )
 
+
+def almost_full(local: bool) -> str:
+    """Local (shared=False) or shared filesystems with < 5 % available, or < 15 % and full within a
+    day at the last 6 hours' rate; read-only mounts left out (nothing writes to them)."""
+    fstype = f'{{fstype{"!~" if local else "=~"}"{T.SHARED_FSTYPES}"}}'
+    ratio = f"mountpoint:lockstep_filesystem_available_bytes:ratio{fstype}"
+    return (
+        f"(\n  {ratio} < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}\n  or\n  (\n"
+        f"    {ratio} < {num(T.FILESYSTEM_AVAILABLE_PREDICT_RATIO)}\n"
+        f"    and predict_linear(lockstep_filesystem_available_bytes{fstype}[{T.FILESYSTEM_PREDICT_WINDOW}], "
+        f"{T.FILESYSTEM_PREDICT_HORIZON_SECONDS}) < 0\n  )\n)\n"
+        f"unless {on('mountpoint')} lockstep_filesystem_readonly == 1"
+    )
+
+
 STORAGE_ALERTS = Group(
     "lockstep-storage.alerts",
     (
@@ -806,18 +860,10 @@ STORAGE_ALERTS = Group(
             "LockstepFilesystemAlmostFull",
             "warning",
             "30m",
-            "(\n"
-            f'  mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f" < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}\n  or\n  (\n"
-            f'    mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f" < {num(T.FILESYSTEM_AVAILABLE_PREDICT_RATIO)}\n"
-            f'    and predict_linear(lockstep_filesystem_available_bytes{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f"[{T.FILESYSTEM_PREDICT_WINDOW}], {T.FILESYSTEM_PREDICT_HORIZON_SECONDS}) < 0\n  )\n)\n"
-            f"unless {on('mountpoint')} lockstep_filesystem_readonly == 1\nor\n"
-            # A shared filesystem is one alert per cluster, not one per node that mounts it.
-            f"min by (cluster, mountpoint, fstype) (\n"
-            f'  mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype=~"{T.SHARED_FSTYPES}"}}\n'
-            f") < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}",
+            f"{almost_full(local=True)}\nor\n"
+            # A shared filesystem is one alert per cluster, not one per node that mounts it:
+            # the fullest node's view, among those that mount it writable.
+            f"min by (cluster, mountpoint, fstype) (\n{almost_full(local=False)}\n)",
             f"Filesystem {label('mountpoint')} is almost full",
             f"{label('mountpoint')} ({label('fstype')}){{{{ with $labels.instance }}}} on {WHERE}{{{{ end }}}} "
             f"has {VALUE_PERCENT} of its space left"
@@ -844,7 +890,8 @@ AGENT_ALERTS = Group(
             "LockstepCollectorFailing",
             "warning",
             "10m",
-            "lockstep_collector_up == 0",
+            # A GPU collector stuck in NVML is LockstepGPUFellOffBus's (critical, within minutes).
+            f"lockstep_collector_up == 0\nunless {on('collector')} {GPU_COLLECTOR_STUCK}",
             f"Collector {label('collector')} on {WHERE} is failing",
             f"The {label('collector')} collector of the agent on {WHERE} has failed or been stuck past its deadline "
             "for 10 minutes: its metrics are missing, and the alerts built on them cannot fire. "
@@ -906,12 +953,13 @@ class Compression:
     """Test-only changes for running the rules against a demo for a minute or two
     (tests/test_alerts_e2e.py); production renders without any.
 
-    for_scale: every `for:` times this.  range_scale, min_range: every range window ([5m]) and
+    for_scale: every `for:` times this, at most max_for seconds.  range_scale, min_range: every range window ([5m]) and
     offset times range_scale, at least min_range seconds: rate() divides by the whole window, so a
     window longer than the data reads low.  clock_offset: time() reads this many seconds earlier
     (the simulated node's wall clock runs behind the real one)."""
 
     for_scale: float = 1.0
+    max_for: int | None = None  # seconds: no compressed 'for' longer than this
     range_scale: float = 1.0
     min_range: int = 1
     clock_offset: float = 0.0
@@ -930,7 +978,12 @@ class Compression:
         return expr
 
     def for_(self, duration: str) -> str:
-        return duration if self.for_scale == 1.0 else scale_duration(duration, self.for_scale)
+        if self.for_scale == 1.0:
+            return duration
+        scaled = scale_duration(duration, self.for_scale)
+        if self.max_for is not None and int(scaled.removesuffix("s")) > self.max_for:
+            return f"{self.max_for}s"
+        return scaled
 
 
 PRODUCTION = Compression()

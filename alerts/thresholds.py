@@ -95,8 +95,13 @@ RANK_SUSPECTS_PANEL_ID = 101
 GPU_DEVIATION_PANEL_ID = 102
 
 # A job is stalled when none of its ranks completed a step for this long (covers a checkpoint
-# save, which pauses a synchronous job, of up to this long).
+# save or an evaluation pass, which pause a synchronous job, of up to this long) ...
 TRAINING_STALL_WINDOW = "10m"
+# ... while Slurm still runs it.  The rule looks this far back for the job's last step: the
+# agent drops a rank's series once it has logged nothing for its idle_timeout (10 minutes), so
+# the alert reads the last value seen, not a series that must still exist.  A job hung for
+# longer than this drops out of the alert (it will have been paged by then).
+TRAINING_STALL_LOOKBACK = "1h"
 
 # --- Inference KV cache ------------------------------------------------------------------------
 
@@ -128,6 +133,12 @@ CRITICAL_XIDS = (48, 61, 62, 64, 74, 92, 94, 95, 119, 120)
 # error correction repairs (its effective_errors are the ones that got through).
 NVLINK_ERRORS_PER_MINUTE = 1.0
 NVLINK_IGNORED_ERROR_TYPES = ("symbol_errors",)
+# Throttling is judged by its share of time (the rate of lockstep_gpu_clock_event_seconds_total
+# over this window), not by the flag at each evaluation: a GPU hovering at its limit flickers
+# in and out of it.  A 30-second blip is 10 % of the window, a GPU held down a quarter of the
+# time or more is reported.
+GPU_THROTTLE_TIME_RATIO = 0.25
+GPU_THROTTLE_WINDOW = "5m"
 # GPU core temperature drawn as the warning line on dashboards (the alerts use the driver's own
 # thermal slowdown reasons, not a temperature).
 GPU_TEMPERATURE_WARNING_CELSIUS = 85

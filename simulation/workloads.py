@@ -75,6 +75,14 @@ SCENARIOS = (
         starts_healthy=True,
     ),
     Scenario(
+        "training-hang",
+        "Job 4242 hangs in a collective: no rank has logged a step for 9.5 minutes, and Slurm still runs the job.",
+    ),
+    Scenario(
+        "training-finished",
+        "Job 4242 ended normally 9.5 minutes ago: its ranks stopped logging and Slurm no longer runs it.",
+    ),
+    Scenario(
         "straggler",
         "Job 4242's rank 3 (on GPU 3, throttled) computes 1.4x as long as its 15 peers, whose "
         "communication wait grows; every rank's wall step time is the same.",
@@ -88,6 +96,9 @@ RANKS_PER_NODE = 8
 HOSTS = ("node001", "node002")
 STRAGGLER_RANK = 3
 JOB_START = -300.0  # seconds relative to t=0
+# training-hang and training-finished: the job ran from HUNG_JOB_START and no rank completes a
+# step after STOP_AT, 9.5 minutes before the demo ("no step for 10 minutes" 30 s into it).
+HUNG_JOB_START, STOP_AT = -720.0, -570.0
 STRAGGLER_ONSET = -120.0
 STRAGGLER_RAMP = 60.0
 STRAGGLER_FACTOR = 1.4
@@ -197,14 +208,15 @@ def timeline(scenario: str, t: float) -> list[tuple[float, float]]:
     """The job's finished steps by time t: (start, end) each.  Every rank's step ends when the
     slowest rank's data and compute are done and the transfer after them."""
     steps = _timelines.setdefault(scenario, [])
+    stopped = scenario in ("training-hang", "training-finished")
     while True:
-        start = steps[-1][1] + checkpoint_pause(steps[-1]) if steps else JOB_START
+        start = steps[-1][1] + checkpoint_pause(steps[-1]) if steps else HUNG_JOB_START if stopped else JOB_START
         if scenario == "gpu-lost" and start >= 0.0:
             break  # GPU 5 fell off the bus at t=0: rank 5 never finishes a step, every rank waits in NCCL
         index = len(steps)
         slowest = max(sum(rank_times(scenario, rank, index, start)) for rank in range(RANKS))
         end = round(start + slowest + TRANSFER, 6)
-        if end > t:
+        if end > t or (stopped and end > STOP_AT):
             break
         steps.append((start, end))
     return [step for step in steps if step[1] <= t]

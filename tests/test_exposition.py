@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from pathlib import Path
@@ -20,6 +21,7 @@ VOLATILE = re.compile(
 )
 
 
+@functools.cache  # the golden test and promtool's lint read the same output: one run each scenario
 def demo_once(scenario: str) -> str:
     result = lockstep("demo", "--once", "--scenario", scenario)
     assert result.returncode == 0, result.stderr
