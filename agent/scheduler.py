@@ -111,12 +111,8 @@ class Worker:
         self._lock = threading.Lock()
         self._result = _Result()
         self._running_since: float | None = None
-<<<<<<< HEAD
         self._rejected_series: frozenset[str] = frozenset()  # what the last round left out, to log changes
-        self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
-=======
         self._thread: threading.Thread | None = None
->>>>>>> main
 
     def start(self) -> bool:
         """Start the worker's thread; False when none can be created now (start again later).
