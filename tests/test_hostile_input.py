@@ -832,7 +832,7 @@ def _inference(*targets: str, timeout: float) -> InferenceCollector:
 
 def _engine_up(values: dict, url: str) -> float:
     """lockstep_inference_up of the endpoint (one series per model it served; all agree)."""
-    ups = {v for (name, labels), v in values.items() if name == "lockstep_inference_up" and ("endpoint", url) in labels}
+    ups = {v for (name, labels), v in values.items() if name == "lockstep_inference_up" and ("server", url) in labels}
     assert len(ups) == 1, ups
     return ups.pop()
 
@@ -873,7 +873,7 @@ def test_engine_values_outside_their_domain_are_left_out(
     with caplog.at_level(logging.WARNING):
         values = collected(collector)
         collected(collector)  # the same values again: not logged again
-    labels = {("engine", "vllm"), ("endpoint", liar), ("model", "m")}
+    labels = {("engine", "vllm"), ("server", liar), ("model", "m")}
     assert values[("lockstep_inference_requests_running", frozenset(labels))] == 3
     assert ("lockstep_inference_requests_waiting", frozenset(labels)) not in values  # -5
     assert ("lockstep_inference_kv_cache_usage_ratio", frozenset(labels)) not in values  # +Inf
