@@ -1,0 +1,35 @@
+"""The agent's exposition on the simulated node at chosen simulated times, in-process.
+
+``lockstep demo --once`` prints one round at simulated time 0; the cardinality test and the
+fleet benchmark (bench/fleet.py) also need later moments, to see which series come and go
+and how counters move.  Each moment is one fresh round of every built-in collector on the
+node rendered at that time, exactly what ``demo --once`` does at time 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from lockstep.agent.cli import collect_once
+from lockstep.agent.config import Overrides
+from lockstep.agent.daemon import Setup
+from lockstep.agent.registry import discover
+from lockstep.simulation import temporary_node
+
+
+def expositions(scenario: str, times: Sequence[float]) -> list[str]:
+    """The exposition (text format) at each simulated time, in order."""
+    node, directory = temporary_node(scenario)
+    with directory:
+        available = {name: r.cls for name, r in discover().collectors.items() if r.builtin}
+        paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
+        setup = Setup(None, available, Overrides(paths=paths, options=node.options), node.fakes)
+        config = setup.load()
+        out = []
+        for t in times:
+            node.render(t)
+            body, failures = collect_once(setup, config)
+            if failures:
+                raise RuntimeError(f"scenario {scenario} at t={t}: " + "; ".join(failures))
+            out.append(body.decode())
+        return out
