@@ -296,12 +296,16 @@ class Prometheus:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = directory / "prometheus.yml"
-        # JSON is YAML: no scrape jobs (the history is backfilled), the rule files as shipped.
+        # JSON is YAML.  The fleet's history is backfilled; the rule files are the shipped ones.
         config.write_text(
             json.dumps(
                 {
-                    "global": {"evaluation_interval": evaluation_interval},
+                    "global": {"evaluation_interval": evaluation_interval, "scrape_interval": "5s"},
                     "rule_files": [str(path) for path in RULE_FILES],
+                    # Itself only, for its memory figures.
+                    "scrape_configs": [
+                        {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{self.port}"]}]}
+                    ],
                 }
             )
         )
@@ -367,8 +371,12 @@ class Prometheus:
         rss = int(re.search(r"VmRSS:\s+(\d+) kB", status).group(1)) * 1024  # type: ignore[union-attr]
         figures = {"rss_bytes": float(rss)}
         for name in ("go_memstats_heap_inuse_bytes", "prometheus_tsdb_head_series"):
-            result = self.query(name)
-            figures[name] = float(result[0]["value"][1]) if result else 0.0
+            deadline = time.monotonic() + 30
+            result = self.query(f'{name}{{job="prometheus"}}')
+            while not result and time.monotonic() < deadline:  # its first self-scrape
+                time.sleep(1)
+                result = self.query(f'{name}{{job="prometheus"}}')
+            figures[name] = float(result[0]["value"][1]) if result else float("nan")
         return figures
 
     def stop(self) -> None:
@@ -442,8 +450,8 @@ def run(
     step: int,
     all_series: bool,
     evaluation_interval: str = "15s",
+    ahead: float = 300.0,
     work: Path | None = None,
-    keep: Prometheus | None = None,
 ) -> tuple[Result, Prometheus, Path]:
     """Build, backfill and measure one fleet.  Returns the result and the running Prometheus
     (the caller stops it and removes the directory)."""
@@ -451,11 +459,15 @@ def run(
     began = time.perf_counter()
     base = {scenario: node_series(scenario) for scenario in SCENARIOS}
     fleet = plan(nodes)
-    end = float(int(time.time()) // step * step)
-    start = end - hours * 3600
+    # The history runs past now by `ahead` seconds: rules and queries run at the wall clock once
+    # backfilling is done, and must find the fleet still "scraped" then (a gauge older than 5
+    # minutes is stale).  Samples after the moment of a query are not read by it.
+    now = float(int(time.time()) // step * step)
+    start = now - hours * 3600
+    end = now + ahead
     # The stalled job stops a quarter into the history, or before it when the history is shorter
     # than the stall alert's window and a quarter (the test's 10 minutes): then it never moves.
-    stall_at = max(start, min(start + (end - start) / 4, end - 15 * 60))
+    stall_at = max(start, min(start + (now - start) / 4, now - 15 * 60))
     families = None if all_series else referenced_families()
     fleet_tracks = list(tracks(fleet, base, families, start, stall_at))
     openmetrics = directory / "fleet.om.txt"
@@ -517,11 +529,17 @@ def main() -> int:
     parser.add_argument(
         "--all-series", action="store_true", help="every series, not only those rules and the fleet dashboard read"
     )
+    parser.add_argument(
+        "--ahead",
+        type=float,
+        help="seconds of history past now, to cover building and backfilling (default: 1 s a node, at least 300)",
+    )
     args = parser.parse_args()
     if not os.access(PROMETHEUS, os.X_OK):
         sys.exit("prometheus not found: apt-get install prometheus")
     for nodes in args.nodes:
-        result, prometheus, directory = run(nodes, args.hours, args.step, args.all_series)
+        ahead = args.ahead if args.ahead is not None else max(300.0, nodes * 1.0)
+        result, prometheus, directory = run(nodes, args.hours, args.step, args.all_series, ahead=ahead)
         prometheus.stop()
         shutil.rmtree(directory, ignore_errors=True)
         report(result, plan(nodes))
