@@ -12,7 +12,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,13 @@ from lockstep.agent.daemon import Agent, Setup, serve
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.registry import Discovery, discover
 from lockstep.agent.scheduler import HEALTHY_STATES
+from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
 
 
 def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     names = sorted(discovery.collectors)
-    shared = argparse.ArgumentParser(add_help=False)
+    shared = CommandParser(add_help=False)
     shared.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (see docs/configuration.md)")
     shared.add_argument("--listen", metavar="ADDR", help=f"address to serve on (default {DEFAULT_LISTEN})")
     shared.add_argument("--web.config.file", dest="web_config_file", metavar="FILE", help="TLS/basic-auth config")
@@ -67,32 +68,59 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         epilog="Collectors can be switched off with --no-collector.NAME.",
     )
     parser.add_argument("--version", action="version", version=f"lockstep {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
     commands.add_parser("run", parents=[shared], help="run the agent (the daemon)")
     commands.add_parser(
         "once", parents=[shared], help="one collection round, exposition to stdout; exit 1 if a collector failed"
     )
     commands.add_parser("doctor", parents=[shared], help="which collectors can run on this machine, and why not")
-    from lockstep.simulation import scenarios
-
     demo = commands.add_parser(
         "demo",
         parents=[shared],
         help="the agent on a simulated GPU node",
-        description="Run the agent on a simulated node.\n\nscenarios:\n"
-        + "\n".join(
-            textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18}", subsequent_indent=" " * 20)
-            for s in scenarios().values()
-        ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    demo.add_argument("--scenario", default="healthy", choices=sorted(scenarios()))
+    demo.describe = demo_description
+    demo.add_argument("--scenario", default="healthy", type=scenario_name, metavar="SCENARIO")
     demo.add_argument("--once", action="store_true", help="print one exposition and exit")
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser("check", help="validate a config file without starting anything")
     check.add_argument("file", type=Path)
     return parser
+
+
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser whose description may be written only when its help is shown.
+
+    ``demo --help`` lists the scenarios, which needs the simulated node; the daemon (``run``,
+    ``once``) must not import it, so nothing about the scenarios is read while the parser is built.
+    """
+
+    describe: Callable[[], str] | None = None
+
+    def format_help(self) -> str:
+        if self.describe is not None:
+            self.description = self.describe()
+        return super().format_help()
+
+
+def demo_description() -> str:
+    from lockstep.simulation import scenarios
+
+    return "Run the agent on a simulated node.\n\nscenarios:\n" + "\n".join(
+        textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18}", subsequent_indent=" " * 20)
+        for s in scenarios().values()
+    )
+
+
+def scenario_name(value: str) -> str:
+    """--scenario's type: a known scenario of the simulated node (checked only for ``demo``)."""
+    from lockstep.simulation import scenarios
+
+    if value not in scenarios():
+        raise argparse.ArgumentTypeError(f"unknown scenario {value!r} (choose from {', '.join(sorted(scenarios()))})")
+    return value
 
 
 def overrides_from(
@@ -161,7 +189,7 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
     worst = 0
     for name, cls in sorted(setup.available.items()):
         settings = config.collectors[name]
-        context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), dict(setup.fakes))
+        context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), setup.seams)
         result: list[tuple[str, str]] = []
         thread = threading.Thread(target=lambda c=cls, x=context, out=result: out.append(probe(c, x)), daemon=True)
         thread.start()
@@ -189,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return config_check(args.file, discovery)
 
     available = {name: r.cls for name, r in discovery.collectors.items()}
-    fakes: dict[str, Any] = {}
+    seams = Seams()
     sim_paths: dict[str, str] = {}
     node = None
     if args.command == "demo":
@@ -198,7 +226,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The simulated node has data for the built-in collectors only.
         available = {name: r.cls for name, r in discovery.collectors.items() if r.builtin}
         node, _tempdir = temporary_node(args.scenario)
-        fakes = node.fakes
+        seams = node.seams
         sim_paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
 
     overrides = overrides_from(args, available, sim_paths)
@@ -206,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The simulated node points collectors at its data; flags the user gave still win.
         merged = {name: {**values, **overrides.options.get(name, {})} for name, values in node.options.items()}
         overrides = dataclasses.replace(overrides, options={**overrides.options, **merged})
-    setup = Setup(args.config, available, overrides, fakes)
+    setup = Setup(args.config, available, overrides, seams)
     try:
         config = setup.load()
     except ConfigError as exc:

@@ -23,6 +23,8 @@ from typing import Any, ClassVar, Literal
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
+from lockstep.agent.seams import Seams
+
 MetricType = Literal["gauge", "counter", "histogram"]
 
 
@@ -69,6 +71,42 @@ class MetricSpec:
         if self.type != "histogram":
             raise TypeError(f"metric {self.name!r} is a {self.type}: use family()")
         return HistogramMetricFamily(self.name, self.help, labels=self.labels)
+
+
+class Families:
+    """One round's metric families, one per declared metric, built from the declarations.
+
+    A collector lists its metrics once (``metrics = (...)``) and fills a fresh ``Families``
+    every round instead of building each family by hand::
+
+        families = Families(self.metrics)
+        families[SIZE].add_metric([mountpoint, fstype], size)
+        yield from families.with_samples()
+
+    Asking for a metric the collector did not declare raises ``KeyError`` naming it, so an
+    undeclared name cannot reach the exposition.
+    """
+
+    def __init__(self, specs: Iterable[MetricSpec]) -> None:
+        self._families: dict[MetricSpec, Metric] = {
+            spec: spec.histogram_family() if spec.type == "histogram" else spec.family() for spec in specs
+        }
+
+    def __getitem__(self, spec: MetricSpec) -> Any:
+        # Any, not Metric: a gauge or counter family's add_metric(labels, value) and a
+        # histogram's add_metric(labels, buckets, sum_value) differ, and the spec decides which.
+        try:
+            return self._families[spec]
+        except KeyError:
+            raise KeyError(f"metric {spec.name!r} is not among the collector's declared metrics") from None
+
+    def all(self) -> list[Metric]:
+        """Every family, in declaration order, those without samples included."""
+        return list(self._families.values())
+
+    def with_samples(self) -> list[Metric]:
+        """The families that got at least one sample this round, in declaration order."""
+        return [family for family in self._families.values() if family.samples]
 
 
 @dataclass(frozen=True)
@@ -119,10 +157,13 @@ class CollectorContext:
     paths: Paths
     options: dict[str, Any]
     log: logging.Logger
-    # Fakes plugged in by the simulated node (agent/simulation), keyed by what they replace,
-    # e.g. "nvml".  Empty in production.
-    fakes: dict[str, Any] = field(default_factory=dict)
+    # Dependencies replaced by the simulated node or a test (agent/seams.py); none in production.
+    seams: Seams = field(default_factory=Seams)
     run_now: RunRequest = field(default_factory=RunRequest)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.seams, Seams):  # e.g. the dict of fakes older code passed
+            raise TypeError(f"CollectorContext.seams must be a Seams, not {type(self.seams).__name__}")
 
 
 class Collector:

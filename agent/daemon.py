@@ -24,6 +24,7 @@ from lockstep.agent.hotplug import HotplugMonitor
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.scheduler import State, Worker, WorkerView
 from lockstep.agent.sdnotify import Notifier
+from lockstep.agent.seams import Seams
 from lockstep.agent.server import AgentHTTPServer, make_server
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
 
@@ -37,7 +38,7 @@ class Setup:
     config_path: Path | None
     available: Mapping[str, type[Collector]]
     overrides: Overrides
-    fakes: Mapping[str, Any]
+    seams: Seams
 
     def load(self) -> Config:
         return load_config(self.config_path, self.available, self.overrides)
@@ -69,7 +70,7 @@ class Agent:
         settings = config.collectors[name]
         logger = collector_logger(name)
         context = CollectorContext(
-            paths=config.paths, options=dict(settings.options), log=logger, fakes=dict(self.setup.fakes)
+            paths=config.paths, options=dict(settings.options), log=logger, seams=self.setup.seams
         )
         collector = self.setup.available[name](context)
         after = [started[needed] for needed in collector.needs if needed in started]

@@ -3,7 +3,7 @@
     .venv/bin/python bench/infiniband.py [--rounds 300] [--hcas 8]
 
 Generates a sysfs tree of mlx5 HCAs (one port each: 21 PMA counters, 29 hw_counters and
-lifespan; agent/simulation/fabric.py), then, alternating so both see the same machine noise:
+lifespan; simulation/fabric.py), then, alternating so both see the same machine noise:
 - ours: one ``InfinibandCollector.collect()`` round, families built (what the agent does each
   interval; a scrape then serves the snapshot without touching sysfs);
 - ours + render: the same round plus rendering the text exposition;

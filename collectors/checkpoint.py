@@ -403,7 +403,7 @@ class CheckpointCollector(Collector):
         self.max_files: int = context.options.get("max_files", DEFAULT_MAX_FILES)
         self.job_id_re = re.compile(context.options.get("job_id_pattern", DEFAULT_JOB_ID_PATTERN))
         # Wall clock; the simulated node and the tests set their own.
-        self.clock: Callable[[], float] = context.fakes.get("wall_clock", time.time)
+        self.clock: Callable[[], float] = context.seams.wall_clock or time.time
         self.roots: dict[str, RootState] = {}  # label -> state
         self._observer: Any = None
         self._closed = False

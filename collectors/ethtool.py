@@ -14,7 +14,7 @@ Interfaces: the RDMA network interfaces (RoCE/iWARP ports under class/infiniband
 plus ``interfaces_include`` glob patterns over class/net, minus ``interfaces_exclude``.
 
 The ioctl reader sits behind a small interface (``StatsReader``): the simulated node, which
-has no NIC, supplies its own through ``context.fakes["ethtool"]``.  An interface in another
+has no NIC, supplies its own through ``context.seams.ethtool``.  An interface in another
 network namespace is invisible to the ioctl, which always answers for the namespace of the
 agent's socket: run the agent in the host's network namespace (``hostNetwork: true``).
 """
@@ -325,7 +325,7 @@ class EthtoolCollector(Collector):
         self.exclude: tuple[str, ...] = tuple(options.get("interfaces_exclude", ()))
         self.statistics: tuple[str, ...] = tuple(options.get("statistics", ()))
         self.per_queue: bool = bool(options.get("per_queue", False))
-        fake = context.fakes.get("ethtool")
+        fake = context.seams.ethtool
         self.reader: StatsReader = fake if fake is not None else IoctlStatsReader()
         self._interfaces: Interfaces | None = None
         self._failing: dict[str, str] = {}  # interface -> why its last read failed (log once per change)

@@ -541,8 +541,8 @@ class FilesystemCollector(Collector):
         self.pool = StatPool(
             workers=options.get("stat_workers", 4),
             timeout=options.get("stat_timeout", 5.0),
-            statvfs=context.fakes.get("statvfs", os.statvfs),
-            timer=context.fakes.get("stat_timer", time.perf_counter),
+            statvfs=context.seams.statvfs or os.statvfs,
+            timer=context.seams.stat_timer or time.perf_counter,
         )
         self.skipped = dict.fromkeys(SOURCES, 0)
         self._stat_errors_logged: set[str] = set()

@@ -527,12 +527,12 @@ class GpuCollector(Collector):
         self._xid_counts: dict[tuple[str, int], int] = {}  # kept across sessions: counters
         self._xid_last: dict[str, float] = {}
         self._xid_lock = threading.Lock()
-        self._wall_clock: Callable[[], float] = context.fakes.get("wall_clock", time.time)
+        self._wall_clock: Callable[[], float] = context.seams.wall_clock or time.time
 
     # --- NVML library and session ---
 
     def _library(self) -> Any:
-        fake = self.context.fakes.get("nvml")
+        fake = self.context.seams.nvml
         if fake is not None:
             return fake
         spec = self.context.options.get("fake_nvml")

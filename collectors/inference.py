@@ -18,7 +18,7 @@ process and every process below it (its workers hold the GPU contexts), each wit
 Slurm job it runs in.  The GPUs are those whose NVML compute-process list (the GPU
 collector's) holds one of these pids: the seam is the pid.
 
-Fakes: ``context.fakes["inference_http"]``, a callable ``(url, timeout) -> str`` raising
+Fakes: ``context.seams.inference_http``, a callable ``(url, timeout) -> str`` raising
 ScrapeError or OSError, replaces HTTP (the simulated node serves its engines that way).
 """
 
@@ -547,7 +547,7 @@ class InferenceCollector(Collector):
         self.configured: tuple[Target, ...] = tuple(context.options.get("targets", ()))
         self.discover = bool(context.options.get("discover", True))
         self.timeout = float(context.options.get("timeout", DEFAULT_TIMEOUT))
-        self.fetch: Callable[[str, float], str] = context.fakes.get("inference_http", fetch_http)
+        self.fetch: Callable[[str, float], str] = context.seams.inference_http or fetch_http
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._models: dict[str, list[str]] = {}  # endpoint -> models of its last good answer

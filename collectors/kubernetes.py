@@ -181,8 +181,8 @@ class KubernetesCollector(Collector):
         yield family
 
     def _list(self) -> ListPodResourcesResponse:
-        fake = self.context.fakes.get("kubelet_pod_resources")
-        if fake is not None:  # the simulated node (agent/simulation/kubernetes.py)
+        fake = self.context.seams.kubelet_pod_resources
+        if fake is not None:  # the simulated node (simulation/kubernetes.py)
             return fake(self.timeout)
         try:
             mode = self.socket.stat().st_mode

@@ -231,7 +231,7 @@ class SlurmCollector(Collector):
         opts = context.options
         self.node = opts.get("node_name") or os.uname().nodename.split(".")[0]
         self.gres_conf_path = opts.get("gres_conf") or ""
-        self.scontrol: Callable[[list[str], float], str] = context.fakes.get("scontrol", run_scontrol)
+        self.scontrol: Callable[[list[str], float], str] = context.seams.scontrol or run_scontrol
         self.controller = ControllerCache(
             self.scontrol,
             self.node,

@@ -3,12 +3,12 @@
 Nothing in the production code paths imports this package.  ``lockstep demo`` builds a
 ``SimulatedNode`` in a temporary directory and starts the agent on it: the collectors are
 the real ones, pointed at the generated trees through ``--path.*`` and at the fakes
-(e.g. a fake NVML) through ``CollectorContext.fakes``.
+(e.g. a fake NVML) through ``CollectorContext.seams`` (lockstep/agent/seams.py).
 
 Each area of the node (host, GPU, fabric, storage, Slurm, workloads) is one module in
 this package with a ``build(node, t)`` function that writes its part of the trees for the
 node's scenario at simulated time ``t`` (seconds since the demo started) and may put fakes
-in ``node.fakes``.  An area module may also define ``SCENARIOS`` (a tuple of ``Scenario``)
+in ``node.seams``.  An area module may also define ``SCENARIOS`` (a tuple of ``Scenario``)
 for the failures it simulates; every area builds its healthy state for scenarios it does
 not know.  Areas and scenarios are found by scanning this package, so adding one touches
 no shared list.  Output is a pure function of (scenario, t): the golden test depends on it.
@@ -39,6 +39,7 @@ from types import ModuleType
 from typing import Any
 
 from lockstep.agent.collector import Paths
+from lockstep.agent.seams import Seams
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class SimulatedNode:
         self.root = root
         self.scenario = scenario
         self.paths = Paths(sysfs=root / "sys", procfs=root / "proc", rootfs=root / "rootfs")
-        self.fakes: dict[str, Any] = {}
+        self.seams = Seams()
         # Collector options the demo needs to find the simulated data (e.g. checkpoint roots
         # under the node's root): collector -> option -> value, passed as if given by flags.
         self.options: dict[str, dict[str, Any]] = {}

@@ -8,7 +8,7 @@
   instead, so its pause statistics are ``rx_global_pause*``.
 
 The sysfs files are written under ``node.paths.sysfs``; the ethtool statistics come from
-``SimulatedEthtool`` in ``node.fakes["ethtool"]`` (the collector's ioctl reader interface).
+``SimulatedEthtool`` in ``node.seams.ethtool`` (the collector's ioctl reader interface).
 Every value is a pure function of (scenario, t): counters are a day's worth of traffic
 plus a rate times t.
 
@@ -295,7 +295,7 @@ def changed_only(write: Writer) -> Writer:
 def build(node: SimulatedNode, t: float) -> None:
     write = changed_only(node.write)
     build_infiniband(write, node.paths.sysfs, node.scenario, t, ib_hcas=IB_HCAS, roce_ports=len(ROCE_NETDEVS))
-    node.fakes["ethtool"] = SimulatedEthtool(node)
+    node.seams.ethtool = SimulatedEthtool(node)
     # Show a few more ethtool statistics as generic series (the collector's 'statistics' option).
     node.options.setdefault("ethtool", {})["statistics"] = ["rx_buffer_passed_thres_phy", "rx_pause_ctrl_phy"]
     # And two of the generic RDMA hw_counters (the infiniband collector's 'hw_stats' option; none by default).

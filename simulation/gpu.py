@@ -174,8 +174,9 @@ def node_spec(scenario: str) -> FakeSpec:
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    fake = node.fakes.get("nvml")
+    fake = node.seams.nvml
     if fake is None:
-        fake = node.fakes["nvml"] = FakeNvml(node_spec(node.scenario))
-        node.fakes.setdefault("wall_clock", lambda: WALL_CLOCK_AT_START + node.t)
+        fake = node.seams.nvml = FakeNvml(node_spec(node.scenario))
+        if node.seams.wall_clock is None:
+            node.seams.wall_clock = lambda: WALL_CLOCK_AT_START + node.t
     fake.set_time(t)

@@ -2,7 +2,7 @@
 
 Only in the ``kubernetes`` scenario; every other scenario is a Slurm node without a kubelet,
 where the kubernetes collector finds no socket and reports nothing here.  The answer is a
-real ``ListPodResourcesResponse`` handed to the collector through ``node.fakes`` (the
+real ``ListPodResourcesResponse`` handed to the collector through ``node.seams`` (the
 collector's gRPC client itself is tested against a real gRPC server in tests/test_kubernetes.py).
 """
 
@@ -54,4 +54,4 @@ def _response():  # type: ignore[no-untyped-def]
 def build(node: SimulatedNode, t: float) -> None:
     if node.scenario != "kubernetes":
         return
-    node.fakes["kubelet_pod_resources"] = lambda timeout: _response()
+    node.seams.kubelet_pod_resources = lambda timeout: _response()

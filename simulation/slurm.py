@@ -33,7 +33,7 @@ def build(node: SimulatedNode, t: float) -> None:
         "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
     }
     node.write(node.paths.procfs / str(TRAINING_PID) / "environ", "".join(f"{k}={v}\0" for k, v in environ.items()))
-    node.fakes["scontrol"] = _scontrol
+    node.seams.scontrol = _scontrol
     node.options.setdefault("slurm", {})["node_name"] = NODE
 
 

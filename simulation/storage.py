@@ -4,11 +4,11 @@ every 10 minutes.
 
 - Mounts: / (ext4), /dev/shm, /raid (local NVMe RAID), /home (NFS v4.2), /lustre (Lustre
   client of fs "scratch"), /datasets (JuiceFS over FUSE), plus pseudo and container mounts
-  the collector leaves out.  statfs figures come from a fake (``fakes["statvfs"]``): the
+  the collector leaves out.  statfs figures come from a fake (``node.seams.statvfs``): the
   real disk's would differ from run to run.  Its call time is a fake too (``stat_timer``).
 - Checkpoints: ``/lustre/ckpt/job=4242/step_NNNNNN/`` with 8 shards ``__R_0.distcp`` (one
   per rank, sparse files of 2 GiB: sizes without the disk space) and ``.metadata`` last.
-  File mtimes and the collector's wall clock (``fakes["wall_clock"]``) are simulated time.
+  File mtimes and the collector's wall clock (``node.seams.wall_clock``) are simulated time.
 
 Scenarios:
 - ``checkpoint-stall``: the save that began 1100 s ago wrote 7 of its 8 shards and never
@@ -101,10 +101,10 @@ def build(node: SimulatedNode, t: float) -> None:
     node.write(proc / "1" / "mountstats", mountstats(node.scenario, t))
     for mountpoint in STATFS:
         (rootfs / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    if "statvfs" not in node.fakes:  # one for the node's life: collectors keep the one they were given
-        node.fakes["statvfs"] = FakeStatvfs(rootfs, hung={"/home"} if node.scenario == "nfs-server-down" else set())
-    node.fakes["stat_timer"] = lambda: 0.0
-    node.fakes["wall_clock"] = lambda: EPOCH + node.t
+    if node.seams.statvfs is None:  # one for the node's life: collectors keep the one they were given
+        node.seams.statvfs = FakeStatvfs(rootfs, hung={"/home"} if node.scenario == "nfs-server-down" else set())
+    node.seams.stat_timer = lambda: 0.0
+    node.seams.wall_clock = lambda: EPOCH + node.t
     # The whole demo round waits for a hung statfs this long, not the 5 s default.
     node.options.setdefault("filesystem", {})["stat_timeout"] = "1s"
 

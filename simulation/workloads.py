@@ -17,7 +17,7 @@ step times stay equal while the peers' communication wait grows.
 
 ``kv-pressure``: a vLLM server, pid 3100 (``vllm serve ... --port 8000``) with its engine
 core 3101, listens on 0.0.0.0:8000; the inference collector finds it from procfs and
-scrapes http://127.0.0.1:8000/metrics, answered by ``node.fakes["inference_http"]``.
+scrapes http://127.0.0.1:8000/metrics, answered by ``node.seams.inference_http``.
 Its KV-cache usage climbs towards 0.97 (0.949 at the demo's start), with preemptions and
 a growing queue.
 
@@ -83,7 +83,9 @@ def build(node: SimulatedNode, t: float) -> None:
     _training_logs(node, t)
     if node.scenario == "kv-pressure":
         _vllm_process(node)
-        endpoints = node.fakes.setdefault("inference_http", SimulatedEndpoints())
+        endpoints = node.seams.inference_http
+        if not isinstance(endpoints, SimulatedEndpoints):  # one for the node's life, like every seam
+            endpoints = node.seams.inference_http = SimulatedEndpoints()
         endpoints.pages = {VLLM_URL: vllm_exposition(t)}
 
 

@@ -12,7 +12,7 @@ changes (alerts/rules.py Compression):
   becomes [30s]).  rate() divides by the whole window, so a 5-minute window over one minute of
   data would read a fifth of the rate;
 - time() is shifted by the distance between now and the simulated node's wall clock, which
-  starts at 2026-01-02T00:00:00Z (agent/simulation/storage.py EPOCH), so the age of the last
+  starts at 2026-01-02T00:00:00Z (simulation/storage.py EPOCH), so the age of the last
   checkpoint is the age the node sees.
 
 While the scenarios run, the test polls the alerts API every second and keeps, per target,
@@ -124,9 +124,8 @@ def demo_scenarios() -> set[str]:
     """The scenarios `lockstep demo --help` lists."""
     result = lockstep("demo", "--help")
     assert result.returncode == 0, result.stderr
-    match = re.search(r"--scenario \{([^}]*)\}", result.stdout)
-    assert match, result.stdout
-    return set(match.group(1).split(","))
+    listing = result.stdout.split("scenarios:\n", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^  (\S+)", listing, flags=re.M))
 
 
 @dataclass

@@ -2,7 +2,7 @@
 inotify and in polling mode, with every metric asserted.
 
 Times: the test sets each file's mtime (os.utime) and the collector's wall clock (a fake,
-through ``fakes["wall_clock"]``), so every value is exact.  The clock is always moved
+through ``Seams.wall_clock``), so every value is exact.  The clock is always moved
 forward *before* files are written, so an inotify event (stamped with the clock) never
 predates the files' mtimes.
 """
@@ -22,6 +22,7 @@ import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.config import ConfigError, load_config
+from lockstep.agent.seams import Seams
 from lockstep.collectors.checkpoint import CheckpointCollector, final_name, parse_roots
 from tests.conftest import REPO, collected, wait_until
 
@@ -53,7 +54,7 @@ class Harness:
             paths=Paths(procfs=procfs, rootfs=rootfs),
             options={"roots": parse_roots(roots), **options},
             log=logging.getLogger("test"),
-            fakes={"wall_clock": clock},
+            seams=Seams(wall_clock=clock),
         )
         self.collector = CheckpointCollector(context)
 
@@ -331,11 +332,12 @@ import logging, os, sys
 sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
 from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.agent.seams import Seams
 from lockstep.collectors.checkpoint import CheckpointCollector, parse_roots
 logging.basicConfig()
 options = {{"roots": parse_roots([{{"path": "/ckpt", "watch": "poll"}}])}}
 c = CheckpointCollector(CollectorContext(Paths(rootfs=Path({str(tmp_path)!r})),
-    options, logging.getLogger("t"), {{"wall_clock": lambda: 0.0}}))
+    options, logging.getLogger("t"), Seams(wall_clock=lambda: 0.0)))
 if os.geteuid() == 0:  # imports done: the interpreter's own files may not be readable by nobody
     os.setgid(65534); os.setuid(65534)
 for family in list(c.collect()):
@@ -438,7 +440,7 @@ def test_simulated_node_saves_every_ten_minutes(tmp_path: Path, harnesses: list[
         paths=node.paths,
         options={"roots": parse_roots(node.options["checkpoint"]["roots"])},
         log=logging.getLogger("test"),
-        fakes=node.fakes,
+        seams=node.seams,
     )
     collector = CheckpointCollector(context)
     h = Harness.__new__(Harness)

@@ -23,7 +23,7 @@ def node(request: pytest.FixtureRequest) -> Iterator[SimulatedNode]:
 def at(node: SimulatedNode, cls: type[Collector], t: float) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     node.render(t)
     options = node.options.get(cls.name, {})
-    collector = cls(CollectorContext(node.paths, dict(options), logging.getLogger("test"), node.fakes))
+    collector = cls(CollectorContext(node.paths, dict(options), logging.getLogger("test"), node.seams))
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
         for family in collector.collect()

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.agent.seams import Seams
 from lockstep.collectors.filesystem import (
     FilesystemCollector,
     parse_lustre_stats,
@@ -72,9 +73,9 @@ def make(
     sys_: Path | None = None,
     **options: Any,
 ) -> FilesystemCollector:
-    fakes = {"statvfs": statvfs or FakeStatvfs(default_table()), "stat_timer": lambda: 0.0}
+    seams = Seams(statvfs=statvfs or FakeStatvfs(default_table()), stat_timer=lambda: 0.0)
     paths = Paths(sysfs=sys_ or proc.parent / "sys", procfs=proc, rootfs=rootfs)
-    context = CollectorContext(paths=paths, options=options, log=logging.getLogger("test"), fakes=fakes)
+    context = CollectorContext(paths=paths, options=options, log=logging.getLogger("test"), seams=seams)
     return FilesystemCollector(context)
 
 

@@ -19,6 +19,7 @@ from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.gpus import GpuProcess, MigDevice
 from lockstep.agent.gpus import published as published_gpus
+from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.collectors import gpu as gpu_module
 from lockstep.collectors.gpu import GpuCollector
@@ -55,7 +56,7 @@ def make(fake: FakeNvml, cls: type[GpuCollector] = FastGpuCollector, sysfs: Path
         paths=Paths(sysfs=sysfs or Path("/sys")),
         options={"fake_nvml": None},
         log=logging.getLogger("test.gpu"),
-        fakes={"nvml": fake, "wall_clock": lambda: WALL_CLOCK},
+        seams=Seams(nvml=fake, wall_clock=lambda: WALL_CLOCK),
     )
     return cls(context)
 
@@ -734,7 +735,7 @@ def test_a_gpu_falling_off_the_bus_is_reported_at_once_not_at_the_next_interval(
     fake = FakeNvml(FakeSpec(gpus=(with_defaults(FULL, 0), with_defaults(FULL, 1)), xid_events=()))
     available = {"gpu": FastGpuCollector}
     overrides = Overrides(disable_defaults=True, enable=frozenset({"gpu"}))
-    setup = Setup(None, available, overrides, {"nvml": fake, "wall_clock": lambda: WALL_CLOCK})
+    setup = Setup(None, available, overrides, Seams(nvml=fake, wall_clock=lambda: WALL_CLOCK))
     config = load_config(None, available, overrides)
     hour = dataclasses.replace(config.collectors["gpu"], interval=3600.0, deadline=30.0)
     config = dataclasses.replace(config, collectors={"gpu": hour})

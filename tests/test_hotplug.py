@@ -13,6 +13,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from tests.conftest import require_real, wait_until
 
@@ -40,7 +41,7 @@ class NetWatch(Collector):
 def test_veth_add_and_delete_trigger_rediscovery() -> None:
     require_real("root and iproute2 (to create a veth pair)", os.geteuid() == 0 and shutil.which("ip") is not None)
     available = {"netwatch": NetWatch}
-    setup = Setup(None, available, Overrides(disable_defaults=True, enable=frozenset({"netwatch"})), {})
+    setup = Setup(None, available, Overrides(disable_defaults=True, enable=frozenset({"netwatch"})), Seams())
     agent = Agent(setup, load_config(None, available, setup.overrides), WebConfig())
     name = "lsv" + uuid.uuid4().hex[:8]
     try:

@@ -26,6 +26,7 @@ import pytest
 from lockstep.agent.collector import NothingHere
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.collectors.infiniband import InfinibandCollector, parse_rate, parse_state, rdma_netdevs
 from tests.conftest import FIXTURES, REPO, context, require_real, samples, wait_until
@@ -370,7 +371,7 @@ def test_real_uevent_makes_the_agent_rediscover(tree: Path, tmp_path: Path) -> N
     config = tmp_path / "lockstep.yml"
     config.write_text(f"paths:\n  sysfs: {tree}\ncollectors:\n  infiniband:\n    interval: 1h\n")
     available = {"infiniband": InfinibandCollector}
-    setup = Setup(config, available, Overrides(disable_defaults=True, enable=frozenset({"infiniband"})), {})
+    setup = Setup(config, available, Overrides(disable_defaults=True, enable=frozenset({"infiniband"})), Seams())
     agent = Agent(setup, load_config(config, available, setup.overrides), WebConfig())
     name = "lsi" + uuid.uuid4().hex[:8]
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from lockstep.agent.collector import NothingHere
+from lockstep.agent.seams import Seams
 from lockstep.collectors.slurm import SlurmCollector, expand_brackets, parse_gres_conf
 from tests.conftest import FIXTURES, collected, context
 
@@ -197,7 +198,7 @@ def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypa
     collector = SlurmCollector(
         dataclasses.replace(
             context(proc=SLURM / "nocgroup" / "proc", sys_=SLURM / "nocgroup" / "sys", node_name="node07"),
-            fakes={"scontrol": scontrol},
+            seams=Seams(scontrol=scontrol),
         )
     )
     s = collected(collector)
