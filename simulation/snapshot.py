@@ -23,7 +23,7 @@ def expositions(scenario: str, times: Sequence[float]) -> list[str]:
     with directory:
         available = {name: r.cls for name, r in discover().collectors.items() if r.builtin}
         paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
-        setup = Setup(None, available, Overrides(paths=paths, options=node.options), node.fakes)
+        setup = Setup(None, available, Overrides(paths=paths, options=node.options), node.seams)
         config = setup.load()
         out = []
         for t in times:
