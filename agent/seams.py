@@ -28,13 +28,13 @@ class Seams:
     # Seconds since the epoch, for timestamps the collectors export (time.time when None).
     wall_clock: Callable[[], float] | None = None
     # ``scontrol ARGS`` with a timeout in seconds -> its stdout; raises OSError or
-    # subprocess.CalledProcessError like the real one (collectors/slurm.py run_scontrol).
+    # subprocess.CalledProcessError like the real one (collectors/slurm/scontrol.py run_scontrol).
     scontrol: Callable[[list[str], float], str] | None = None
     # The kubelet's pod-resources List call with a timeout in seconds.
     kubelet_pod_resources: Callable[[float], ListPodResourcesResponse] | None = None
     # A NIC's driver info and ethtool statistics (the SIOCETHTOOL ioctl when None).
     ethtool: StatsReader | None = None
-    # GET URL with a timeout in seconds -> the body; raises OSError (collectors/inference.py fetch_http).
+    # GET URL with a timeout in seconds -> the body; raises OSError (lockstep.collectors.inference.fetch.fetch_http).
     inference_http: Callable[[str, float], str] | None = None
     # statvfs(mountpoint) for the filesystem collector (os.statvfs when None).
     statvfs: Callable[[str], os.statvfs_result] | None = None

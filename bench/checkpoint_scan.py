@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
-from lockstep.collectors.checkpoint import CheckpointCollector, parse_roots  # noqa: E402
+from lockstep.collectors.checkpoint import CheckpointCollector  # noqa: E402
+from lockstep.collectors.checkpoint.config import parse_roots  # noqa: E402
 
 
 def main() -> int:

@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
-from lockstep.collectors.inference import InferenceCollector, parse_targets  # noqa: E402
+from lockstep.collectors.inference import InferenceCollector  # noqa: E402
+from lockstep.collectors.inference.targets import parse_targets  # noqa: E402
 from lockstep.collectors.training import TrainingCollector  # noqa: E402
 from lockstep.emitter import step_lines  # noqa: E402
 from lockstep.simulation.workloads import vllm_exposition  # noqa: E402

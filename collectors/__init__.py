@@ -1,1 +1,1 @@
-"""Lockstep's built-in collectors, one module each; see agent/collector.py for the protocol."""
+"""Lockstep's built-in collectors, one module or package each; see agent/collector.py for the protocol."""

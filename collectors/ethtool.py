@@ -36,10 +36,10 @@ from typing import Any, Protocol
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_bool, parse_string_list
 from lockstep.agent.files import read_text
-from lockstep.collectors.infiniband import rdma_netdevs
+from lockstep.collectors.infiniband.sysfs import rdma_netdevs
 
 # --- the ioctl reader ---
 
@@ -357,7 +357,7 @@ class EthtoolCollector(Collector):
                 "no RDMA network interfaces (RoCE/iWARP ports under "
                 f"{self.paths.sysfs / 'class' / 'infiniband'}) and none matched by interfaces_include"
             )
-        families: dict[str, Any] = {spec.name: spec.family() for spec in self.metrics}
+        families = Families(self.metrics)
         missing = []
         for interface in interfaces.names:
             try:
@@ -371,17 +371,17 @@ class EthtoolCollector(Collector):
                     self._note_failure(interface, exc)
                 continue
             self._failing.pop(interface, None)
-            families[NIC_INFO.name].add_metric(
+            families[NIC_INFO].add_metric(
                 [interface, info.driver, info.version, info.firmware_version, info.bus_info], 1
             )
             self._add_statistics(families, interface, stats)
-            self._add_dcqcn(families[DCQCN_ENABLED.name], interface)
+            self._add_dcqcn(families[DCQCN_ENABLED], interface)
         if missing and len(missing) == len(interfaces.names):
             raise NothingHere(
                 f"no network interface {', '.join(missing)} in the agent's network namespace: sysfs lists them, "
                 "but the kernel does not know them here (run the agent in the host's network namespace)"
             )
-        yield from families.values()
+        yield from families.all()
 
     def _note_failure(self, interface: str, exc: OSError) -> None:
         why = exc.strerror or str(exc)
@@ -389,7 +389,7 @@ class EthtoolCollector(Collector):
             self._failing[interface] = why
             self.log.warning("cannot read the interface's statistics", extra={"interface": interface, "reason": why})
 
-    def _add_statistics(self, families: dict[str, Any], interface: str, stats: Iterable[tuple[str, int]]) -> None:
+    def _add_statistics(self, families: Families, interface: str, stats: Iterable[tuple[str, int]]) -> None:
         for raw_name, value in stats:
             name = raw_name.strip()  # one kernel's string table had "tx_pause_storm_warning_events "
             match = _PRIORITY_PAUSE.match(name)
@@ -397,20 +397,20 @@ class EthtoolCollector(Collector):
                 direction, priority, kind = match.groups()
                 priority = priority.removeprefix("prio")
                 if kind is None:
-                    families[PAUSE_FRAMES.name].add_metric([interface, priority, direction], value)
+                    families[PAUSE_FRAMES].add_metric([interface, priority, direction], value)
                 elif kind == "_duration":
-                    families[PAUSE_SECONDS.name].add_metric([interface, priority, direction], value / 1e6)
+                    families[PAUSE_SECONDS].add_metric([interface, priority, direction], value / 1e6)
                 elif direction == "rx":
-                    families[PAUSE_TRANSITIONS.name].add_metric([interface, priority], value)
+                    families[PAUSE_TRANSITIONS].add_metric([interface, priority], value)
                 continue
             simple = _SIMPLE.get(name)
             if simple is not None:
                 spec, extra, divisor = simple
-                families[spec.name].add_metric([interface, *extra], value / divisor if divisor != 1 else value)
+                families[spec].add_metric([interface, *extra], value / divisor if divisor != 1 else value)
                 continue
             if self.statistics and any(fnmatch.fnmatchcase(name, p) for p in self.statistics):
                 if self.per_queue or not is_per_queue(name):
-                    families[STATISTIC.name].add_metric([interface, name], value)
+                    families[STATISTIC].add_metric([interface, name], value)
 
     def _add_dcqcn(self, family: Any, interface: str) -> None:
         ecn = self.paths.sysfs / "class" / "net" / interface / "ecn"

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, MetricSpec
+from lockstep.agent.collector import Collector, Families, MetricSpec
 from lockstep.agent.files import read_text
 
 CPU_SECONDS = MetricSpec(
@@ -91,13 +91,13 @@ class HostCollector(Collector):
     metrics = (
         CPU_SECONDS,
         CPUS,
+        RUNNING,
+        CONTEXT_SWITCHES,
+        BOOT_TIME,
         *_MEMINFO.values(),
         *LOAD.values(),
         PRESSURE,
         BLOCKED,
-        RUNNING,
-        CONTEXT_SWITCHES,
-        BOOT_TIME,
     )
 
     def __init__(self, context):  # type: ignore[no-untyped-def]
@@ -116,19 +116,23 @@ class HostCollector(Collector):
         return ""
 
     def collect(self) -> Iterator[Metric]:
-        yield from self._stat()
-        yield from self._meminfo()
-        yield from self._loadavg()
-        yield self._pressure()
-        yield self._blocked_tasks()
+        families = Families(self.metrics)
+        self._stat(families)
+        self._meminfo(families)
+        self._loadavg(families)
+        self._pressure(families)
+        self._blocked_tasks(families)
+        # Every family is exposed each round, except a load average /proc/loadavg does not have.
+        load = set(LOAD.values())
+        yield from (families[spec] for spec in self.metrics if spec not in load or families[spec].samples)
 
-    def _stat(self) -> Iterator[Metric]:
+    def _stat(self, families: Families) -> None:
         cpu, cpus, running, ctxt, btime = (
-            CPU_SECONDS.family(),
-            CPUS.family(),
-            RUNNING.family(),
-            CONTEXT_SWITCHES.family(),
-            BOOT_TIME.family(),
+            families[CPU_SECONDS],
+            families[CPUS],
+            families[RUNNING],
+            families[CONTEXT_SWITCHES],
+            families[BOOT_TIME],
         )
         online = 0
         for line in read_text(self.proc / "stat").splitlines():
@@ -145,27 +149,22 @@ class HostCollector(Collector):
             elif key == "procs_running":
                 running.add_metric([], int(rest))
         cpus.add_metric([], online)
-        yield from (cpu, cpus, running, ctxt, btime)
 
-    def _meminfo(self) -> Iterator[Metric]:
-        families = {field: spec.family() for field, spec in _MEMINFO.items()}
+    def _meminfo(self, families: Families) -> None:
         for line in read_text(self.proc / "meminfo").splitlines():
             field, _, rest = line.partition(":")
-            if field in families:
+            if field in _MEMINFO:
                 parts = rest.split()
                 scale = 1024 if parts[1:] == ["kB"] else 1
-                families[field].add_metric([], int(parts[0]) * scale)
-        yield from families.values()
+                families[_MEMINFO[field]].add_metric([], int(parts[0]) * scale)
 
-    def _loadavg(self) -> Iterator[Metric]:
+    def _loadavg(self, families: Families) -> None:
         values = read_text(self.proc / "loadavg").split()
         for (_window, spec), value in zip(LOAD.items(), values, strict=False):
-            family = spec.family()
-            family.add_metric([], float(value))
-            yield family
+            families[spec].add_metric([], float(value))
 
-    def _pressure(self) -> Metric:
-        family = PRESSURE.family()
+    def _pressure(self, families: Families) -> None:
+        family = families[PRESSURE]
         for resource in _PRESSURE_RESOURCES:
             try:
                 text = read_text(self.proc / "pressure" / resource)
@@ -179,9 +178,8 @@ class HostCollector(Collector):
                 kind, *fields = line.split()
                 values = dict(f.split("=", 1) for f in fields)
                 family.add_metric([resource, kind], int(values["total"]) / 1e6)  # µs -> s
-        return family
 
-    def _blocked_tasks(self) -> Metric:
+    def _blocked_tasks(self, families: Families) -> None:
         """Count threads in state D.  A thread of a training job stuck on a hung mount is not
         the process's main thread, so per-task stat files are read, not per-process ones."""
         blocked = 0
@@ -204,6 +202,4 @@ class HostCollector(Collector):
                 state = stat[stat.rfind(")") + 2 : stat.rfind(")") + 3]
                 if state == "D":
                     blocked += 1
-        family = BLOCKED.family()
-        family.add_metric([], blocked)
-        return family
+        families[BLOCKED].add_metric([], blocked)

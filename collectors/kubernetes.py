@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import Metric
 
 from lockstep.agent import gpus
-from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
 
@@ -171,14 +171,14 @@ class KubernetesCollector(Collector):
             found = assignments(self._list(), self.resources)
             self._cached = (now, found)
         uuid_by_minor = self._uuid_by_minor() if any(_DEVICE_FILE_ID.match(a.device_id) for a in found) else {}
-        family = POD_GPU_INFO.family()
+        families = Families(self.metrics)
         series = set()
         for a in found:
             uuid = uuid_of(a.device_id, uuid_by_minor)
             series.add((a.namespace, a.pod, a.container, a.resource, gpus.index_of(uuid) or "", uuid))
         for labels in sorted(series):  # replicas of one time-sliced GPU are one series
-            family.add_metric(list(labels), 1)
-        yield family
+            families[POD_GPU_INFO].add_metric(list(labels), 1)
+        yield from families.all()
 
     def _list(self) -> ListPodResourcesResponse:
         fake = self.context.seams.kubelet_pod_resources

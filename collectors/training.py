@@ -40,7 +40,7 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_choice, parse_duration, parse_string_list
 from lockstep.agent.tail import DirectoryWatcher, FileFollower, FileId, Line
 
@@ -432,29 +432,29 @@ class TrainingCollector(Collector):
     # --- output ---
 
     def _families(self) -> list[Metric]:
-        steps, wall, compute, comm, data, tokens, samples, last, files, invalid = (s.family() for s in self.metrics)
+        families = Families(self.metrics)
         for key in sorted(self._ranks, key=lambda k: (k[0], int(k[1]), k[2])):
             rank = self._ranks[key]
             labels = list(key)
             # Rounded to the nanosecond: sums of decimal step times carry binary noise
             # (299.19999999999993) that is no information.
-            steps.add_metric(labels, rank.steps)
-            wall.add_metric(labels, round(rank.step_seconds, 9))
-            compute.add_metric(labels, round(rank.compute_seconds, 9))
-            comm.add_metric(labels, round(rank.comm_wait_seconds, 9))
-            data.add_metric(labels, round(rank.data_wait_seconds, 9))
+            families[STEPS].add_metric(labels, rank.steps)
+            families[STEP_SECONDS].add_metric(labels, round(rank.step_seconds, 9))
+            families[COMPUTE_SECONDS].add_metric(labels, round(rank.compute_seconds, 9))
+            families[COMM_WAIT_SECONDS].add_metric(labels, round(rank.comm_wait_seconds, 9))
+            families[DATA_WAIT_SECONDS].add_metric(labels, round(rank.data_wait_seconds, 9))
             if rank.tokens is not None:
-                tokens.add_metric(labels, round(rank.tokens, 6))
+                families[TOKENS].add_metric(labels, round(rank.tokens, 6))
             if rank.samples is not None:
-                samples.add_metric(labels, round(rank.samples, 6))
+                families[SAMPLES].add_metric(labels, round(rank.samples, 6))
             if rank.last_step_ts is not None:
-                last.add_metric(labels, rank.last_step_ts)
+                families[LAST_STEP].add_metric(labels, rank.last_step_ts)
         assert self._follower is not None
-        files.add_metric([], self._follower.followed)
+        families[FILES].add_metric([], self._follower.followed)
         self._invalid["too_long"] = self._follower.lines_too_long
         for reason in INVALID_REASONS:
-            invalid.add_metric([reason], self._invalid[reason])
-        return [f for f in (steps, wall, compute, comm, data, tokens, samples, last, files, invalid) if f.samples]
+            families[INVALID].add_metric([reason], self._invalid[reason])
+        return families.with_samples()
 
     def _nothing_configured(self) -> str:
         return "no training log globs configured (--training.logs GLOB or collectors.training.logs)"

@@ -48,26 +48,16 @@ from typing import Any
 import pynvml
 
 from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
+from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS
 
 UINT_MAX = 0xFFFFFFFF  # scopeId meaning "all links", and GPU/compute instance id "none"
 MIB = 1024 * 1024
 XID_FALLEN_OFF_THE_BUS = 79
 
-# Clock event reasons, named as the collector exports them, and their NVML bits.
-CLOCK_EVENT_BITS = {
-    "idle": pynvml.nvmlClocksEventReasonGpuIdle,
-    "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,
-    "sw_power_cap": pynvml.nvmlClocksEventReasonSwPowerCap,
-    "hw_slowdown": pynvml.nvmlClocksEventReasonHwSlowdown,
-    "sync_boost": pynvml.nvmlClocksEventReasonSyncBoost,
-    "sw_thermal_slowdown": pynvml.nvmlClocksEventReasonSwThermalSlowdown,
-    "hw_thermal_slowdown": pynvml.nvmlClocksEventReasonHwThermalSlowdown,
-    "hw_power_brake": pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown,
-    "display_clock_setting": pynvml.nvmlClocksEventReasonDisplayClockSetting,
-    # Newer bits that bindings before 13.590 do not name (values from nvml.h).
-    "board_limit": getattr(pynvml, "nvmlClocksThrottleReasonBoardLimit", 0x200),
-    "reliability": getattr(pynvml, "nvmlClocksThrottleReasonReliability", 0x400),
-}
+# Clock event reasons: the fake uses the collector's table (CLOCK_EVENT_REASONS, names as
+# exported and as specs write them -> NVML bits) rather than a copy of it.  A copy would be no
+# independent check (it was copied, so it repeats any wrong bit); the check of the bits is
+# tests/test_gpu.py's comparison of the table with nvml.h's values.
 # Reasons whose accumulated duration NVML reports as a field (nanoseconds).
 CLOCK_EVENT_DURATION_FIELDS = {
     "sw_power_cap": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",
@@ -198,7 +188,7 @@ class GpuSpec:
     driver_uptime_seconds: float = 0.0
     temperature_celsius: int = 35
     memory_temperature_celsius: int = 40
-    clock_event_reasons: tuple[str, ...] = ()  # active now; see CLOCK_EVENT_BITS
+    clock_event_reasons: tuple[str, ...] = ()  # active now; see CLOCK_EVENT_REASONS
     clock_event_seconds: Mapping[str, float] = field(default_factory=dict)  # at t=0; active ones grow 1 s/s
     ecc_corrected: int = 0  # volatile counts
     ecc_uncorrected: int = 0
@@ -348,9 +338,9 @@ class _Parser:
             return self.number(value, source, key, where, whole=isinstance(default, int))
         if key == "clock_event_reasons":
             reasons = value if isinstance(value, list) else [value]
-            bad = [r for r in reasons if r not in CLOCK_EVENT_BITS]
+            bad = [r for r in reasons if r not in CLOCK_EVENT_REASONS]
             if bad:
-                self.fail(source, key, where, f"unknown reasons {bad} (known: {', '.join(CLOCK_EVENT_BITS)})")
+                self.fail(source, key, where, f"unknown reasons {bad} (known: {', '.join(CLOCK_EVENT_REASONS)})")
                 return None
             return tuple(reasons)
         if key in ("clock_event_seconds", "nvlink_errors", "nvlink_counters"):
@@ -771,7 +761,7 @@ class FakeNvml:
             _, gpu = self._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons")
             mask = 0
             for reason in gpu.clock_event_reasons:
-                mask |= CLOCK_EVENT_BITS[reason]
+                mask |= CLOCK_EVENT_REASONS[reason]
             return mask
 
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:

@@ -23,7 +23,9 @@ import pytest
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.config import ConfigError, load_config
 from lockstep.agent.seams import Seams
-from lockstep.collectors.checkpoint import CheckpointCollector, final_name, parse_roots
+from lockstep.collectors.checkpoint import CheckpointCollector
+from lockstep.collectors.checkpoint.config import parse_roots
+from lockstep.collectors.checkpoint.markers import final_name
 from tests.conftest import REPO, collected, wait_until
 
 T = int(time.time()) - 100_000  # the tests' epoch: in the past, so real ctimes come after it
@@ -333,7 +335,8 @@ sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import Seams
-from lockstep.collectors.checkpoint import CheckpointCollector, parse_roots
+from lockstep.collectors.checkpoint import CheckpointCollector
+from lockstep.collectors.checkpoint.config import parse_roots
 logging.basicConfig()
 options = {{"roots": parse_roots([{{"path": "/ckpt", "watch": "poll"}}])}}
 c = CheckpointCollector(CollectorContext(Paths(rootfs=Path({str(tmp_path)!r})),

@@ -18,13 +18,10 @@ import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.seams import Seams
-from lockstep.collectors.filesystem import (
-    FilesystemCollector,
-    parse_lustre_stats,
-    parse_mountinfo,
-    parse_mountstats,
-    unescape,
-)
+from lockstep.collectors.filesystem import FilesystemCollector
+from lockstep.collectors.filesystem.lustre import parse_lustre_stats
+from lockstep.collectors.filesystem.mounts import parse_mountinfo, unescape
+from lockstep.collectors.filesystem.nfs import parse_mountstats
 from tests.conftest import FIXTURES, collected, wait_until
 
 PROC = FIXTURES / "storage" / "proc"

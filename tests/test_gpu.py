@@ -21,8 +21,8 @@ from lockstep.agent.gpus import GpuProcess, MigDevice
 from lockstep.agent.gpus import published as published_gpus
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
-from lockstep.collectors import gpu as gpu_module
 from lockstep.collectors.gpu import GpuCollector
+from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS, field_id
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation.fake_nvml import (
     MIB,
@@ -185,7 +185,7 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
     for link in ("0", "1"):
         for kind, count in (("replay", 5), ("recovery", 1), ("crc_flit", 4)):
             expected[key("lockstep_nvlink_errors_total", **g, link=link, type=kind)] = count
-    for reason in gpu_module.CLOCK_EVENT_REASONS:
+    for reason in CLOCK_EVENT_REASONS:
         expected[key("lockstep_gpu_clock_event_active", **g, reason=reason)] = int(
             reason in ("sw_power_cap", "sync_boost")
         )
@@ -194,6 +194,25 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         GpuProcess(2200, 30_000 * MIB, None, None),
         GpuProcess(2300, None, None, None),
     )
+
+
+def test_clock_event_reason_bits_are_nvml_h_values() -> None:
+    """The collector reads the reason bits by this table and the fake sets them by it, so their
+    round trip cannot catch a wrong bit: here each name's bit as nvml.h defines it
+    (nvmlClocksEventReason*, and nvmlClocksThrottleReasonBoardLimit/Reliability for the two newest)."""
+    assert CLOCK_EVENT_REASONS == {
+        "idle": 0x1,
+        "applications_clocks_setting": 0x2,
+        "sw_power_cap": 0x4,
+        "hw_slowdown": 0x8,
+        "sync_boost": 0x10,
+        "sw_thermal_slowdown": 0x20,
+        "hw_thermal_slowdown": 0x40,
+        "hw_power_brake": 0x80,
+        "display_clock_setting": 0x100,
+        "board_limit": 0x200,
+        "reliability": 0x400,
+    }
 
 
 @pytest.mark.parametrize("driver", ["550.90.07", "590.44.01"])
@@ -211,7 +230,7 @@ def test_clock_event_durations_by_the_drivers_field_numbering(driver: str, colle
         "hw_thermal_slowdown": 0.25,
         "hw_power_brake": 0,
     }
-    assert gpu_module.field_id("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN", int(driver[:3])) == (
+    assert field_id("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN", int(driver[:3])) == (
         252 if driver < "590" else 270
     )
 

@@ -20,7 +20,9 @@ import pytest
 
 from lockstep.agent import gpus
 from lockstep.agent.collector import NothingHere
-from lockstep.collectors.inference import InferenceCollector, engine_of, parse_target, parse_targets
+from lockstep.collectors.inference import InferenceCollector
+from lockstep.collectors.inference.discovery import engine_of
+from lockstep.collectors.inference.targets import parse_target, parse_targets
 from tests.conftest import collected, context, free_port, lockstep, samples, wait_until
 
 VLLM = """\

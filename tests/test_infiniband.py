@@ -28,7 +28,8 @@ from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
-from lockstep.collectors.infiniband import InfinibandCollector, parse_rate, parse_state, rdma_netdevs
+from lockstep.collectors.infiniband import InfinibandCollector
+from lockstep.collectors.infiniband.sysfs import parse_rate, parse_state, rdma_netdevs
 from tests.conftest import FIXTURES, REPO, context, require_real, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"

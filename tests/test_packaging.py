@@ -48,6 +48,14 @@ def test_the_wheel_installs_one_top_level_package_lockstep(tmp_path: Path) -> No
         "lockstep/emitter.py",
     ):
         assert module in names
+    # Every module of the repository's packages, subpackages too (pyproject lists packages by
+    # name, so a new collector package left out of that list would be missing from the wheel).
+    sources = {
+        f"lockstep/{path.relative_to(REPO).as_posix()}"
+        for top in ("agent", "collectors", "simulation")
+        for path in (REPO / top).rglob("*.py")
+    }
+    assert sorted(sources - set(names)) == []
     assert "lockstep = lockstep.agent.cli:entry_point" in entry_points
     assert "host = lockstep.collectors.host:HostCollector" in entry_points
 

@@ -12,7 +12,8 @@ import pytest
 
 from lockstep.agent.collector import NothingHere
 from lockstep.agent.seams import Seams
-from lockstep.collectors.slurm import SlurmCollector, expand_brackets, parse_gres_conf
+from lockstep.collectors.slurm import SlurmCollector
+from lockstep.collectors.slurm.gres import expand_brackets, parse_gres_conf
 from tests.conftest import FIXTURES, collected, context
 
 SLURM = FIXTURES / "slurm"

@@ -1,0 +1,308 @@
+"""The checkpoint collector: resolves the root patterns, watches each root (inotify) or polls
+it, scans and evaluates it (scan.py, evaluate.py) and reports its saves."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client.core import Metric
+
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, Option, describe_error
+from lockstep.agent.config import parse_positive_int
+from lockstep.agent.files import read_text
+from lockstep.collectors.checkpoint.config import (
+    DEFAULT_JOB_ID_PATTERN,
+    DEFAULT_MAX_FILES,
+    RESYNC_SECONDS,
+    RootSpec,
+    parse_regex_with_group,
+    parse_roots,
+)
+from lockstep.collectors.checkpoint.evaluate import evaluate
+from lockstep.collectors.checkpoint.markers import NEMO_MARKER_SUFFIX, final_name
+from lockstep.collectors.checkpoint.metrics import (
+    EXPECTED_INTERVAL,
+    IN_PROGRESS,
+    INFO,
+    LAST_DURATION,
+    LAST_SIZE,
+    LAST_SUCCESS,
+    LAST_THROUGHPUT,
+    READABLE,
+    ROOTS,
+    SAVES,
+    TRUNCATED,
+)
+from lockstep.collectors.checkpoint.scan import scan
+from lockstep.collectors.checkpoint.state import RootState
+
+# Filesystems where other nodes write: inotify sees none of it, so `auto` polls there.
+NETWORK_FSTYPES = (
+    "nfs",
+    "nfs4",
+    "lustre",
+    "cifs",
+    "smb3",
+    "gpfs",
+    "beegfs",
+    "ceph",
+    "glusterfs",
+    "9p",
+    "afs",
+    "orangefs",
+    "wekafs",
+    "virtiofs",
+)
+
+
+class CheckpointCollector(Collector):
+    name = "checkpoint"
+    help = "Checkpoint saves under configured roots: in progress, completed, duration, size, stalls."
+    default_interval = 15.0
+    metrics = (
+        INFO,
+        SAVES,
+        IN_PROGRESS,
+        LAST_SUCCESS,
+        LAST_DURATION,
+        LAST_SIZE,
+        LAST_THROUGHPUT,
+        EXPECTED_INTERVAL,
+        READABLE,
+        TRUNCATED,
+        ROOTS,
+    )
+    options = (
+        Option(
+            "roots",
+            parse_roots,
+            (),
+            "checkpoint root patterns (host paths; mappings add expected_interval, watch, quiet_period)",
+            flag="--checkpoint.root",
+            repeatable=True,
+        ),
+        Option("max_files", parse_positive_int, DEFAULT_MAX_FILES, "files a scan of one root stats at most"),
+        Option(
+            "job_id_pattern",
+            parse_regex_with_group,
+            DEFAULT_JOB_ID_PATTERN,
+            "regular expression whose group captures the Slurm job id in a root's path",
+        ),
+    )
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self.specs: tuple[RootSpec, ...] = context.options.get("roots", ())
+        self.max_files: int = context.options.get("max_files", DEFAULT_MAX_FILES)
+        self.job_id_re = re.compile(context.options.get("job_id_pattern", DEFAULT_JOB_ID_PATTERN))
+        # Wall clock; the simulated node and the tests set their own.
+        self.clock: Callable[[], float] = context.seams.wall_clock or time.time
+        self.roots: dict[str, RootState] = {}  # label -> state
+        self._observer: Any = None
+        self._closed = False
+
+    # --- roots and watching ---
+
+    def host_path(self, label: str) -> str:
+        return str(self.paths.rootfs / label.lstrip("/"))
+
+    def resolve(self, spec: RootSpec) -> list[str]:
+        """The root labels (host paths) a pattern matches now; a plain path always 'matches'."""
+        if not glob.has_magic(spec.pattern):
+            return [spec.pattern.rstrip("/") or "/"]
+        labels = []
+        for path in sorted(glob.glob(self.host_path(spec.pattern.rstrip("/")))):
+            if os.path.isdir(path):
+                relative = os.path.relpath(path, self.paths.rootfs)
+                labels.append("/" if relative == "." else "/" + relative)
+        return labels
+
+    def _mount_fstype(self, label: str) -> str | None:
+        """The filesystem type the host path is on, from the mount table (longest mountpoint)."""
+        from lockstep.collectors.filesystem import parse_mountinfo  # the same table the filesystem collector reads
+
+        for name in ("1", "self"):
+            try:
+                mounts, _ = parse_mountinfo(read_text(self.paths.procfs / name / "mountinfo"))
+                break
+            except OSError:
+                continue
+        else:
+            return None
+        best: tuple[int, str] | None = None
+        for mount in mounts:
+            mp = mount.mountpoint.rstrip("/")
+            if label == mp or label.startswith(mp + "/") or mp == "":
+                if best is None or len(mp) >= best[0]:
+                    best = (len(mp), mount.fstype)
+        return best[1] if best else None
+
+    def _watch_mode(self, spec: RootSpec, label: str) -> str:
+        if spec.watch != "auto":
+            return spec.watch
+        fstype = self._mount_fstype(label)
+        if fstype is not None and (fstype in NETWORK_FSTYPES or fstype.startswith("fuse")):
+            return "poll"
+        return "inotify"
+
+    def _start_watch(self, state: RootState) -> None:
+        """Watch the root with inotify; a root that cannot be watched (inotify limits) is polled."""
+        from watchdog.events import (
+            DirCreatedEvent,
+            DirDeletedEvent,
+            DirMovedEvent,
+            FileClosedEvent,
+            FileCreatedEvent,
+            FileDeletedEvent,
+            FileMovedEvent,
+            FileSystemEvent,
+            FileSystemEventHandler,
+        )
+        from watchdog.observers import Observer
+
+        root = state.path.rstrip("/")
+        clock = self.clock
+
+        class Handler(FileSystemEventHandler):
+            def on_any_event(self, event: FileSystemEvent) -> None:
+                now = clock()
+                for raw in (event.src_path, getattr(event, "dest_path", "")):
+                    path = os.fsdecode(raw)
+                    if path.startswith(root + "/"):
+                        name = path[len(root) + 1 :].split("/", 1)[0]
+                        if name.endswith(NEMO_MARKER_SUFFIX):
+                            name = name[: -len(NEMO_MARKER_SUFFIX)]
+                        state.note(final_name(name)[0], now)
+                with state.lock:
+                    state.dirty = True
+
+        if self._observer is None:
+            # watchdog warns when a new subdirectory's watch is added twice (by its creation
+            # event and by its own recursive walk), a harmless race of its own: not for operators.
+            warnings.filterwarnings("ignore", "Callback with id", RuntimeWarning, r"watchdog\.")
+            self._observer = Observer()
+            self._observer.daemon = True
+            self._observer.start()
+        # Creations, deletions, renames and closes after writing: one event per file written,
+        # not one per write() (IN_MODIFY would flood the handler during a save).
+        events = [
+            FileCreatedEvent,
+            DirCreatedEvent,
+            FileDeletedEvent,
+            DirDeletedEvent,
+            FileMovedEvent,
+            DirMovedEvent,
+            FileClosedEvent,
+        ]
+        try:
+            state.watch_handle = self._observer.schedule(Handler(), root, recursive=True, event_filter=events)
+        except OSError as exc:
+            self.log.warning("cannot watch %s with inotify (%s): polling it instead", state.label, describe_error(exc))
+            state.mode = "poll"
+
+    def _stop_watch(self, state: RootState) -> None:
+        if state.watch_handle is not None and self._observer is not None:
+            try:
+                self._observer.unschedule(state.watch_handle)
+            except (KeyError, OSError):
+                pass
+            state.watch_handle = None
+
+    def close(self) -> None:
+        self._closed = True
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=2)
+            self._observer = None
+
+    # --- a run ---
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.specs:
+            raise NothingHere("no checkpoint roots configured (collectors.checkpoint.roots or --checkpoint.root)")
+        now = self.clock()
+        families = Families(self.metrics)
+        current: dict[str, tuple[RootSpec, str]] = {}
+        for spec in self.specs:
+            labels = self.resolve(spec)
+            families[ROOTS].add_metric([spec.pattern], len(labels))
+            for label in labels:
+                current.setdefault(label, (spec, spec.pattern))
+        for label in list(self.roots):
+            if label not in current:  # a job's directory removed: forget it
+                self._stop_watch(self.roots.pop(label))
+        for label, (spec, _pattern) in current.items():
+            state = self.roots.get(label)
+            if state is None:
+                state = RootState(label=label, path=self.host_path(label), spec=spec)
+                state.mode = self._watch_mode(spec, label)
+                self.roots[label] = state
+            if state.mode == "inotify" and state.watch_handle is None and os.path.isdir(state.path):
+                self._start_watch(state)  # before the scan, so no event falls between the two
+            self._update(state, now)
+        self._fill(families, current, now)
+        yield from families.all()  # every family, those without samples too, as before
+
+    def _update(self, state: RootState, now: float) -> None:
+        with state.lock:
+            dirty = state.dirty
+            state.dirty = False
+        due = (
+            state.watch == "poll"
+            or dirty
+            or state.last_scan is None
+            or not state.readable
+            or now - state.last_scan >= RESYNC_SECONDS
+        )
+        if due:
+            try:
+                state.observations = scan(state, now, self.max_files)
+                state.last_scan = now
+                if not state.readable:
+                    self.log.info("checkpoint root %s readable again", state.label)
+                state.readable, state.error = True, ""
+            except OSError as exc:
+                error = describe_error(exc)
+                if state.readable or error != state.error:
+                    self.log.warning("checkpoint root %s: %s", state.label, error)
+                state.readable, state.error = False, error
+                state.observations = {}
+                self._stop_watch(state)  # a vanished directory's watch is dead; a new one starts when it is back
+                return
+        evaluate(state, now)
+
+    def job_id(self, state: RootState) -> str:
+        for text in (state.label, state.last.name if state.last else ""):
+            match = self.job_id_re.search(text)
+            if match:
+                return match.group(1)
+        return ""
+
+    def _fill(self, families: Families, current: dict[str, tuple[RootSpec, str]], now: float) -> None:
+        for label, (spec, pattern) in sorted(current.items()):
+            state = self.roots[label]
+            newest = state.current or state.last
+            families[INFO].add_metric(
+                [label, pattern, self.job_id(state), newest.kind if newest else "unknown", state.watch], 1
+            )
+            families[SAVES].add_metric([label], state.saves_total)
+            started = state.current_start if state.readable else None
+            # Clamped: a network filesystem's mtimes come from the server's clock, which may run ahead.
+            families[IN_PROGRESS].add_metric([label], max(0.0, now - started) if started is not None else 0.0)
+            if state.last is not None:
+                duration = state.last.end - state.last.start
+                families[LAST_SUCCESS].add_metric([label], state.last.end)
+                families[LAST_DURATION].add_metric([label], duration)
+                families[LAST_SIZE].add_metric([label], state.last.size)
+                if duration > 0:
+                    families[LAST_THROUGHPUT].add_metric([label], state.last.size / duration)
+            if spec.expected_interval is not None:
+                families[EXPECTED_INTERVAL].add_metric([label], spec.expected_interval)
+            families[READABLE].add_metric([label], int(state.readable))
+            families[TRUNCATED].add_metric([label], int(state.truncated))

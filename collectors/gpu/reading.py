@@ -1,0 +1,227 @@
+"""One GPU's values in a round: the batched fields, the per-GPU calls and its compute
+processes, each call probed once and remembered when unsupported, failures counted per error.
+A lost GPU or an unusable NVML raises, so a round never serves a GPU's values partially.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pynvml
+
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec
+from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
+from lockstep.collectors.gpu.fields import LINK_STATE_FIELD, LINK_USES, FieldUse
+from lockstep.collectors.gpu.metrics import (
+    CLOCK_EVENT_ACTIVE,
+    MEMORY_CLOCK,
+    MEMORY_TOTAL,
+    MEMORY_USED,
+    MEMORY_UTILIZATION,
+    MIG_MODE,
+    NVLINK_UP,
+    POWER,
+    POWER_LIMIT,
+    PROCESS_MEMORY,
+    PROCESSES,
+    SM_CLOCK,
+    SM_CLOCK_MAX,
+    TEMPERATURE,
+    UTILIZATION,
+)
+from lockstep.collectors.gpu.mig import read_mig
+from lockstep.collectors.gpu.nvml import (
+    CLOCK_EVENT_REASONS,
+    GPU_GONE,
+    LIFECYCLE,
+    NO_INSTANCE_ID,
+    UNSUPPORTED,
+    error_name,
+    field_number,
+)
+
+
+@dataclass
+class GpuState:
+    """What the collector knows about one GPU in the current NVML session."""
+
+    index: int
+    handle: Any
+    uuid: str = ""
+    pci_bus_id: str = ""
+    minor_number: int | None = None
+    model: str = ""
+    vbios_version: str = ""
+    sm_clock_max_hz: float | None = None
+    links: int = 0
+    lost: bool = False
+    field_uses: list[tuple[FieldUse, int, int]] = field(default_factory=list)  # (use, id, scopeId) still asked for
+    unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
+    link_state_by_call: bool = False  # the link state field is unsupported: ask per link
+    mig_cache: dict[str, MigDevice] = field(default_factory=dict)
+
+    @property
+    def labels(self) -> tuple[str, str]:
+        return (str(self.index), self.uuid)
+
+
+class GpuReader(Collector):
+    """The GPU collector's per-GPU reading (the session and the round are in its subclasses)."""
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self._errors: dict[tuple[int, str, str], int] = {}  # (index, uuid, error) -> count
+
+    def _read_gpu(
+        self, nvml: Any, gpu: GpuState
+    ) -> tuple[list[tuple[MetricSpec, tuple[str, ...], float]], tuple[GpuProcess, ...], tuple[MigDevice, ...]]:
+        """All of one GPU's values, or an exception (GPU_GONE, LIFECYCLE): nothing partial."""
+        out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
+        labels = gpu.labels
+        h = gpu.handle
+        call = self._optional
+
+        def put(spec: MetricSpec, value: float | None, *extra: str) -> None:
+            if value is not None:
+                out.append((spec, (*labels, *extra), value))
+
+        out += self._read_fields(nvml, gpu)
+        if gpu.link_state_by_call:
+            for link in range(gpu.links):
+                state = call(gpu, "nvmlDeviceGetNvLinkState", nvml.nvmlDeviceGetNvLinkState, h, link)
+                if state is not None:
+                    put(NVLINK_UP, 1 if state == pynvml.NVML_FEATURE_ENABLED else 0, str(link))
+        utilization = call(gpu, "nvmlDeviceGetUtilizationRates", nvml.nvmlDeviceGetUtilizationRates, h)
+        if utilization is not None:
+            put(UTILIZATION, utilization.gpu / 100)
+            put(MEMORY_UTILIZATION, utilization.memory / 100)
+        memory = call(gpu, "nvmlDeviceGetMemoryInfo", nvml.nvmlDeviceGetMemoryInfo, h)
+        if memory is not None:
+            put(MEMORY_USED, memory.used)
+            put(MEMORY_TOTAL, memory.total)
+        sm = call(gpu, "nvmlDeviceGetClockInfo", nvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_SM)
+        put(SM_CLOCK, None if sm is None else sm * 1e6)
+        put(SM_CLOCK_MAX, gpu.sm_clock_max_hz)
+        mem_clock = call(gpu, "nvmlDeviceGetClockInfo", nvml.nvmlDeviceGetClockInfo, h, pynvml.NVML_CLOCK_MEM)
+        put(MEMORY_CLOCK, None if mem_clock is None else mem_clock * 1e6)
+        power = call(gpu, "nvmlDeviceGetPowerUsage", nvml.nvmlDeviceGetPowerUsage, h)
+        put(POWER, None if power is None else power / 1000)  # mW
+        limit = call(gpu, "nvmlDeviceGetEnforcedPowerLimit", nvml.nvmlDeviceGetEnforcedPowerLimit, h)
+        put(POWER_LIMIT, None if limit is None else limit / 1000)
+        put(
+            TEMPERATURE,
+            call(gpu, "nvmlDeviceGetTemperature", nvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU),
+        )
+        reasons = call(gpu, "nvmlDeviceGetCurrentClocksEventReasons", nvml.nvmlDeviceGetCurrentClocksEventReasons, h)
+        if reasons is not None:
+            for reason, bit in CLOCK_EVENT_REASONS.items():
+                put(CLOCK_EVENT_ACTIVE, 1 if reasons & bit else 0, reason)
+        processes = self._processes(nvml, gpu)
+        if processes is not None:
+            put(PROCESSES, len(processes))
+            put(PROCESS_MEMORY, sum(p.used_memory_bytes or 0 for p in processes))
+        migs: tuple[MigDevice, ...] = ()
+        mode = call(gpu, "nvmlDeviceGetMigMode", nvml.nvmlDeviceGetMigMode, h)
+        if mode is not None:
+            enabled = mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+            put(MIG_MODE, 1 if enabled else 0)
+            if enabled:
+                migs = read_mig(self, nvml, gpu, out, processes or ())
+        return out, processes or (), migs
+
+    def _read_fields(self, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+        """The batched fields: one call; each field checked by its own return code."""
+        if not gpu.field_uses:
+            return []
+        requests = [(fid, scope) for _, fid, scope in gpu.field_uses]
+        try:
+            values = nvml.nvmlDeviceGetFieldValues(gpu.handle, requests)
+        except UNSUPPORTED as exc:
+            self._unsupported(gpu, "nvmlDeviceGetFieldValues", exc)
+            gpu.field_uses = []
+            return []
+        except GPU_GONE + LIFECYCLE:
+            raise
+        except pynvml.NVMLError as exc:
+            self._count_error(gpu, exc)
+            return []
+        out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
+        keep = []
+        for (use, fid, scope), fv in zip(gpu.field_uses, values):
+            code = fv.nvmlReturn
+            if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+                if use.field not in gpu.unsupported:
+                    gpu.unsupported.add(use.field)
+                    self.log.debug("GPU %d: %s not supported, no longer asked for", gpu.index, use.field)
+                if use.field == LINK_STATE_FIELD:
+                    gpu.link_state_by_call = True
+                continue
+            keep.append((use, fid, scope))
+            if code != pynvml.NVML_SUCCESS:
+                error = pynvml.NVMLError(code)
+                if isinstance(error, GPU_GONE + LIFECYCLE):
+                    raise error
+                self._count_error(gpu, error)
+                continue
+            number = field_number(fv)
+            if number is None:
+                self._count_error(gpu, ValueError(f"{use.field}: unknown value type {fv.valueType}"), "bad_value")
+                continue
+            link = (str(scope),) if use in LINK_USES else ()
+            if use.spec is None:  # link state
+                up = number in (pynvml.NVML_NVLINK_STATE_ACTIVE, pynvml.NVML_NVLINK_STATE_SLEEP)
+                out.append((NVLINK_UP, (*gpu.labels, *link), 1 if up else 0))
+            else:
+                out.append((use.spec, (*gpu.labels, *link, *use.labels), number * use.scale))
+        gpu.field_uses = keep
+        return out
+
+    def _processes(self, nvml: Any, gpu: GpuState) -> tuple[GpuProcess, ...] | None:
+        found = self._optional(
+            gpu, "nvmlDeviceGetComputeRunningProcesses", nvml.nvmlDeviceGetComputeRunningProcesses, gpu.handle
+        )
+        if found is None:
+            return None
+
+        def instance(value: Any) -> int | None:
+            return None if value is None or value == NO_INSTANCE_ID else int(value)
+
+        return tuple(
+            GpuProcess(
+                pid=int(p.pid),
+                used_memory_bytes=None if p.usedGpuMemory is None else int(p.usedGpuMemory),
+                gpu_instance_id=instance(getattr(p, "gpuInstanceId", None)),
+                compute_instance_id=instance(getattr(p, "computeInstanceId", None)),
+            )
+            for p in found
+        )
+
+    def _optional(self, gpu: GpuState, name: str, function: Callable[..., Any], *args: Any) -> Any:
+        """Call NVML; None if the GPU does not support it (remembered: not asked again) or it
+        failed this time (counted).  A lost GPU or a broken NVML raises."""
+        if name in gpu.unsupported:
+            return None
+        try:
+            return function(*args)
+        except UNSUPPORTED as exc:
+            self._unsupported(gpu, name, exc)
+        except GPU_GONE + LIFECYCLE:
+            raise
+        except pynvml.NVMLError as exc:
+            self._count_error(gpu, exc)
+        return None
+
+    def _unsupported(self, gpu: GpuState, name: str, exc: BaseException) -> None:
+        gpu.unsupported.add(name)
+        self.log.debug("GPU %d: %s: %s; no longer asked for", gpu.index, name, exc)
+
+    def _count_error(self, gpu: GpuState, exc: BaseException, name: str | None = None) -> None:
+        key = (gpu.index, gpu.uuid, name or error_name(exc))
+        self._errors[key] = self._errors.get(key, 0) + 1
+
+    def _published(
+        self, gpu: GpuState, up: bool, processes: tuple[GpuProcess, ...], migs: tuple[MigDevice, ...]
+    ) -> PublishedGpu:
+        return PublishedGpu(gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.minor_number, gpu.model, up, processes, migs)
