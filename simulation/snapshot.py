@@ -9,6 +9,9 @@ node rendered at that time, exactly what ``demo --once`` does at time 0.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+
+import yaml
 
 from lockstep.agent.cli import collect_once
 from lockstep.agent.config import Overrides
@@ -23,7 +26,13 @@ def expositions(scenario: str, times: Sequence[float]) -> list[str]:
     with directory:
         available = {name: r.cls for name, r in discover().collectors.items() if r.builtin}
         paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
-        setup = Setup(None, available, Overrides(paths=paths, options=node.options), node.seams)
+        # Generous deadlines: the round is a snapshot, not a test of the collectors' timing, and a
+        # busy machine must not turn a slow read into a "stuck" collector and a missing family.
+        config_file = Path(directory.name) / "snapshot.yml"
+        config_file.write_text(
+            yaml.safe_dump({"collectors": {name: {"deadline": "120s", "interval": "120s"} for name in available}})
+        )
+        setup = Setup(config_file, available, Overrides(paths=paths, options=node.options), node.seams)
         config = setup.load()
         out = []
         for t in times:
