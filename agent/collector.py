@@ -21,11 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+    UnknownMetricFamily,
+)
 
 from lockstep.agent.seams import Seams
 
-MetricType = Literal["gauge", "counter", "histogram"]
+# "unknown" is for values whose kind the agent cannot know, such as a NIC driver's ethtool
+# statistics (counters and gauges under names only the driver understands).
+MetricType = Literal["gauge", "counter", "histogram", "unknown"]
+# The units a metric name may end in (before "_total"): Prometheus base units.  A name that
+# ends in one declares it as its unit, and a declared unit is the end of the name.
+UNITS = ("bytes_per_second", "bytes", "seconds", "hertz", "watts", "celsius", "joules", "ratio", "volts", "bits")
 
 
 class NothingHere(Exception):
@@ -39,8 +50,9 @@ class NothingHere(Exception):
 class MetricSpec:
     """One metric, declared once, next to the code that emits it.
 
-    ``name`` is the full exposed name: counters end in ``_total``.  ``unit`` is for the
-    catalogue (docs/metrics.md); the name already carries the base unit.  A histogram's
+    ``name`` is the full exposed name: counters end in ``_total``.  ``unit`` is the base
+    unit the name ends in (one of ``UNITS``, checked here); it is the family's unit metadata
+    (``# UNIT`` in OpenMetrics) and is listed in docs/metrics.md.  A histogram's
     name is its family name; its samples are ``<name>_bucket``, ``_sum`` and ``_count``.
     """
 
@@ -57,20 +69,28 @@ class MetricSpec:
             raise ValueError(f"metric {self.name!r}: counters, and only counters, end in '_total'")
         if self.type == "histogram" and self.name.endswith(("_bucket", "_sum", "_count")):
             raise ValueError(f"metric {self.name!r}: a histogram is named without its sample suffixes")
+        stem = self.name.removesuffix("_total")
+        named = next((unit for unit in UNITS if stem.endswith(f"_{unit}")), "")
+        if self.unit != named:
+            raise ValueError(
+                f"metric {self.name!r}: its name's unit is {named or 'none'!r} but it declares {self.unit or 'none'!r}"
+            )
 
-    def family(self) -> GaugeMetricFamily | CounterMetricFamily:
-        """A fresh, empty family for this metric, with its declared labels."""
+    def family(self) -> GaugeMetricFamily | CounterMetricFamily | UnknownMetricFamily:
+        """A fresh, empty family for this metric, with its declared labels and unit."""
         if self.type == "histogram":
             raise TypeError(f"metric {self.name!r} is a histogram: use histogram_family()")
         if self.type == "counter":
-            return CounterMetricFamily(self.name, self.help, labels=self.labels)
-        return GaugeMetricFamily(self.name, self.help, labels=self.labels)
+            return CounterMetricFamily(self.name, self.help, labels=self.labels, unit=self.unit)
+        if self.type == "unknown":
+            return UnknownMetricFamily(self.name, self.help, labels=self.labels, unit=self.unit)
+        return GaugeMetricFamily(self.name, self.help, labels=self.labels, unit=self.unit)
 
     def histogram_family(self) -> HistogramMetricFamily:
         """A fresh, empty histogram family (add_metric(labels, buckets, sum_value))."""
         if self.type != "histogram":
             raise TypeError(f"metric {self.name!r} is a {self.type}: use family()")
-        return HistogramMetricFamily(self.name, self.help, labels=self.labels)
+        return HistogramMetricFamily(self.name, self.help, labels=self.labels, unit=self.unit)
 
 
 class Families:

@@ -224,9 +224,9 @@ NIC_INFO = MetricSpec(
 )
 STATISTIC = MetricSpec(
     "lockstep_ethtool_statistic",
-    "gauge",
-    "An ethtool statistic chosen with the collector's 'statistics' option, by its ethtool -S name "
-    "(most are counters; the type cannot be known from the name).",
+    "unknown",
+    "An ethtool statistic chosen with the collector's 'statistics' option, by its ethtool -S name. "
+    "Typed unknown: most are counters, but the driver alone knows which; use rate() only on those that are.",
     ("interface", "statistic"),
 )
 DCQCN_ENABLED = MetricSpec(

@@ -218,6 +218,8 @@ def kv_cache_usage(t: float) -> float:
 _TTFT_BOUNDS = ("0.02", "0.04", "0.06", "0.08", "0.1", "0.25", "0.5", "0.75", "1.0", "2.5", "5.0", "7.5", "10.0")
 _TTFT_CDF = (0.02, 0.05, 0.09, 0.14, 0.2, 0.35, 0.5, 0.62, 0.7, 0.86, 0.95, 0.98, 0.995)
 _ITL_BOUNDS = ("0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0.4", "0.5", "0.75", "1.0", "2.5")
+_E2E_BOUNDS = ("1.0", "2.5", "5.0", "10.0", "15.0", "20.0", "30.0", "40.0", "50.0", "60.0", "120.0")
+_E2E_CDF = (0.02, 0.08, 0.25, 0.55, 0.75, 0.86, 0.94, 0.97, 0.985, 0.995, 1.0)
 _ITL_CDF = (0.05, 0.3, 0.6, 0.75, 0.85, 0.92, 0.96, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0)
 
 
@@ -258,12 +260,29 @@ def vllm_exposition(t: float) -> str:
         "# TYPE vllm:generation_tokens_total counter",
         f"vllm:generation_tokens_total{{{labels}}} {float(tokens)}",
         f"vllm:generation_tokens_created{{{labels}}} {created}",
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+        "# TYPE vllm:prompt_tokens_total counter",
+        f"vllm:prompt_tokens_total{{{labels}}} {float(queries)}",
+        f"vllm:prompt_tokens_created{{{labels}}} {created}",
+        "# HELP vllm:request_success_total Count of successfully processed requests.",
+        "# TYPE vllm:request_success_total counter",
     ]
+    # Of the finished requests, most stop, some reach their length limit, a few are aborted.
+    length, aborted = requests // 10, requests // 100
+    for reason, count in (("stop", requests - length - aborted), ("length", length), ("abort", aborted)):
+        lines += [
+            f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {float(count)}',
+            f'vllm:request_success_created{{{labels},finished_reason="{reason}"}} {created}',
+        ]
     for name, help_text, bounds, cdf, count, mean in (
         ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BOUNDS,
          _TTFT_CDF, requests, 1.2),
         ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BOUNDS,
          _ITL_CDF, tokens, 0.062),
+        ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BOUNDS,
+         _E2E_CDF, requests, 9.5),
+        ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _TTFT_BOUNDS,
+         _TTFT_CDF, requests, 0.9),
     ):  # fmt: skip
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
         for bound, share in zip(bounds, cdf):

@@ -68,6 +68,26 @@ vllm:inter_token_latency_seconds_sum{engine="0",model_name="llama"} 4.0
 vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 9.0
 vllm:e2e_request_latency_seconds_count{engine="0",model_name="llama"} 9.0
 vllm:e2e_request_latency_seconds_sum{engine="0",model_name="llama"} 30.0
+vllm:e2e_request_latency_seconds_bucket{engine="1",le="+Inf",model_name="llama"} 3.0
+vllm:e2e_request_latency_seconds_count{engine="1",model_name="llama"} 3.0
+vllm:e2e_request_latency_seconds_sum{engine="1",model_name="llama"} 6.5
+# TYPE vllm:request_queue_time_seconds histogram
+vllm:request_queue_time_seconds_bucket{engine="0",le="0.5",model_name="llama"} 8.0
+vllm:request_queue_time_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 9.0
+vllm:request_queue_time_seconds_count{engine="0",model_name="llama"} 9.0
+vllm:request_queue_time_seconds_sum{engine="0",model_name="llama"} 1.5
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="llama"} 5000.0
+vllm:prompt_tokens_total{engine="1",model_name="llama"} 7000.0
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="llama"} 900.0
+vllm:generation_tokens_total{engine="1",model_name="llama"} 1100.0
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="llama"} 6.0
+vllm:request_success_total{engine="1",finished_reason="stop",model_name="llama"} 2.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="llama"} 2.0
+vllm:request_success_total{engine="0",finished_reason="abort",model_name="llama"} 1.0
+vllm:request_success_total{engine="0",finished_reason="error",model_name="llama"} 0.0
 """
 
 VLLM_OLD = """\
@@ -116,6 +136,22 @@ sglang:inter_token_latency_seconds_bucket{le="0.02",model_name="qwen"} 30.0
 sglang:inter_token_latency_seconds_bucket{le="+Inf",model_name="qwen"} 32.0
 sglang:inter_token_latency_seconds_count{model_name="qwen"} 32.0
 sglang:inter_token_latency_seconds_sum{model_name="qwen"} 0.5
+# TYPE sglang:generation_tokens_total counter
+sglang:generation_tokens_total{model_name="qwen"} 2400.0
+# TYPE sglang:num_requests_total counter
+sglang:num_requests_total{model_name="qwen"} 8.0
+# TYPE sglang:num_aborted_requests_total counter
+sglang:num_aborted_requests_total{model_name="qwen"} 3.0
+# TYPE sglang:e2e_request_latency_seconds histogram
+sglang:e2e_request_latency_seconds_bucket{le="1.0",model_name="qwen"} 5.0
+sglang:e2e_request_latency_seconds_bucket{le="+Inf",model_name="qwen"} 8.0
+sglang:e2e_request_latency_seconds_count{model_name="qwen"} 8.0
+sglang:e2e_request_latency_seconds_sum{model_name="qwen"} 12.0
+# TYPE sglang:queue_time_seconds histogram
+sglang:queue_time_seconds_bucket{le="0.1",model_name="qwen"} 7.0
+sglang:queue_time_seconds_bucket{le="+Inf",model_name="qwen"} 8.0
+sglang:queue_time_seconds_count{model_name="qwen"} 8.0
+sglang:queue_time_seconds_sum{model_name="qwen"} 0.25
 """
 
 TGI = """\
@@ -137,6 +173,25 @@ tgi_request_mean_time_per_token_duration_count 4
 tgi_request_queue_duration_bucket{le="+Inf"} 4
 tgi_request_queue_duration_sum 1
 tgi_request_queue_duration_count 4
+# TYPE tgi_request_duration histogram
+tgi_request_duration_bucket{le="2"} 3
+tgi_request_duration_bucket{le="+Inf"} 4
+tgi_request_duration_sum 5.5
+tgi_request_duration_count 4
+# TYPE tgi_request_input_length histogram
+tgi_request_input_length_bucket{le="+Inf"} 4
+tgi_request_input_length_sum 2048
+tgi_request_input_length_count 4
+# TYPE tgi_request_generated_tokens histogram
+tgi_request_generated_tokens_bucket{le="+Inf"} 4
+tgi_request_generated_tokens_sum 512
+tgi_request_generated_tokens_count 4
+# TYPE tgi_request_success counter
+tgi_request_success 4
+# TYPE tgi_request_failure counter
+tgi_request_failure{err="validation"} 2
+tgi_request_failure{err="generation"} 1
+tgi_request_failure{err="dropped"} 5
 """
 
 TRITON = """\
@@ -155,6 +210,13 @@ nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="free",model="tensorrt_llm
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} 400
 # TYPE nv_inference_count counter
 nv_inference_count{model="tensorrt_llm",version="1"} 1200
+# TYPE nv_inference_request_failure counter
+nv_inference_request_failure{model="tensorrt_llm",reason="REJECTED",version="1"} 2
+nv_inference_request_failure{model="tensorrt_llm",reason="CANCELED",version="1"} 4
+nv_inference_request_failure{model="tensorrt_llm",reason="BACKEND",version="1"} 1
+nv_inference_request_failure{model="tensorrt_llm",reason="OTHER",version="1"} 0
+# TYPE nv_inference_request_duration_us counter
+nv_inference_request_duration_us{model="tensorrt_llm",version="1"} 9000000
 """
 
 DYNAMO = """\
@@ -178,6 +240,23 @@ dynamo_component_kvstats_active_blocks{dynamo_component="backend",dynamo_namespa
 dynamo_component_kvstats_total_blocks{dynamo_component="backend",dynamo_namespace="dynamo"} 1000
 # TYPE dynamo_component_kvstats_gpu_cache_usage_percent gauge
 dynamo_component_kvstats_gpu_cache_usage_percent{dynamo_component="backend",dynamo_namespace="dynamo"} 0.5
+# TYPE dynamo_frontend_requests_total counter
+dynamo_frontend_requests_total{endpoint="chat_completions",model="qwen",request_type="stream",status="success"} 11
+dynamo_frontend_requests_total{endpoint="chat_completions",model="qwen",request_type="stream",status="error"} 1
+dynamo_frontend_requests_total{endpoint="completions",model="qwen",request_type="unary",status="error"} 2
+# TYPE dynamo_frontend_input_sequence_tokens histogram
+dynamo_frontend_input_sequence_tokens_bucket{model="qwen",le="+Inf"} 12
+dynamo_frontend_input_sequence_tokens_sum{model="qwen"} 3000
+dynamo_frontend_input_sequence_tokens_count{model="qwen"} 12
+# TYPE dynamo_frontend_output_sequence_tokens histogram
+dynamo_frontend_output_sequence_tokens_bucket{model="qwen",le="+Inf"} 12
+dynamo_frontend_output_sequence_tokens_sum{model="qwen"} 600
+dynamo_frontend_output_sequence_tokens_count{model="qwen"} 12
+# TYPE dynamo_frontend_request_duration_seconds histogram
+dynamo_frontend_request_duration_seconds_bucket{model="qwen",le="4"} 9
+dynamo_frontend_request_duration_seconds_bucket{model="qwen",le="+Inf"} 12
+dynamo_frontend_request_duration_seconds_sum{model="qwen"} 30
+dynamo_frontend_request_duration_seconds_count{model="qwen"} 12
 """
 
 DYNAMO_PERCENT = """\
@@ -336,8 +415,6 @@ def test_each_engine_normalised_exactly(engines: Engines) -> None:
     assert v("kv_cache_usage_ratio", "tgi", "/tgi", "") == 0.75
     assert v("requests_waiting", "tgi", "/tgi", "") == 2
     assert v("requests_running", "tgi", "/tgi", "") == 6
-    assert v(f"{itl}_bucket", "tgi", "/tgi", "", le="0.05") == 3
-    assert v(f"{itl}_sum", "tgi", "/tgi", "") == 0.125
     # Triton with TensorRT-LLM: used / max blocks; waiting and scheduled requests.
     assert v("kv_cache_usage_ratio", "triton", "/triton", "tensorrt_llm") == 0.75
     assert v("requests_waiting", "triton", "/triton", "tensorrt_llm") == 5
@@ -350,6 +427,58 @@ def test_each_engine_normalised_exactly(engines: Engines) -> None:
     assert v(f"{itl}_sum", "dynamo", "/dynamo", "qwen") == 0.75
     assert v("kv_cache_usage_ratio", "dynamo", "/dynamo", "") == 0.9
     assert v("kv_cache_usage_ratio", "dynamo", "/dynamo-percent", "") == 0.85
+    # Throughput and latency (issue 15). vLLM: replicas' counters and histograms add up,
+    # finished_reason is already Lockstep's reason.
+    e2e, queue = "e2e_request_latency_seconds", "request_queue_time_seconds"
+    assert v("prompt_tokens_total", "vllm", "/vllm", "llama") == 12000
+    assert v("generation_tokens_total", "vllm", "/vllm", "llama") == 2000
+    finished = "requests_finished_total"
+    assert v(finished, "vllm", "/vllm", "llama", reason="stop") == 8
+    assert v(finished, "vllm", "/vllm", "llama", reason="length") == 2
+    assert v(finished, "vllm", "/vllm", "llama", reason="abort") == 1
+    assert v(finished, "vllm", "/vllm", "llama", reason="error") == 0
+    assert v(f"{e2e}_count", "vllm", "/vllm", "llama") == 12
+    assert v(f"{e2e}_sum", "vllm", "/vllm", "llama") == 36.5
+    assert v(f"{queue}_bucket", "vllm", "/vllm", "llama", le="0.5") == 8
+    assert v(f"{queue}_sum", "vllm", "/vllm", "llama") == 1.5
+    # SGLang: only aborts have a reason (num_requests_total is not split).
+    assert v("prompt_tokens_total", "sglang", "/sglang", "qwen") == 1600
+    assert v("generation_tokens_total", "sglang", "/sglang", "qwen") == 2400
+    assert v(finished, "sglang", "/sglang", "qwen", reason="abort") == 3
+    assert v(f"{e2e}_bucket", "sglang", "/sglang", "qwen", le="1.0") == 5
+    assert v(f"{e2e}_sum", "sglang", "/sglang", "qwen") == 12
+    assert v(f"{queue}_bucket", "sglang", "/sglang", "qwen", le="0.1") == 7
+    assert v(f"{queue}_sum", "sglang", "/sglang", "qwen") == 0.25
+    # TGI: tokens are the sums of the per-request length histograms; a dropped request is
+    # an abort, other failures errors; its per-request mean time per token is not ITL.
+    assert v("prompt_tokens_total", "tgi", "/tgi", "") == 2048
+    assert v("generation_tokens_total", "tgi", "/tgi", "") == 512
+    assert v(finished, "tgi", "/tgi", "", reason="abort") == 5
+    assert v(finished, "tgi", "/tgi", "", reason="error") == 3
+    assert v(f"{e2e}_bucket", "tgi", "/tgi", "", le="2.0") == 3
+    assert v(f"{e2e}_sum", "tgi", "/tgi", "") == 5.5
+    assert v(f"{queue}_count", "tgi", "/tgi", "") == 4
+    assert v(f"{queue}_sum", "tgi", "/tgi", "") == 1
+    assert not [k for k in s if k[0].startswith(f"lockstep_inference_{itl}") and ("engine", "tgi") in k[1]]
+    # Triton: failures by reason, CANCELED an abort; no tokens, no latency histograms (its
+    # durations are microsecond counters).
+    assert v(finished, "triton", "/triton", "tensorrt_llm", reason="abort") == 4
+    assert v(finished, "triton", "/triton", "tensorrt_llm", reason="error") == 3
+    # Dynamo: the frontend's token histograms' sums; errored requests of every endpoint.
+    assert v("prompt_tokens_total", "dynamo", "/dynamo", "qwen") == 3000
+    assert v("generation_tokens_total", "dynamo", "/dynamo", "qwen") == 600
+    assert v(finished, "dynamo", "/dynamo", "qwen", reason="error") == 3
+    assert v(f"{e2e}_bucket", "dynamo", "/dynamo", "qwen", le="4.0") == 9
+    assert v(f"{e2e}_sum", "dynamo", "/dynamo", "qwen") == 30
+    # A reason the engine does not tell apart has no series, nor a series it lacks.
+    for engine, reasons in {"sglang": {"abort"}, "tgi": {"abort", "error"}, "triton": {"abort", "error"}}.items():
+        have = {
+            dict(k[1])["reason"] for k in s if k[0] == f"lockstep_inference_{finished}" and ("engine", engine) in k[1]
+        }
+        assert have == reasons, engine
+    for engine in ("triton", "dynamo"):
+        assert not [k for k in s if k[0].startswith(f"lockstep_inference_{queue}") and ("engine", engine) in k[1]]
+    assert not [k for k in s if k[0].startswith("lockstep_inference_prompt_tokens") and ("engine", "triton") in k[1]]
     # Engines without such metrics get no series rather than a made-up zero.
     assert not [k for k in s if k[0] == "lockstep_inference_preemptions_total" and ("engine", "tgi") in k[1]]
     assert not [k for k in s if "created" in k[0]]

@@ -127,15 +127,15 @@ def test_mlx5_infiniband_port_with_hw_counters() -> None:
     assert values["lockstep_ib_port_link_error_recovery_total"] == 2
     hw = {k: v for k, v in values.items() if k.startswith(("lockstep_roce_", "lockstep_rdma_"))}
     assert hw == {
-        "lockstep_roce_out_of_sequence_total": 4,
-        "lockstep_roce_packet_sequence_errors_total": 2,
-        "lockstep_roce_local_ack_timeouts_total": 3,
-        "lockstep_roce_duplicate_requests_total": 1,
-        "lockstep_roce_implied_nak_sequence_errors_total": 0,
-        "lockstep_roce_rnr_naks_received_total": 0,
-        "lockstep_roce_out_of_buffer_drops_total": 0,
-        "lockstep_roce_transport_retries_exceeded_total": 0,
-        "lockstep_roce_rnr_retries_exceeded_total": 0,
+        "lockstep_rdma_out_of_sequence_total": 4,
+        "lockstep_rdma_packet_sequence_errors_total": 2,
+        "lockstep_rdma_local_ack_timeouts_total": 3,
+        "lockstep_rdma_duplicate_requests_total": 1,
+        "lockstep_rdma_implied_nak_sequence_errors_total": 0,
+        "lockstep_rdma_rnr_naks_received_total": 0,
+        "lockstep_rdma_out_of_buffer_drops_total": 0,
+        "lockstep_rdma_transport_retries_exceeded_total": 0,
+        "lockstep_rdma_rnr_retries_exceeded_total": 0,
         # Everything without a dedicated name, by its file name; lifespan is a setting, not exported.
         "lockstep_rdma_hw_stats_total[rx_write_requests]": 40211,
         "lockstep_rdma_hw_stats_total[rx_read_requests]": 1882,
@@ -236,11 +236,11 @@ def test_unparseable_values_are_skipped_counted_and_logged_once(tree: Path, capl
         values = port_values(collect(collector), "mlx5_0")
         assert values["lockstep_ib_port_unparseable_values_total"] == 3
         assert "lockstep_ib_port_symbol_errors_total" not in values
-        assert "lockstep_roce_out_of_sequence_total" not in values
+        assert "lockstep_rdma_out_of_sequence_total" not in values
         assert "lockstep_ib_port_state" not in values
         # The rest of the port still reports.
         assert values["lockstep_ib_port_transmit_wait_total"] == 28441
-        assert values["lockstep_roce_packet_sequence_errors_total"] == 2
+        assert values["lockstep_rdma_packet_sequence_errors_total"] == 2
         assert port_values(collect(collector), "mlx5_0")["lockstep_ib_port_unparseable_values_total"] == 6
     warned = sorted(r.counter for r in caplog.records if r.msg == "skipping a value that is not a number")  # type: ignore[attr-defined]
     assert warned == ["out_of_sequence", "state", "symbol_error"]  # once each, not every round

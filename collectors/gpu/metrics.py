@@ -45,11 +45,20 @@ MEMORY_USED = MetricSpec("lockstep_gpu_memory_used_bytes", "gauge", "Device memo
 MEMORY_TOTAL = MetricSpec("lockstep_gpu_memory_total_bytes", "gauge", "Device memory in total.", GPU, unit="bytes")
 SM_CLOCK = MetricSpec("lockstep_gpu_sm_clock_hertz", "gauge", "Current SM clock.", GPU, unit="hertz")
 SM_CLOCK_MAX = MetricSpec(
-    "lockstep_gpu_sm_clock_max_hertz", "gauge", "Maximum SM clock of the GPU (what an unthrottled GPU reaches).", GPU
+    "lockstep_gpu_sm_clock_max_hertz",
+    "gauge",
+    "Maximum SM clock of the GPU (what an unthrottled GPU reaches).",
+    GPU,
+    unit="hertz",
 )
 MEMORY_CLOCK = MetricSpec("lockstep_gpu_memory_clock_hertz", "gauge", "Current memory clock.", GPU, unit="hertz")
 POWER = MetricSpec(
-    "lockstep_gpu_power_watts", "gauge", "Power draw (NVML: averaged over 1 s on Ampere and newer).", GPU, unit="watts"
+    "lockstep_gpu_power_watts",
+    "gauge",
+    "Power draw (NVML: averaged over 1 s on Ampere and newer, except GA100 (A100), which, like older GPUs, "
+    "reports instantaneous power).",
+    GPU,
+    unit="watts",
 )
 POWER_LIMIT = MetricSpec(
     "lockstep_gpu_power_limit_watts", "gauge", "Power limit the driver enforces.", GPU, unit="watts"
@@ -105,7 +114,7 @@ REMAPPED_ROWS = MetricSpec(
     "gauge",
     "Memory rows remapped to spare rows (Ampere and newer), by the errors that caused it: correctable or "
     "uncorrectable.",
-    (*GPU, "state"),
+    (*GPU, "cause"),
 )
 ROW_REMAPPING_PENDING = MetricSpec(
     "lockstep_gpu_row_remapping_pending",

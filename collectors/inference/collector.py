@@ -22,6 +22,8 @@ from lockstep.collectors.inference.discovery import LocalEngine, local_engines, 
 from lockstep.collectors.inference.engines import ENGINE_FORMATS
 from lockstep.collectors.inference.fetch import fetch_http
 from lockstep.collectors.inference.metrics import (
+    E2E_LATENCY,
+    GENERATION_TOKENS,
     GPU_INFO,
     ITL,
     KV_CACHE_USAGE,
@@ -29,6 +31,9 @@ from lockstep.collectors.inference.metrics import (
     PREFIX_HITS,
     PREFIX_QUERIES,
     PROCESS_INFO,
+    PROMPT_TOKENS,
+    QUEUE_TIME,
+    REQUESTS_FINISHED,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     TTFT,
@@ -64,6 +69,11 @@ class InferenceCollector(Collector):
         PREFIX_QUERIES,
         TTFT,
         ITL,
+        PROMPT_TOKENS,
+        GENERATION_TOKENS,
+        REQUESTS_FINISHED,
+        E2E_LATENCY,
+        QUEUE_TIME,
         PROCESS_INFO,
         GPU_INFO,
     )
@@ -225,7 +235,10 @@ class InferenceCollector(Collector):
             (families[PREEMPTIONS], "preemptions"),
             (families[PREFIX_HITS], "prefix_hits"),
             (families[PREFIX_QUERIES], "prefix_queries"),
+            (families[PROMPT_TOKENS], "prompt_tokens"),
+            (families[GENERATION_TOKENS], "generation_tokens"),
         )
+        histogram_fields = ((TTFT, "ttft"), (ITL, "itl"), (E2E_LATENCY, "e2e_latency"), (QUEUE_TIME, "queue_time"))
         for result in results:
             target = result.target
             if result.readings is None:
@@ -243,7 +256,11 @@ class InferenceCollector(Collector):
                     value = getattr(reading, name)
                     if value is not None:
                         family.add_metric(labels, value)
-                for family_h, histogram in ((families[TTFT], reading.ttft), (families[ITL], reading.itl)):
+                for reason, count in sorted((reading.finished or {}).items()):
+                    families[REQUESTS_FINISHED].add_metric([*labels, reason], count)
+                for spec, name in histogram_fields:
+                    histogram = getattr(reading, name)
+                    family_h = families[spec]
                     if histogram is not None:
                         buckets = [(floatToGoString(b), c) for b, c in sorted(histogram.buckets.items())]
                         family_h.add_metric(labels, buckets, histogram.sum)

@@ -55,7 +55,43 @@ TTFT = MetricSpec(
 ITL = MetricSpec(
     "lockstep_inference_inter_token_latency_seconds",
     "histogram",
-    "Time between output tokens, the engine's own histogram re-exported (TGI: per-request mean).",
+    "Time between consecutive output tokens, the engine's own per-token histogram re-exported. "
+    "Not for TGI: its histogram holds one per-request mean per request, whose quantiles are not comparable.",
+    LABELS,
+    unit="seconds",
+)
+PROMPT_TOKENS = MetricSpec(
+    "lockstep_inference_prompt_tokens_total",
+    "counter",
+    "Prompt (prefill) tokens the engine processed; TGI and Dynamo: the sum of their per-request prompt-length "
+    "histograms.",
+    LABELS,
+)
+GENERATION_TOKENS = MetricSpec(
+    "lockstep_inference_generation_tokens_total",
+    "counter",
+    "Output tokens the engine generated (throughput: rate of it); TGI and Dynamo: the sum of their "
+    "per-request output-length histograms.",
+    LABELS,
+)
+REQUESTS_FINISHED = MetricSpec(
+    "lockstep_inference_requests_finished_total",
+    "counter",
+    "Requests that ended, by reason: stop (end of sequence or stop string), length (token limit), abort "
+    "(client or server gave up on it), error. Only the reasons the engine tells apart (docs/workloads.md).",
+    (*LABELS, "reason"),
+)
+E2E_LATENCY = MetricSpec(
+    "lockstep_inference_e2e_request_latency_seconds",
+    "histogram",
+    "End-to-end request latency, arrival to last token, the engine's own histogram re-exported.",
+    LABELS,
+    unit="seconds",
+)
+QUEUE_TIME = MetricSpec(
+    "lockstep_inference_request_queue_time_seconds",
+    "histogram",
+    "Time requests waited in the engine's queue before being scheduled, the engine's own histogram re-exported.",
     LABELS,
     unit="seconds",
 )

@@ -34,6 +34,11 @@ class Reading:
     prefix_queries: float | None = None
     ttft: Histogram | None = None
     itl: Histogram | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    finished: dict[str, float] | None = None  # reason (one of FINISH_REASONS) -> requests
+    e2e_latency: Histogram | None = None
+    queue_time: Histogram | None = None
 
 
 class Samples:
@@ -97,6 +102,34 @@ def histograms(s: Samples, names: Sequence[str], model_label: str | None) -> dic
         if model in found:
             found[model].sum = total
     return {model: h for model, h in found.items() if math.inf in h.buckets}
+
+
+# Why a request ended, in Lockstep's words: the engine's stop condition (EOS or a stop
+# string), its length limit, the client or server gave up on it, or it failed.
+FINISH_REASONS = ("stop", "length", "abort", "error")
+
+
+def finished_by_reason(
+    samples: Iterable[tuple[dict[str, str], float]],
+    model_label: str | None,
+    reason_of: Callable[[dict[str, str]], str | None],
+) -> dict[str, dict[str, float]]:
+    """Finished requests per model and reason; ``reason_of`` maps a sample's labels to one of
+    FINISH_REASONS, or None for a sample that is no finished request of ours (skipped)."""
+    found: dict[str, dict[str, float]] = defaultdict(dict)
+    for labels, value in samples:
+        reason = reason_of(labels)
+        if reason is None or math.isnan(value):
+            continue
+        model = labels.get(model_label, "") if model_label else ""
+        found[model][reason] = found[model].get(reason, 0.0) + value
+    return dict(found)
+
+
+def histogram_sums(s: Samples, name: str, model_label: str | None) -> dict[str, float]:
+    """The ``_sum`` of a histogram per model: the running total of what it observed (a
+    per-request token-count histogram's sum is the engine's token counter)."""
+    return per_model(s.by_name.get(f"{name}_sum", []), model_label)
 
 
 def ratio(numerator: dict[str, float], denominator: dict[str, float]) -> dict[str, float]:

@@ -237,6 +237,8 @@ class InfinibandCollector(Collector):
                     families[SATURATED].add_metric([*labels, counter.name], 1)
             for name, value in hw_counters:
                 spec = HW_COUNTERS.get(name)
+                if spec is not None and spec.name.startswith("lockstep_roce_") and port.link_layer != "Ethernet":
+                    spec = None  # RoCE's own counters mean nothing on an InfiniBand port: kept, but generic
                 if spec is not None:
                     families[spec].add_metric(labels, value)
                 elif any(fnmatch.fnmatchcase(name, pattern) for pattern in self.hw_stats):

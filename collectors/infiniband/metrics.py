@@ -32,7 +32,7 @@ PORT_RATE = MetricSpec(
     "gauge",
     "Signalling rate the port negotiated (ports/N/rate, e.g. 400 Gb/sec), in bytes per second.",
     LABELS,
-    unit="bytes per second",
+    unit="bytes_per_second",
 )
 SATURATED = MetricSpec(
     "lockstep_ib_port_saturated",
@@ -190,32 +190,32 @@ HW_COUNTERS: dict[str, MetricSpec] = {
         "Congestion notification packets received and ignored; rising means congestion control is off.",
     ),
     "out_of_sequence": _counter(
-        "lockstep_roce_out_of_sequence_total", "Out-of-order packets received: loss upstream in a 'lossless' fabric."
+        "lockstep_rdma_out_of_sequence_total", "Out-of-order packets received: loss upstream in a 'lossless' fabric."
     ),
     "packet_seq_err": _counter(
-        "lockstep_roce_packet_sequence_errors_total", "NAK-sequence-error packets received (before the retry limit)."
+        "lockstep_rdma_packet_sequence_errors_total", "NAK-sequence-error packets received (before the retry limit)."
     ),
     "local_ack_timeout_err": _counter(
-        "lockstep_roce_local_ack_timeouts_total", "Times a QP's ack timer expired at the sender (recoverable)."
+        "lockstep_rdma_local_ack_timeouts_total", "Times a QP's ack timer expired at the sender (recoverable)."
     ),
     "implied_nak_seq_err": _counter(
-        "lockstep_roce_implied_nak_sequence_errors_total", "NAKs the requester inferred from a later ACK."
+        "lockstep_rdma_implied_nak_sequence_errors_total", "NAKs the requester inferred from a later ACK."
     ),
     "duplicate_request": _counter(
-        "lockstep_roce_duplicate_requests_total", "Duplicate requests received: retransmissions reaching the responder."
+        "lockstep_rdma_duplicate_requests_total", "Duplicate requests received: retransmissions reaching the responder."
     ),
     "rnr_nak_retry_err": _counter(
-        "lockstep_roce_rnr_naks_received_total", "Receiver-not-ready NAKs received (before the retry limit)."
+        "lockstep_rdma_rnr_naks_received_total", "Receiver-not-ready NAKs received (before the retry limit)."
     ),
     "out_of_buffer": _counter(
-        "lockstep_roce_out_of_buffer_drops_total",
+        "lockstep_rdma_out_of_buffer_drops_total",
         "Packets dropped because the QP had no posted receive buffer (the application is not keeping up).",
     ),
     "req_transport_retries_exceeded": _counter(
-        "lockstep_roce_transport_retries_exceeded_total", "QPs that ran out of transport retries (fatal: QP error)."
+        "lockstep_rdma_transport_retries_exceeded_total", "QPs that ran out of transport retries (fatal: QP error)."
     ),
     "req_rnr_retries_exceeded": _counter(
-        "lockstep_roce_rnr_retries_exceeded_total", "QPs that ran out of RNR retries (fatal: QP error)."
+        "lockstep_rdma_rnr_retries_exceeded_total", "QPs that ran out of RNR retries (fatal: QP error)."
     ),
     "rx_icrc_encapsulated": _counter(
         "lockstep_roce_icrc_errors_total", "RoCE packets received with an invariant CRC error (corruption)."

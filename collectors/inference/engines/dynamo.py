@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from lockstep.collectors.inference.readings import Reading, Samples, histograms, per_model, ratio, readings_by_model
+from lockstep.collectors.inference.readings import (
+    Reading,
+    Samples,
+    finished_by_reason,
+    histogram_sums,
+    histograms,
+    per_model,
+    ratio,
+    readings_by_model,
+)
 
 
 def normalise(s: Samples) -> dict[str, Reading]:
@@ -21,4 +30,12 @@ def normalise(s: Samples) -> dict[str, Reading]:
         running=per_model(s.first("dynamo_frontend_inflight_requests"), model),
         ttft=histograms(s, ["dynamo_frontend_time_to_first_token_seconds"], model),
         itl=histograms(s, ["dynamo_frontend_inter_token_latency_seconds"], model),
+        # The frontend counts tokens as per-request histograms: their sums are the counters.
+        prompt_tokens=histogram_sums(s, "dynamo_frontend_input_sequence_tokens", model),
+        generation_tokens=histogram_sums(s, "dynamo_frontend_output_sequence_tokens", model),
+        # requests_total{status} says success or error, not why a success ended.
+        finished=finished_by_reason(
+            s.where("dynamo_frontend_requests_total", status="error"), model, lambda _: "error"
+        ),
+        e2e_latency=histograms(s, ["dynamo_frontend_request_duration_seconds"], model),
     )

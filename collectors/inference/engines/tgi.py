@@ -2,7 +2,22 @@
 
 from __future__ import annotations
 
-from lockstep.collectors.inference.readings import Reading, Samples, histograms, per_model, ratio, readings_by_model
+from lockstep.collectors.inference.readings import (
+    Reading,
+    Samples,
+    finished_by_reason,
+    histogram_sums,
+    histograms,
+    per_model,
+    ratio,
+    readings_by_model,
+)
+
+
+def _reason(labels: dict[str, str]) -> str:
+    # tgi_request_failure{err}: "dropped" is the client going away (an abort); validation,
+    # overloaded, generation and the others are errors.
+    return "abort" if labels.get("err") == "dropped" else "error"
 
 
 def normalise(s: Samples) -> dict[str, Reading]:
@@ -15,5 +30,15 @@ def normalise(s: Samples) -> dict[str, Reading]:
         ),
         waiting=per_model(s.first("tgi_queue_size"), None),
         running=per_model(s.first("tgi_batch_current_size"), None),
-        itl=histograms(s, ["tgi_request_mean_time_per_token_duration"], None),
+        # No inter-token latency: TGI's tgi_request_mean_time_per_token_duration observes one
+        # per-request mean per request, not each gap between tokens, so its quantiles are not
+        # those of the other engines' per-token histograms (issue 15); it is not re-exported.
+        # TGI counts tokens only as per-request histograms: their sums are the token counters.
+        prompt_tokens=histogram_sums(s, "tgi_request_input_length", None),
+        generation_tokens=histogram_sums(s, "tgi_request_generated_tokens", None),
+        # Successes are not split into stop and length: only failures have a reason.
+        # Exposed without _total; the parser names a typed counter's samples with it.
+        finished=finished_by_reason(s.first("tgi_request_failure", "tgi_request_failure_total"), None, _reason),
+        e2e_latency=histograms(s, ["tgi_request_duration"], None),
+        queue_time=histograms(s, ["tgi_request_queue_duration"], None),
     )

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from lockstep.collectors.inference.readings import Reading, Samples, per_model, ratio, readings_by_model
+from lockstep.collectors.inference.readings import (
+    Reading,
+    Samples,
+    finished_by_reason,
+    per_model,
+    ratio,
+    readings_by_model,
+)
 
 
 def normalise(s: Samples) -> dict[str, Reading]:
@@ -18,4 +25,15 @@ def normalise(s: Samples) -> dict[str, Reading]:
         kv_cache_usage=usage,
         waiting=per_model(s.where("nv_trt_llm_request_metrics", request_type="waiting"), model),
         running=per_model(s.where("nv_trt_llm_request_metrics", request_type="scheduled"), model),
+        # Triton counts failed requests by reason (REJECTED, CANCELED, BACKEND, OTHER); its
+        # successes are not split by stop or length. CANCELED is the client giving up.
+        finished=finished_by_reason(
+            # Exposed without _total; the parser names a typed counter's samples with it.
+            s.first("nv_inference_request_failure", "nv_inference_request_failure_total"),
+            model,
+            lambda labels: "abort" if labels.get("reason") == "CANCELED" else "error",
+        ),
+        # No token counters and no latency histograms by default: Triton's durations
+        # (nv_inference_request_duration_us, nv_inference_queue_duration_us) are cumulative
+        # microsecond counters, not histograms, so they have no quantiles to re-export.
     )
