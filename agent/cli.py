@@ -83,6 +83,12 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     demo.describe = demo_description
     demo.add_argument("--scenario", default="healthy", type=scenario_name, metavar="SCENARIO")
     demo.add_argument("--once", action="store_true", help="print one exposition and exit")
+    demo.add_argument(
+        "--speed",
+        type=_speed,
+        default=1.0,
+        help="simulated seconds per real second (default 1; e.g. 60 shows an hour of the scenario in a minute)",
+    )
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser("check", help="validate a config file without starting anything")
@@ -109,7 +115,7 @@ def demo_description() -> str:
     from lockstep.simulation import scenarios
 
     return "Run the agent on a simulated node.\n\nscenarios:\n" + "\n".join(
-        textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18}", subsequent_indent=" " * 20)
+        textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18} ", subsequent_indent=" " * 21)
         for s in scenarios().values()
     )
 
@@ -121,6 +127,18 @@ def scenario_name(value: str) -> str:
     if value not in scenarios():
         raise argparse.ArgumentTypeError(f"unknown scenario {value!r} (choose from {', '.join(sorted(scenarios()))})")
     return value
+
+
+def _speed(value: str) -> float:
+    try:
+        speed = float(value)
+    except ValueError:
+        speed = 0.0
+    if not 0 < speed <= 1000:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of simulated seconds per second, 0 < speed <= 1000, got {value!r}"
+        )
+    return speed
 
 
 def overrides_from(
@@ -253,11 +271,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"lockstep: {failure}", file=sys.stderr)
         return 1 if failures else 0
     if node is not None:
-        stop_clock = node.run_clock()
+        clocks: list[Callable[[], None]] = []
+        if args.speed == 1.0:
+            clocks.append(node.run_clock())
         try:
-            return serve(setup, config)
+            # A faster clock starts once the agent serves, so a slow start does not eat simulated time.
+            return serve(
+                setup, config, ready=None if clocks else lambda _: clocks.append(node.run_clock(speed=args.speed))
+            )
         finally:
-            stop_clock()  # before the temporary tree is removed
+            for stop_clock in clocks:
+                stop_clock()  # before the temporary tree is removed
     return serve(setup, config)
 
 

@@ -34,6 +34,8 @@ PROMETHEUS_RULE = "deploy/prometheusrule.yaml"
 class Recording:
     record: str
     expr: str
+    # Static labels the rule adds (rules recording the same name tell their series apart by them).
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class Alert:
     expr: str
     summary: str
     description: str
+    # Further annotations (name, Go template), after summary and description.
+    annotations: tuple[tuple[str, str], ...] = ()
 
     @property
     def runbook_anchor(self) -> str:
@@ -222,11 +226,198 @@ FLEET_RECORDING = Group(
     ),
 )
 
+# --- Sustained stragglers: 30-minute means against the job's median and MAD -------------------
+
+W = T.STRAGGLER_SUSTAINED_WINDOW
+TARGET = ", ".join(T.TARGET_LABELS)
+WORK = "lockstep_training_work_seconds"  # compute + data wait per step: the rank's own time
+
+
+def _work_per_step(window: str) -> Recording:
+    """The rank's own time per step (not waiting for its peers): compute plus data wait.  A rank
+    starved by its loader is as slow as one with a slow GPU; ranks that report no data wait
+    count compute alone."""
+    return Recording(
+        f"job_rank:{WORK}:mean{window}",
+        f"(\n  rate(lockstep_training_compute_seconds_total[{window}])\n"
+        f"  + (rate(lockstep_training_data_wait_seconds_total[{window}])"
+        f" or 0 * rate(lockstep_training_compute_seconds_total[{window}]))\n)\n"
+        f"/ (rate(lockstep_training_steps_total[{window}]) > 0)",
+    )
+
+
+def _median_and_mad(level: str, metric: str, window: str) -> tuple[Recording, ...]:
+    """The job's median of a per-rank (per-GPU) series, its median absolute deviation, and each
+    member's ratio to the median."""
+    member = f"{level}:{metric}:{'avg' if level == 'job_gpu' else 'mean'}{window}"
+    median = f"job:{metric}:median{window}"
+    return (
+        Recording(median, f"quantile {job_by()} (0.5, {member})"),
+        Recording(
+            f"job:{metric}:mad{window}",
+            f"quantile {job_by()} (\n  0.5,\n  abs({member} - {JOB_ON} group_left () {median})\n)",
+        ),
+        Recording(f"{level}:{metric}:ratio_to_median{window}", f"{member}\n/ {JOB_ON} group_left ()\n{median}"),
+    )
+
+
+def _gpu_pace(window: str) -> str:
+    """What a busy GPU's pace is measured by: its SM clock, averaged over the window.
+
+    Hook for GPM (issue 13): where the GPU reports SM activity (Hopper and later, through GPM),
+    that is the better measure (a GPU stalled on memory or NVLink keeps its clock).  Record
+    job_gpu:lockstep_gpu_sm_active:avg<window> from it the same way, and make the sustained
+    GPU straggler alert compare that where it exists (`or` the clock-based series for GPUs
+    without GPM)."""
+    return (
+        f"lockstep_slurm_job_gpu_info\n* {on('uuid')} group_left ()\n"
+        f"(\n  avg_over_time(lockstep_gpu_sm_clock_hertz[{window}])\n"
+        f"  and avg_over_time(lockstep_gpu_utilization_ratio[{window}]) > {num(T.GPU_STRAGGLER_MIN_UTILIZATION)}\n)"
+    )
+
+
+def _suspect(record: str, name: str, expr: str) -> Recording:
+    """A suspect series: 1 where expr has a sample, labelled suspect=<name> by the rule."""
+    return Recording(record, expr, (("suspect", name),))
+
+
+INSTANCE_SUSPECT = f"instance:lockstep_straggler_suspect:active{W}"
+HOST_SUSPECT = f"host:lockstep_straggler_suspect:active{W}"
+RANK_SUSPECT = f"job_rank:lockstep_training_suspect:active{W}"
+GPU_THROTTLE = f"gpu:lockstep_gpu_clock_event_active:avg{W}"
+HOST_INFO = "instance:lockstep_host:info"
+SLOWDOWN_REASONS = regex(T.SUSPECT_GPU_THROTTLE_REASONS)
+
+# Node-wide suspects: (name, PromQL that has a sample per target where the node shows it).
+NODE_SUSPECTS = (
+    (
+        "ib_errors",
+        f"rate(lockstep_ib_port_symbol_errors_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_link_error_recovery_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_link_downed_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_receive_errors_total[{W}]) > 0\n"
+        f"    or min_over_time(lockstep_ib_port_state[{W}]) < 4",
+    ),
+    (
+        "ib_congestion",
+        f"rate(lockstep_ib_port_transmit_wait_total[{W}])\n"
+        f"    / (rate(lockstep_ib_port_transmit_wait_total[{W}])"
+        f" + rate(lockstep_ib_port_transmitted_bytes_total[{W}]) / 4 > 0)\n"
+        f"    > {num(T.SUSPECT_IB_TRANSMIT_WAIT_RATIO)}",
+    ),
+    ("pfc_pause", f"rate(lockstep_pfc_pause_seconds_total[{W}]) > {num(T.SUSPECT_PFC_PAUSE_RATIO)}"),
+    (
+        "hung_mount",
+        f"min_over_time(lockstep_filesystem_responsive[{W}]) == 0\n"
+        f"    or rate(lockstep_nfs_major_timeouts_total[{W}]) > 0",
+    ),
+    (
+        "cpu_pressure",
+        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="cpu", kind="some"}}[{W}])'
+        f" > {num(T.SUSPECT_CPU_PRESSURE_RATIO)}",
+    ),
+    (
+        "io_pressure",
+        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="io", kind="full"}}[{W}])'
+        f" > {num(T.SUSPECT_IO_PRESSURE_RATIO)}",
+    ),
+)
+
+# Ranks slow enough by the relative margin to be given suspects.
+SLOW_RANKS = f"job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}"
+
+
+def _rank_suspects() -> tuple[Recording, ...]:
+    """Each slow rank gets its node's suspects.  A rank's series come from whichever agent reads
+    its log (on a shared filesystem, maybe not its own node's), so the join is on the rank's
+    host label, which instance:lockstep_host:info maps to the node's agent."""
+    slow = f"group by ({TARGET}, job_id, rank, host) ({SLOW_RANKS})"
+    rules = [
+        _suspect(RANK_SUSPECT, name, f'{slow}\n* on (cluster, host) group_left ()\n{HOST_SUSPECT}{{suspect="{name}"}}')
+        for name, _ in NODE_SUSPECTS
+    ]
+    # A throttled GPU of the same job on the rank's node (which GPU runs which rank is not known).
+    rules.append(
+        _suspect(
+            RANK_SUSPECT,
+            "gpu_throttle",
+            f"{slow}\n* on (cluster, host, job_id) group_left ()\n"
+            f"group by (cluster, host, job_id) (\n"
+            f"  max by ({TARGET}, uuid) ({GPU_THROTTLE})\n"
+            f"  * on ({TARGET}, uuid) group_right () lockstep_slurm_job_gpu_info\n"
+            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+        )
+    )
+    # The rank's own data wait explains most of its excess time.
+    excess = f"(job_rank:{WORK}:mean{W} - {JOB_ON} group_left () job:{WORK}:median{W})"
+    data_excess = (
+        f"(job_rank:lockstep_training_data_wait_seconds:mean{W}"
+        f" - {JOB_ON} group_left () job:lockstep_training_data_wait_seconds:median{W})"
+    )
+    rules.append(
+        _suspect(
+            RANK_SUSPECT,
+            "data_wait",
+            f"{slow}\nand on ({TARGET}, job_id, rank, host)\n"
+            f"{data_excess}\n> {num(T.SUSPECT_DATA_WAIT_SHARE)} * {excess}",
+        )
+    )
+    return tuple(rules)
+
+
+STRAGGLER_RECORDING = Group(
+    "lockstep-stragglers.recording",
+    (
+        _work_per_step("5m"),
+        Recording(f"job:{WORK}:median5m", f"quantile {job_by()} (0.5, job_rank:{WORK}:mean5m)"),
+        Recording(
+            f"job_rank:{WORK}:ratio_to_median5m",
+            f"job_rank:{WORK}:mean5m\n/ {JOB_ON} group_left ()\njob:{WORK}:median5m",
+        ),
+        _work_per_step(W),
+        *_median_and_mad("job_rank", WORK, W),
+        Recording(
+            f"job_rank:lockstep_training_data_wait_seconds:mean{W}",
+            f"rate(lockstep_training_data_wait_seconds_total[{W}])\n/ (rate(lockstep_training_steps_total[{W}]) > 0)",
+        ),
+        Recording(
+            f"job:lockstep_training_data_wait_seconds:median{W}",
+            f"quantile {job_by()} (0.5, job_rank:lockstep_training_data_wait_seconds:mean{W})",
+        ),
+        Recording(f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}", _gpu_pace(W)),
+        *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
+        # Suspects.  Which host each agent runs on, for ranks whose series another agent exports:
+        # the Slurm node name, else the Kubernetes node name the scrape adds.
+        # One agent per host (topk): the joins on it must find one, or PromQL refuses them.
+        Recording(
+            HOST_INFO,
+            f"topk by (cluster, host) (\n  1,\n  max by ({TARGET}, host) (\n"
+            '    label_replace(lockstep_slurm_node_info{slurm_node!=""}, "host", "$1", "slurm_node", "(.+)")\n'
+            f"    or on (cluster, instance)\n"
+            f'    label_replace(group by ({TARGET}) (lockstep_build_info{{node!=""}}), "host", "$1", "node", "(.+)")\n'
+            "  )\n)",
+        ),
+        Recording(
+            GPU_THROTTLE,
+            f'avg_over_time(lockstep_gpu_clock_event_active{{reason=~"{SLOWDOWN_REASONS}"}}[{W}])'
+            f" > {num(T.SUSPECT_GPU_THROTTLE_SHARE)}",
+        ),
+        *(_suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)") for name, expr in NODE_SUSPECTS),
+        Recording(
+            HOST_SUSPECT,
+            f"max by (cluster, host, suspect) (\n  {INSTANCE_SUSPECT}\n"
+            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+        ),
+        *_rank_suspects(),
+    ),
+)
+
 EXPECTED_INTERVAL = "root:lockstep_checkpoint_expected_interval_seconds:or_default"
 
 RECORDING_GROUPS = (
     TRAINING_RECORDING,
     GPU_RECORDING,
+    STRAGGLER_RECORDING,
     INFERENCE_RECORDING,
     STORAGE_RECORDING,
     FABRIC_RECORDING,
@@ -235,6 +426,59 @@ RECORDING_GROUPS = (
 
 # --- Alerts --------------------------------------------------------------------------------------
 
+# --- What the straggler alerts say about suspects --------------------------------------------------
+# Annotations run a query at evaluation (Prometheus' template function `query`), so the suspects
+# are those of the moment the alert is sent, and a change of suspect does not make a new alert.
+
+
+def _list(var: str, label_name: str) -> str:
+    """A Go template listing label_name of the query results in var, comma-separated, by name."""
+    return (
+        f'{{{{ range $i, $s := sortByLabel "{label_name}" {var} }}}}{{{{ if $i }}}}, {{{{ end }}}}'
+        f"{{{{ $s.Labels.{label_name} }}}}{{{{ end }}}}"
+    )
+
+
+RANK_SUSPECTS = (
+    f'{{{{ $suspects := printf "{RANK_SUSPECT}{{cluster=%q, job_id=%q, rank=%q}}" '
+    "$labels.cluster $labels.job_id $labels.rank | query }}"
+    "{{ if $suspects }}" + _list("$suspects", "suspect") + "{{ else }}none found{{ end }}"
+)
+GPU_SUSPECTS = (
+    f'{{{{ $throttle := printf "{GPU_THROTTLE}{{cluster=%q, instance=%q, uuid=%q}}" '
+    "$labels.cluster $labels.instance $labels.uuid | query }}"
+    f'{{{{ $node := printf "{INSTANCE_SUSPECT}{{cluster=%q, instance=%q}}" '
+    "$labels.cluster $labels.instance | query }}"
+    "{{ if $throttle }}gpu_throttle ("
+    + _list("$throttle", "reason")
+    + "){{ if $node }}, {{ end }}{{ end }}"
+    + _list("$node", "suspect")
+    + "{{ if not (or $throttle $node) }}none found{{ end }}"
+)
+
+
+def _dashboard_url(panel_id: int) -> str:
+    return (
+        f"{T.GRAFANA_URL}/d/{T.SLURM_JOB_DASHBOARD_UID}/?var-cluster={{{{ $labels.cluster | urlquery }}}}"
+        f"&var-job_id={{{{ $labels.job_id | urlquery }}}}&viewPanel={panel_id}"
+    )
+
+
+def on_the_ranks_node(condition: str) -> str:
+    """A rank alert's condition, labelled with the instance (and node) of the agent on the rank's
+    host where that is known, else of the agent that exports the rank (on a shared filesystem,
+    maybe another node's): Alertmanager inhibits a straggler by its node's own alerts."""
+    return (
+        f"(\n{condition}\n)\n* on (cluster, host) group_left (instance, node) {HOST_INFO}\n"
+        f"or on (cluster, job_id, rank)\n(\n{condition}\n)"
+    )
+
+
+RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
+GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
+WORK_30M = f"job_rank:{WORK}:mean{W}"
+GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
+
 WORKLOAD_ALERTS = Group(
     "lockstep-workloads.alerts",
     (
@@ -242,13 +486,36 @@ WORKLOAD_ALERTS = Group(
             "LockstepTrainingStraggler",
             "warning",
             "10m",
-            "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
-            f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}",
+            on_the_ranks_node(
+                "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
+                f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
+                f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}"
+            ),
             f"Rank {label('rank')} of job {label('job_id')} is a straggler",
             f"Rank {label('rank')} of job {label('job_id')} on {WHERE} takes {VALUE_2F}x its job's median compute "
             "time per step (5 min average). Its peers wait for it in communication, so the whole job runs at "
-            "its pace. Look at its GPU's clocks and clock event reasons.",
+            "its pace. Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+            RANK_ANNOTATIONS,
+        ),
+        Alert(
+            "LockstepTrainingStragglerSustained",
+            "warning",
+            T.STRAGGLER_SUSTAINED_FOR,
+            on_the_ranks_node(
+                "(\n"
+                f"  job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
+                f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
+                f"  and\n  {WORK_30M} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
+                f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n)\n"
+                f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+            ),
+            f"Rank {label('rank')} of job {label('job_id')} has been slower than its peers for 30 minutes",
+            f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its job's "
+            "median time per step of its own work (compute and data wait) over 30 minutes, more than "
+            f"{percent(T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1)} and {num(T.STRAGGLER_SUSTAINED_MADS)} times the "
+            "job's spread (MAD) above the median, and is still slower now. The whole job runs at its pace. "
+            "Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+            RANK_ANNOTATIONS,
         ),
         Alert(
             "LockstepGPUStraggler",
@@ -259,18 +526,53 @@ WORKLOAD_ALERTS = Group(
             f"GPU {label('gpu')} on {WHERE} is slower than the rest of job {label('job_id')}",
             f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} runs its SM clock at {VALUE_PERCENT} of the median "
             f"of job {label('job_id')}'s busy GPUs (5 min average). A synchronous job runs at its slowest GPU's "
-            "pace: check its clock event reasons (hw_slowdown, thermal, power brake), temperature and power.",
+            "pace. Suspects in the last 30 minutes: " + GPU_SUSPECTS + ".",
+            GPU_ANNOTATIONS,
+        ),
+        Alert(
+            "LockstepGPUStragglerSustained",
+            "warning",
+            T.STRAGGLER_SUSTAINED_FOR,
+            "(\n"
+            # In percent, so the description's rounded value does not flicker in its last digit.
+            f"  100 * job_gpu:lockstep_gpu_sm_clock_hertz:ratio_to_median{W}"
+            f" < {num(100 * T.GPU_STRAGGLER_SUSTAINED_RATIO)}\n"
+            "  and\n  job_gpu:lockstep_gpu_sm_clock_hertz:ratio_to_median5m"
+            f" < {num(T.GPU_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
+            f"  and\n  job:lockstep_gpu_sm_clock_hertz:median{W} - {JOB_ON} group_right () {GPU_30M}\n"
+            f"  > {JOB_ON} group_left ()\n"
+            f"  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:lockstep_gpu_sm_clock_hertz:mad{W}\n)\n"
+            f"and {JOB_ON} job:lockstep_gpus_busy:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}",
+            f"GPU {label('gpu')} on {WHERE} has been slower than the rest of job {label('job_id')} for 30 minutes",
+            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} has run its SM clock at "
+            '{{ printf "%.0f" $value }} % of the '
+            f"median of job {label('job_id')}'s busy GPUs over 30 minutes, more than "
+            f"{percent(1 - T.GPU_STRAGGLER_SUSTAINED_RATIO)} and {num(T.STRAGGLER_SUSTAINED_MADS)} times the job's "
+            "spread (MAD) below the median, and is still slower now. Suspects in the last 30 minutes: "
+            + GPU_SUSPECTS
+            + ".",
+            GPU_ANNOTATIONS,
         ),
         Alert(
             "LockstepTrainingStalled",
             "critical",
             "5m",
-            f"max {job_by()} (rate(lockstep_training_steps_total[{T.TRAINING_STALL_WINDOW}])) == 0\n"
-            f"and {JOB_ON} group {job_by()} (lockstep_training_last_step_timestamp_seconds)",
+            # The last step's time, not rate(steps): the agent drops a rank that logged nothing
+            # for its idle_timeout, so a hung job's series vanish just when "no step in 10
+            # minutes" becomes true.  last_over_time keeps the last value seen; changes() over
+            # the window tells whether a step came in it.  A hung job and a finished one both
+            # stop logging: Slurm still running the job tells them apart.
+            f"time() - max {job_by()} (\n"
+            f"  last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
+            ")\n"
+            f"unless {JOB_ON} max {job_by()} (\n"
+            f"  changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_WINDOW}])\n"
+            ") > 0\n"
+            f"and {JOB_ON} group {job_by()} (lockstep_slurm_job_info)",
             f"Training job {label('job_id')} makes no progress",
-            f"No rank of job {label('job_id')} completed a training step in the last {T.TRAINING_STALL_WINDOW} "
-            "(plus 5 minutes). A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem "
-            "holds every rank.",
+            f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and Slurm still "
+            "runs the job. A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem holds "
+            "every rank while the allocation burns.",
         ),
         Alert(
             "LockstepKVCachePressure",
@@ -320,6 +622,25 @@ WORKLOAD_ALERTS = Group(
     ),
 )
 
+GPU_COLLECTOR_STUCK = 'lockstep_collector_state{collector="gpu", state="stuck"} == 1'
+THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")
+
+
+def throttled_share(reasons: tuple[str, ...]) -> str:
+    """The share of the window in which any of the clock event reasons held the GPU down.
+
+    The rate of the cumulative time (lockstep_gpu_clock_event_seconds_total): a GPU hovering at
+    its limit flickers in and out of it, so the flag at each evaluation says little.  GPUs that
+    do not report that time fall back to the flag (which then has to hold through the 'for')."""
+    selector = f'{{reason=~"{regex(reasons)}"}}'
+    return (
+        f"sum without (reason) (rate(lockstep_gpu_clock_event_seconds_total{selector}[{T.GPU_THROTTLE_WINDOW}]))\n"
+        f"  > {num(T.GPU_THROTTLE_TIME_RATIO)}\n"
+        f"or\n(\n  max without (reason) (lockstep_gpu_clock_event_active{selector}) == 1\n"
+        f"  unless {on('uuid')} group {by('uuid')} (lockstep_gpu_clock_event_seconds_total{selector})\n)"
+    )
+
+
 GPU_ALERTS = Group(
     "lockstep-gpu.alerts",
     (
@@ -327,12 +648,30 @@ GPU_ALERTS = Group(
             "LockstepGPUFellOffBus",
             "critical",
             "1m",
-            f"lockstep_gpu_up == 0\nor\ncount {by()} (lockstep_gpu_info offset 1h) > count {by()} (lockstep_gpu_info)",
+            # On a node running a single Slurm job (the usual exclusive allocation) the alert carries
+            # that job's job_id, so Alertmanager can inhibit the job's stall and straggler alerts that
+            # the lost GPU causes (alerts/alertmanager.yml).  NVML no longer names the lost GPU's job.
+            "(\n  (lockstep_gpu_up == 0)\n"
+            f"  * {on()} group_left (job_id)\n"
+            f"  (\n    max {by('job_id')} (lockstep_slurm_job_info)\n"
+            f"    unless {on()} count {by()} (lockstep_slurm_job_info) > 1\n  )\n"
+            f"  or {on('uuid')}\n  lockstep_gpu_up == 0\n)\n"
+            # Fewer GPUs than an hour ago, none counting as fewer while the agent is scraped.
+            f"or\ncount {by()} (lockstep_gpu_info offset 1h)\n"
+            f"  > (count {by()} (lockstep_gpu_info) or {on()} 0 * group {by()} (lockstep_build_info))\n"
+            f"  unless {on()} {GPU_COLLECTOR_STUCK}\n"
+            "or\n"
+            # NVML hangs after GPU faults: the GPU collector is stuck in it and every GPU series
+            # of the node ages out.  That is the lost GPU's signal, and it does not vanish.
+            f'lockstep_collector_duration_seconds{{collector="gpu"}}\n  and {on()} {GPU_COLLECTOR_STUCK}',
             f"GPU lost on {WHERE}",
             "{{ if $labels.uuid }}GPU " + label("gpu") + " (" + label("uuid") + ") on " + WHERE + " no longer "
-            "answers NVML (fallen off the bus, XID 79).{{ else }}" + WHERE + " reports fewer GPUs than an hour "
-            "ago: a GPU vanished (e.g. not enumerated after a reboot).{{ end }} Jobs on it have failed or hang; "
-            "drain the node.",
+            "answers NVML (fallen off the bus, XID 79).{{ else if $labels.collector }}NVML on " + WHERE + " has "
+            "not answered for " + VALUE_DURATION + ": the GPU collector is stuck in it. NVML hangs after a GPU "
+            "fault (fallen off the bus, XID 79), and every GPU metric of the node is missing while it does."
+            "{{ else }}" + WHERE + " reports fewer GPUs than an hour ago: a GPU vanished (e.g. not enumerated "
+            "after a reboot, or NVML no longer finds any).{{ end }} Jobs on it have failed or hang"
+            "{{ with $labels.job_id }} (Slurm job {{ . }}){{ end }}; drain the node.",
         ),
         Alert(
             "LockstepGPUXidCritical",
@@ -369,21 +708,21 @@ GPU_ALERTS = Group(
             "LockstepGPUThermalSlowdown",
             "warning",
             "5m",
-            'lockstep_gpu_clock_event_active{reason=~"hw_thermal_slowdown|sw_thermal_slowdown"} == 1',
+            throttled_share(THERMAL_REASONS),
             f"GPU {label('gpu')} on {WHERE} is throttled for heat",
-            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} has had its clocks held down by "
-            f"{label('reason')} for 5 minutes: it runs slower than its peers and slows its job. Check cooling "
-            "(fans, airflow, inlet temperature) and the GPU's temperature.",
+            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} had its clocks held down for heat (thermal slowdown) "
+            f"{VALUE_PERCENT} of the last {T.GPU_THROTTLE_WINDOW}, for 5 minutes: it runs slower than its peers and "
+            "slows its job. Check cooling (fans, airflow, inlet temperature) and the GPU's temperature.",
         ),
         Alert(
             "LockstepGPUPowerBrake",
             "warning",
             "1m",
-            'lockstep_gpu_clock_event_active{reason="hw_power_brake"} == 1',
+            throttled_share(("hw_power_brake",)),
             f"Power brake holds GPU {label('gpu')} on {WHERE} down",
-            f"The hardware power brake of GPU {label('gpu')} ({label('uuid')}) on {WHERE} is engaged: the system "
-            "signalled a power supply problem and the GPU runs at minimum clocks. Check the node's power supplies "
-            "and BMC event log.",
+            f"The hardware power brake of GPU {label('gpu')} ({label('uuid')}) on {WHERE} was engaged "
+            f"{VALUE_PERCENT} of the last {T.GPU_THROTTLE_WINDOW}: the system signalled a power supply problem and "
+            "the GPU runs at minimum clocks. Check the node's power supplies and BMC event log.",
         ),
         Alert(
             "LockstepNVLinkDown",
@@ -500,6 +839,21 @@ FABRIC_ALERTS = Group(
     ),
 )
 
+
+def almost_full(local: bool) -> str:
+    """Local (shared=False) or shared filesystems with < 5 % available, or < 15 % and full within a
+    day at the last 6 hours' rate; read-only mounts left out (nothing writes to them)."""
+    fstype = f'{{fstype{"!~" if local else "=~"}"{T.SHARED_FSTYPES}"}}'
+    ratio = f"mountpoint:lockstep_filesystem_available_bytes:ratio{fstype}"
+    return (
+        f"(\n  {ratio} < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}\n  or\n  (\n"
+        f"    {ratio} < {num(T.FILESYSTEM_AVAILABLE_PREDICT_RATIO)}\n"
+        f"    and predict_linear(lockstep_filesystem_available_bytes{fstype}[{T.FILESYSTEM_PREDICT_WINDOW}], "
+        f"{T.FILESYSTEM_PREDICT_HORIZON_SECONDS}) < 0\n  )\n)\n"
+        f"unless {on('mountpoint')} lockstep_filesystem_readonly == 1"
+    )
+
+
 STORAGE_ALERTS = Group(
     "lockstep-storage.alerts",
     (
@@ -518,18 +872,10 @@ STORAGE_ALERTS = Group(
             "LockstepFilesystemAlmostFull",
             "warning",
             "30m",
-            "(\n"
-            f'  mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f" < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}\n  or\n  (\n"
-            f'    mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f" < {num(T.FILESYSTEM_AVAILABLE_PREDICT_RATIO)}\n"
-            f'    and predict_linear(lockstep_filesystem_available_bytes{{fstype!~"{T.SHARED_FSTYPES}"}}'
-            f"[{T.FILESYSTEM_PREDICT_WINDOW}], {T.FILESYSTEM_PREDICT_HORIZON_SECONDS}) < 0\n  )\n)\n"
-            f"unless {on('mountpoint')} lockstep_filesystem_readonly == 1\nor\n"
-            # A shared filesystem is one alert per cluster, not one per node that mounts it.
-            f"min by (cluster, mountpoint, fstype) (\n"
-            f'  mountpoint:lockstep_filesystem_available_bytes:ratio{{fstype=~"{T.SHARED_FSTYPES}"}}\n'
-            f") < {num(T.FILESYSTEM_AVAILABLE_CRITICAL_RATIO)}",
+            f"{almost_full(local=True)}\nor\n"
+            # A shared filesystem is one alert per cluster, not one per node that mounts it:
+            # the fullest node's view, among those that mount it writable.
+            f"min by (cluster, mountpoint, fstype) (\n{almost_full(local=False)}\n)",
             f"Filesystem {label('mountpoint')} is almost full",
             f"{label('mountpoint')} ({label('fstype')}){{{{ with $labels.instance }}}} on {WHERE}{{{{ end }}}} "
             f"has {VALUE_PERCENT} of its space left"
@@ -556,7 +902,8 @@ AGENT_ALERTS = Group(
             "LockstepCollectorFailing",
             "warning",
             "10m",
-            "lockstep_collector_up == 0",
+            # A GPU collector stuck in NVML is LockstepGPUFellOffBus's (critical, within minutes).
+            f"lockstep_collector_up == 0\nunless {on('collector')} {GPU_COLLECTOR_STUCK}",
             f"Collector {label('collector')} on {WHERE} is failing",
             f"The {label('collector')} collector of the agent on {WHERE} has failed or been stuck past its deadline "
             "for 10 minutes: its metrics are missing, and the alerts built on them cannot fire. "
@@ -618,12 +965,13 @@ class Compression:
     """Test-only changes for running the rules against a demo for a minute or two
     (tests/test_alerts_e2e.py); production renders without any.
 
-    for_scale: every `for:` times this.  range_scale, min_range: every range window ([5m]) and
+    for_scale: every `for:` times this, at most max_for seconds.  range_scale, min_range: every range window ([5m]) and
     offset times range_scale, at least min_range seconds: rate() divides by the whole window, so a
     window longer than the data reads low.  clock_offset: time() reads this many seconds earlier
     (the simulated node's wall clock runs behind the real one)."""
 
     for_scale: float = 1.0
+    max_for: int | None = None  # seconds: no compressed 'for' longer than this
     range_scale: float = 1.0
     min_range: int = 1
     clock_offset: float = 0.0
@@ -642,7 +990,12 @@ class Compression:
         return expr
 
     def for_(self, duration: str) -> str:
-        return duration if self.for_scale == 1.0 else scale_duration(duration, self.for_scale)
+        if self.for_scale == 1.0:
+            return duration
+        scaled = scale_duration(duration, self.for_scale)
+        if self.max_for is not None and int(scaled.removesuffix("s")) > self.max_for:
+            return f"{self.max_for}s"
+        return scaled
 
 
 PRODUCTION = Compression()
@@ -651,7 +1004,7 @@ PRODUCTION = Compression()
 def rule_dict(rule: Recording | Alert, compression: Compression = PRODUCTION) -> dict[str, object]:
     expr = compression.expr(rule.expr)
     if isinstance(rule, Recording):
-        return {"record": rule.record, "expr": expr}
+        return {"record": rule.record, "expr": expr, **({"labels": dict(rule.labels)} if rule.labels else {})}
     return {
         "alert": rule.name,
         "expr": expr,
@@ -661,6 +1014,7 @@ def rule_dict(rule: Recording | Alert, compression: Compression = PRODUCTION) ->
             "summary": rule.summary,
             "description": rule.description,
             "runbook_url": f"{T.RUNBOOK_BASE_URL}#{rule.runbook_anchor}",
+            **dict(rule.annotations),
         },
     }
 

@@ -43,9 +43,65 @@ GPU_STRAGGLER_SM_CLOCK_RATIO = 0.85
 GPU_STRAGGLER_MIN_UTILIZATION = 0.5
 # Peers needed before anyone can be a straggler: a single-rank (single-GPU) job never is.
 STRAGGLER_MIN_PEERS = 2
+# The sensitive detectors (LockstepTrainingStragglerSustained, LockstepGPUStragglerSustained)
+# catch a rank or GPU a few percent slower than its job for half an hour, which the ratios
+# above miss.  Healthy ranks differ from step to step by a few percent (averaged away over
+# thousands of steps) and from each other by a stable percent or two; a straggler must stand
+# out by both margins below in its 30-minute mean, and still be slow in its 5-minute mean, for 'for'.
+STRAGGLER_SUSTAINED_WINDOW = "30m"
+STRAGGLER_SUSTAINED_FOR = "10m"
+# Relative margin: a rank's time per step of its own work (compute + data wait: the time it does
+# not spend waiting for its peers) above this many times its job's median rank's ...
+TRAINING_STRAGGLER_SUSTAINED_RATIO = 1.05
+# ... a GPU's SM clock below this fraction of its job's median busy GPU's ...
+GPU_STRAGGLER_SUSTAINED_RATIO = 0.95
+# A rank (GPU) must still be slow now, by half the relative margin in its 5-minute mean, so that
+# a short episode that has ended (a blip) does not keep its 30-minute mean up long enough to fire.
+TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO = 1.025
+GPU_STRAGGLER_SUSTAINED_NOW_RATIO = 0.975
+# ... and statistical margin: further from the median than this many times the job's median
+# absolute deviation (MAD).  A rank of a 2-rank job is always exactly 1 MAD from the median
+# (the median is the mean of the two), so no 2-rank job ever passes it.
+STRAGGLER_SUSTAINED_MADS = 3
+# Ranks (GPUs) a job needs before the sensitive detectors judge it: a median and a spread need
+# a few peers.
+STRAGGLER_SUSTAINED_MIN_PEERS = 3
+
+# --- Suspects: what else the straggler's node shows in the same 30 minutes -------------------
+
+# A GPU throttled by one of these clock event reasons for at least this share of the window.
+# (sw_power_cap is left out: a busy GPU at its power limit is normal.)
+SUSPECT_GPU_THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake")
+SUSPECT_GPU_THROTTLE_SHARE = 0.1
+# PFC pause (either direction) on one of the node's interfaces for this share of the time.
+SUSPECT_PFC_PAUSE_RATIO = 0.02
+# InfiniBand congestion: transmit wait (as for LockstepIBCongestion) above this share.  Any
+# symbol error, link recovery, link down or receive error in the window counts as ib_errors.
+SUSPECT_IB_TRANSMIT_WAIT_RATIO = 0.05
+# Data wait: the rank's data wait per step exceeds its job's median by more than this share of
+# its excess time per step (the loader, not the GPU, explains most of its slowness).
+SUSPECT_DATA_WAIT_SHARE = 0.5
+# Host pressure (PSI): CPU "some" and IO "full" above these shares of the time.
+SUSPECT_CPU_PRESSURE_RATIO = 0.25
+SUSPECT_IO_PRESSURE_RATIO = 0.1
+
+# Where the straggler alerts' dashboard_url points: your Grafana's base URL, and the Slurm job
+# dashboard's panel that shows each rank's deviation with its suspects (dashboards/build.py
+# gives that panel this id).
+GRAFANA_URL = "http://grafana.example.com"
+SLURM_JOB_DASHBOARD_UID = "lockstep-slurm-job"
+RANK_DEVIATION_PANEL_ID = 100
+RANK_SUSPECTS_PANEL_ID = 101
+GPU_DEVIATION_PANEL_ID = 102
+
 # A job is stalled when none of its ranks completed a step for this long (covers a checkpoint
-# save, which pauses a synchronous job, of up to this long).
+# save or an evaluation pass, which pause a synchronous job, of up to this long) ...
 TRAINING_STALL_WINDOW = "10m"
+# ... while Slurm still runs it.  The rule looks this far back for the job's last step: the
+# agent drops a rank's series once it has logged nothing for its idle_timeout (10 minutes), so
+# the alert reads the last value seen, not a series that must still exist.  A job hung for
+# longer than this drops out of the alert (it will have been paged by then).
+TRAINING_STALL_LOOKBACK = "1h"
 
 # --- Inference KV cache ------------------------------------------------------------------------
 
@@ -77,6 +133,12 @@ CRITICAL_XIDS = (48, 61, 62, 64, 74, 92, 94, 95, 119, 120)
 # error correction repairs (its effective_errors are the ones that got through).
 NVLINK_ERRORS_PER_MINUTE = 1.0
 NVLINK_IGNORED_ERROR_TYPES = ("symbol_errors",)
+# Throttling is judged by its share of time (the rate of lockstep_gpu_clock_event_seconds_total
+# over this window), not by the flag at each evaluation: a GPU hovering at its limit flickers
+# in and out of it.  A 30-second blip is 10 % of the window, a GPU held down a quarter of the
+# time or more is reported.
+GPU_THROTTLE_TIME_RATIO = 0.25
+GPU_THROTTLE_WINDOW = "5m"
 # GPU core temperature drawn as the warning line on dashboards (the alerts use the driver's own
 # thermal slowdown reasons, not a temperature).
 GPU_TEMPERATURE_WARNING_CELSIUS = 85

@@ -35,6 +35,7 @@ from grafanalib.core import (
 )
 
 from alerts import thresholds as T
+from alerts.rules import num
 
 # The data source every panel and variable queries: the dashboard's datasource variable.
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -221,6 +222,12 @@ def heatmap(title: str, expr: str, unit: str, description: str = "", width: int 
         maxDataPoints=None,
     )
     return Cell(panel, width, height)
+
+
+def with_id(panel_id: int, cell: Cell) -> Cell:
+    """A panel with a fixed id, for links that open it (the straggler alerts' dashboard_url)."""
+    cell.panel = attr.evolve(cell.panel, id=panel_id)
+    return cell
 
 
 def layout(cells: Sequence[Cell]) -> list[Any]:
@@ -969,6 +976,76 @@ def slurm_job() -> Board:
                 "for every rank of a synchronous job; compute time singles out the straggler. "
                 f"LockstepTrainingStraggler fires above {T.TRAINING_STRAGGLER_COMPUTE_RATIO}x for 10 minutes.",
                 above((T.TRAINING_STRAGGLER_COMPUTE_RATIO, RED)),
+            ),
+            with_id(
+                T.RANK_DEVIATION_PANEL_ID,
+                timeseries(
+                    "Each rank against the job's median (30 min)",
+                    [
+                        (
+                            f"job_rank:lockstep_training_work_seconds:ratio_to_median30m{{{JOB}}} - 1",
+                            "rank {{rank}} ({{host}})",
+                        )
+                    ],
+                    "percentunit",
+                    "How much longer (or shorter) than the job's median rank each rank takes per step of its own work "
+                    "(compute and data wait, not waiting for peers), averaged over 30 minutes. Healthy ranks stay "
+                    "within a few percent. LockstepTrainingStragglerSustained fires for a rank above "
+                    f"{T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1:.0%} that is also {num(T.STRAGGLER_SUSTAINED_MADS)} "
+                    "times the job's spread (MAD) above the median, for 10 minutes; its suspects are in the table "
+                    "beside this panel.",
+                    above((T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1, RED)),
+                    width=16,
+                ),
+            ),
+            with_id(
+                T.RANK_SUSPECTS_PANEL_ID,
+                table(
+                    "Slow ranks and their suspects",
+                    [
+                        (
+                            f"job_rank:lockstep_training_suspect:active30m{{{JOB}}}\nor\nlabel_replace(\n"
+                            f"  job_rank:lockstep_training_work_seconds:ratio_to_median30m{{{JOB}}}"
+                            f" > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
+                            "  unless on (cluster, job_id, rank) job_rank:lockstep_training_suspect:active30m,\n"
+                            '  "suspect", "none found", "", ""\n)',
+                            "",
+                        )
+                    ],
+                    "none",
+                    "Ranks more than "
+                    f"{T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1:.0%} slower than the job's median (30 min), each with "
+                    "what its node (host) showed in the same 30 minutes: gpu_throttle (a GPU of this job on it held "
+                    "down by a thermal, hardware slowdown or power brake clock event), ib_errors, ib_congestion, "
+                    "pfc_pause, hung_mount, cpu_pressure, io_pressure; data_wait: the rank's own data wait explains "
+                    "most of its excess. docs/alerting.md says how each is decided.",
+                    hide=("Time", "__name__", "job", "Value", "instance", "cluster", "job_id"),
+                    width=8,
+                ),
+            ),
+            with_id(
+                T.GPU_DEVIATION_PANEL_ID,
+                timeseries(
+                    "Each GPU's SM clock against the job's median (30 min)",
+                    [
+                        (
+                            f"job_gpu:lockstep_gpu_sm_clock_hertz:ratio_to_median30m{{{JOB}}} - 1",
+                            "{{instance}} GPU {{gpu}}",
+                        ),
+                        (
+                            f"gpu:lockstep_gpu_clock_event_active:avg30m {on_job_gpus}",
+                            "{{instance}} GPU {{gpu}} {{reason}} (share of the time)",
+                        ),
+                    ],
+                    "percentunit",
+                    "Each busy GPU's SM clock over the median of the job's busy GPUs, minus 1 (30 min), and beside "
+                    "it the share of the time a slowdown clock event reason held the GPU down. "
+                    "LockstepGPUStragglerSustained fires below "
+                    f"-{1 - T.GPU_STRAGGLER_SUSTAINED_RATIO:.0%} (and {num(T.STRAGGLER_SUSTAINED_MADS)} MADs) for "
+                    "10 minutes.",
+                    below(T.GPU_STRAGGLER_SUSTAINED_RATIO - 1),
+                    width=24,
+                ),
             ),
             timeseries(
                 "Step time per rank",

@@ -32,6 +32,7 @@ import os
 import pkgutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,9 @@ from lockstep.agent.seams import Seams
 class Scenario:
     name: str
     description: str
+    # The node is healthy when the demo starts and the fault begins later (the straggler scenarios
+    # of the workloads area): its exposition at t=0 is the healthy one, so it has no golden file.
+    starts_healthy: bool = False
 
 
 HEALTHY = Scenario("healthy", "An 8-GPU training node in steady state: nothing wrong anywhere.")
@@ -93,14 +97,19 @@ class SimulatedNode:
         tmp.write_text(text)
         os.replace(tmp, path)
 
-    def run_clock(self, step: float = 5.0) -> Callable[[], None]:
-        """Advance simulated time in real time (for a served demo).  Returns the function that
-        stops it and waits for a render in progress, so the tree can then be removed."""
+    def run_clock(self, step: float = 5.0, speed: float = 1.0) -> Callable[[], None]:
+        """Advance simulated time, `speed` simulated seconds per real second (for a served demo),
+        re-rendering every `step` simulated seconds but at most once a real second.  Returns the
+        function that stops it and waits for a render in progress, so the tree can be removed."""
         stop = threading.Event()
+        step = max(step, speed)
+        began, t0 = time.monotonic(), self.t
 
         def tick() -> None:
-            while not stop.wait(step):
-                self.render(self.t + step)
+            while not stop.wait(step / speed):
+                # From the real time elapsed, so a slow render (a loaded machine) does not slow the clock.
+                elapsed = (time.monotonic() - began) * speed
+                self.render(t0 + elapsed // step * step)
 
         thread = threading.Thread(target=tick, name="simulated-clock", daemon=True)
         thread.start()

@@ -15,6 +15,14 @@ plus a rate times t.
 Scenarios:
 - ``pfc-storm``: ``ens3f0np0``'s receive path is stalled, so it keeps sending PFC pause on
   priority 3 (tx pause frames and pause time rising, pause-storm warning events).
+- ``fabric-faults``: port ``mlx5_1``/1 is down (polling: no cable or a dead transceiver);
+  ``mlx5_2``/1 is congested (its traffic collapsed and it waits for credits a quarter of its
+  transmit time), ``mlx5_4``/1 mildly so (5 %, below the alert); DCQCN is disabled on
+  every priority of ``ens3f1np1``.
+- ``leaf-switch-down``: the rail-0 leaf switch is dead, so ``mlx5_0``'s port is down (and stays
+  down) on every node behind it; run several demos of it to see one alert group.
+- ``straggler-pfc`` (defined by the workloads area): from its onset ``ens3f0np0`` storms as in
+  ``pfc-storm``.
 - ``link-flap``: ``mlx5_3``'s cable is failing: link_downed and link_error_recovery keep
   increasing, symbol_error has saturated at 65535, and the port is down 10 s of every minute.
 """
@@ -27,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.simulation import Scenario
+from lockstep.simulation.workloads import SLOW_ONSET
 
 if TYPE_CHECKING:
     from lockstep.agent.collector import Paths
@@ -39,18 +48,36 @@ SCENARIOS = (
         "pause-storm warning events fire.",
     ),
     Scenario(
+        "fabric-faults",
+        "InfiniBand port mlx5_1/1 is down (polling, cable pulled), mlx5_2/1 waits for credits a quarter of its "
+        "transmit time, DCQCN is disabled on ens3f1np1; mlx5_4/1 waits 5 % of the time (no alert).",
+    ),
+    Scenario(
+        "leaf-switch-down",
+        "The leaf switch of rail 0 failed: InfiniBand port mlx5_0/1 is down (DOWN, Polling) here and on every "
+        "node behind that switch.",
+    ),
+    Scenario(
         "link-flap",
         "InfiniBand port mlx5_3/1 flaps: link_downed and link_error_recovery keep rising, symbol_error is "
         "saturated at 65535, the port is down 10 s of every minute.",
     ),
 )
 
+LEAF_DOWN = "mlx5_0"
 UPTIME = 86_400.0  # the node has been up a day when the demo starts
 IB_HCAS = 8
 ROCE_NETDEVS = ("ens3f0np0", "ens3f1np1")
 FLAPPING = "mlx5_3"
 STORMING = "ens3f0np0"
 PFC_PRIORITY = 3
+# fabric-faults: a port down, congested ports (transmit-wait ticks per transmitted word, since
+# CONGESTION_SINCE; their traffic collapses to CONGESTED_WORDS a second), DCQCN off.
+DOWN_PORT = "mlx5_1"
+CONGESTED = {"mlx5_2": 0.33, "mlx5_4": 0.05}
+CONGESTED_WORDS = 5e6
+CONGESTION_SINCE = -300.0
+DCQCN_OFF = "ens3f1np1"
 
 Writer = Callable[[Path, str], None]
 
@@ -130,7 +157,10 @@ def write_hca(
     write(root / "node_type", "1: CA\n")
     port = root / "ports" / "1"
     flapping = scenario == "link-flap" and device == FLAPPING
-    down = flapping and (t % 60) >= 50
+    faults = scenario == "fabric-faults"
+    # leaf-switch-down: the rail-0 leaf switch died before the demo started; its port stays down.
+    leaf_down = scenario == "leaf-switch-down" and device == LEAF_DOWN
+    down = (flapping and (t % 60) >= 50) or leaf_down or (faults and device == DOWN_PORT)
     write(port / "link_layer", f"{link_layer}\n")
     write(port / "state", "1: DOWN\n" if down else "4: ACTIVE\n")
     write(port / "phys_state", "2: Polling\n" if down else "5: LinkUp\n")
@@ -141,10 +171,16 @@ def write_hca(
     # Collective traffic: ~55 % of 400 Gb/s each way, in 4-byte words; a little skew per HCA.
     words = (400e9 / 8 / 4 * 0.55 if not roce else 200e9 / 8 / 4 * 0.2) * (1 + index / 100)
     packets = words * 4 / 4096
+    transmitted = _count(words, t)
+    transmit_wait = min(_count(900 + 10 * index, t), 2**32 - 1)
+    if faults and device in CONGESTED and t > CONGESTION_SINCE:
+        congested_for = t - CONGESTION_SINCE
+        transmitted = _count(words, CONGESTION_SINCE) + int(CONGESTED_WORDS * congested_for)
+        transmit_wait = min(transmit_wait + int(CONGESTED_WORDS * CONGESTED[device] * congested_for), 2**32 - 1)
     counters = {
         "VL15_dropped": 0,
         "excessive_buffer_overrun_errors": 0,
-        "link_downed": (3 + int((t + 60) // 60)) if flapping else 0,
+        "link_downed": (3 + int((t + 60) // 60)) if flapping else 1 if leaf_down else 0,
         "link_error_recovery": (17 + int((t + 20) // 20)) if flapping else 1,
         "local_link_integrity_errors": 0,
         "multicast_rcv_packets": _count(0.5, t),
@@ -156,10 +192,10 @@ def write_hca(
         "port_rcv_remote_physical_errors": 0,
         "port_rcv_switch_relay_errors": 0,
         "port_xmit_constraint_errors": 0,
-        "port_xmit_data": _count(words, t),
+        "port_xmit_data": transmitted,
         "port_xmit_discards": 0,
         "port_xmit_packets": _count(packets, t),
-        "port_xmit_wait": min(_count(900 + 10 * index, t), 2**32 - 1),
+        "port_xmit_wait": transmit_wait,
         "symbol_error": 65535 if flapping else 0,
         "unicast_rcv_packets": _count(packets * 0.98, t) - _count(0.5, t),
         "unicast_xmit_packets": _count(packets, t) - _count(0.5, t),
@@ -175,11 +211,12 @@ def write_hca(
     write(port / "hw_counters" / "lifespan", "10\n")
 
 
-def write_ecn(write: Writer, sysfs: Path, netdev: str) -> None:
-    """MLNX_OFED's DCQCN switches: enabled on the RoCE priority only."""
+def write_ecn(write: Writer, sysfs: Path, netdev: str, scenario: str = "healthy") -> None:
+    """MLNX_OFED's DCQCN switches: enabled on the RoCE priority only (fabric-faults: off on DCQCN_OFF)."""
+    off = scenario == "fabric-faults" and netdev == DCQCN_OFF
     for directory in ("roce_np", "roce_rp"):
         for priority in range(8):
-            enabled = priority == (PFC_PRIORITY if netdev == STORMING else 0)
+            enabled = priority == (PFC_PRIORITY if netdev == STORMING else 0) and not off
             write(sysfs / "class" / "net" / netdev / "ecn" / directory / "enable" / str(priority), f"{int(enabled)}\n")
 
 
@@ -212,8 +249,11 @@ class SimulatedEthtool:
 
 def ethtool_statistics(interface: str, scenario: str, t: float) -> list[tuple[str, int]]:
     """An mlx5 ``ethtool -S`` (abridged), in the driver's order: names as the kernel gives them."""
-    storm = scenario == "pfc-storm" and interface == STORMING
-    storm_seconds = max(0.0, t + 120)  # the storm began two minutes before the demo started
+    # pfc-storm: the storm began two minutes before the demo started; straggler-pfc: at the
+    # workloads area's onset.
+    began = {"pfc-storm": -120.0, "straggler-pfc": SLOW_ONSET}.get(scenario)
+    storm = began is not None and t >= began and interface == STORMING
+    storm_seconds = max(0.0, t - began) if began is not None else 0.0
     pfc = interface == STORMING
     prio = f"prio{PFC_PRIORITY}" if pfc else "global"
     stats: list[tuple[str, int]] = [
@@ -274,7 +314,7 @@ def build_infiniband(write: Writer, sysfs: Path, scenario: str, t: float, *, ib_
             hw_counters=Q_COUNTERS + ROCE_COUNTERS,
             scenario=scenario,
         )
-        write_ecn(write, sysfs, netdev)
+        write_ecn(write, sysfs, netdev, scenario)
 
 
 def changed_only(write: Writer) -> Writer:

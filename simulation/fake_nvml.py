@@ -190,6 +190,9 @@ class GpuSpec:
     memory_temperature_celsius: int = 40
     clock_event_reasons: tuple[str, ...] = ()  # active now; see CLOCK_EVENT_REASONS
     clock_event_seconds: Mapping[str, float] = field(default_factory=dict)  # at t=0; active ones grow 1 s/s
+    # Reasons that come and go: reason -> (from t, period, seconds on at the start of each
+    # period), e.g. a GPU hovering at its thermal limit; their seconds grow while on.
+    clock_event_duty: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
     ecc_corrected: int = 0  # volatile counts
     ecc_uncorrected: int = 0
     retired_pages_single_bit: int = 0  # pre-Ampere
@@ -236,6 +239,13 @@ class FakeSpec:
     driver_version: str = "550.90.07"
     xid_events: tuple[XidEventSpec, ...] = ()
     driver_loaded: bool = True  # False: nvmlInit raises NVMLError_DriverNotLoaded
+    # NVML hangs (as it can after a GPU fault): every call made from t=hang_from on blocks
+    # until t reaches hang_until (None: for good).
+    hang_from: float | None = None
+    hang_until: float | None = None
+    # One call made at or after t=slow_call_at takes slow_call_seconds (real time) to answer.
+    slow_call_at: float | None = None
+    slow_call_seconds: float = 0.0
 
 
 def default_uuid(index: int) -> str:
@@ -343,6 +353,15 @@ class _Parser:
                 self.fail(source, key, where, f"unknown reasons {bad} (known: {', '.join(CLOCK_EVENT_REASONS)})")
                 return None
             return tuple(reasons)
+        if key == "clock_event_duty":
+            duty = {}
+            for reason, numbers in self.mapping(value, source, key, where).items():
+                ok = isinstance(numbers, list) and len(numbers) == 3
+                if reason not in CLOCK_EVENT_DURATION_FIELDS or not ok:
+                    self.fail(source, key, f"{where}.{reason}", "expected a reason with a time: [from, period, on]")
+                    return None
+                duty[reason] = tuple(self.number(n, source, key, where, whole=False) for n in numbers)
+            return duty
         if key in ("clock_event_seconds", "nvlink_errors", "nvlink_counters"):
             known = {
                 "clock_event_seconds": tuple(CLOCK_EVENT_DURATION_FIELDS),
@@ -525,6 +544,7 @@ class FakeNvml:
         self._by_address.update({ctypes.addressof(s): key for key, s in self._mig_structs.items()})
         self._unsupported = [g.unsupported_names() for g in spec.gpus]
         self._field_names = field_names(spec.driver_version)
+        self._slow_call_done = False
 
     # --- controls for tests and the simulated node ---
 
@@ -600,8 +620,16 @@ class FakeNvml:
                 event.seq = self._next()
 
     def _enter(self, function: str, gpu: int | None = None, needs_init: bool = True) -> None:
-        """Count the call and raise what NVML would raise before answering it."""
+        """Count the call, wait while NVML hangs, and raise what NVML would raise before answering it."""
         self.calls[(function, gpu)] += 1
+        while self._hanging():
+            self._changed.wait()  # releases the lock: time goes on, other callers hang too
+        slow_at = self.spec.slow_call_at
+        if slow_at is not None and self.t >= slow_at and not self._slow_call_done:
+            self._slow_call_done = True
+            until = time.monotonic() + self.spec.slow_call_seconds
+            while (left := until - time.monotonic()) > 0:
+                self._changed.wait(left)
         for failure in self._failures.get(function, []):
             if failure.times > 0 and failure.gpu in (None, gpu):
                 failure.times -= 1
@@ -613,6 +641,31 @@ class FakeNvml:
                 raise pynvml.NVMLError_GpuIsLost()
             if function in self._unsupported[gpu]:
                 raise pynvml.NVMLError_NotSupported()
+
+    def _hanging(self) -> bool:
+        start, end = self.spec.hang_from, self.spec.hang_until
+        return start is not None and self.t >= start and (end is None or self.t < end)
+
+    def _active(self, gpu: GpuSpec) -> tuple[str, ...]:
+        """The clock event reasons holding the GPU down now."""
+        cycling = tuple(
+            reason
+            for reason, (start, period, on) in gpu.clock_event_duty.items()
+            if self.t >= start and (self.t - start) % period < on
+        )
+        return (*gpu.clock_event_reasons, *cycling)
+
+    def _event_seconds(self, gpu: GpuSpec, reason: str) -> float:
+        """Time the reason has held the GPU down, by now."""
+        seconds = gpu.clock_event_seconds.get(reason, 0.0)
+        if reason in gpu.clock_event_reasons:
+            seconds += self.t
+        if reason in gpu.clock_event_duty:
+            start, period, on = gpu.clock_event_duty[reason]
+            if self.t > start:
+                cycles, into = divmod(self.t - start, period)
+                seconds += cycles * on + min(into, on)
+        return seconds
 
     def _gone(self, gpu: int) -> bool:
         """Lost: by lose_gpu, by delivering its XID 79, or past its lost_at (strictly: at lost_at
@@ -760,7 +813,7 @@ class FakeNvml:
         with self._lock:
             _, gpu = self._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons")
             mask = 0
-            for reason in gpu.clock_event_reasons:
+            for reason in self._active(gpu):
                 mask |= CLOCK_EVENT_REASONS[reason]
             return mask
 
@@ -857,10 +910,7 @@ class FakeNvml:
             "NVML_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL": (ull, links * errors.get("recovery", 0)),
         }
         for reason, reason_field in CLOCK_EVENT_DURATION_FIELDS.items():
-            seconds = gpu.clock_event_seconds.get(reason, 0.0)
-            if reason in gpu.clock_event_reasons:
-                seconds += self.t
-            device[reason_field] = (ull, seconds * 1e9)  # nanoseconds
+            device[reason_field] = (ull, self._event_seconds(gpu, reason) * 1e9)  # nanoseconds
         link_up: dict[str, tuple[int, float]] = {
             "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX": (
                 ull,

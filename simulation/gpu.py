@@ -10,6 +10,8 @@ Scenarios:
   runs on GPUs 0-5).
 - ``gpu-volta``: an older node's GPUs: 8 V100s with NVLink 2 (6 links), page retirement
   instead of row remapping, and the fields Volta lacks probed once and left out.
+- ``straggler-thermal`` (defined by the workloads area): from its onset GPU 3 is held ~10 %
+  down by sw_thermal_slowdown, hot (89 C).
 - ``straggler`` (defined by another area): GPU 3 is throttled: hw_slowdown active, its SM
   clock ~1.4x below its peers' and its power lower.
 
@@ -30,9 +32,11 @@ from lockstep.simulation.fake_nvml import (
     GpuSpec,
     MigDeviceSpec,
     ProcessSpec,
+    XidEventSpec,
     default_uuid,
     with_defaults,
 )
+from lockstep.simulation.workloads import slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -40,6 +44,23 @@ if TYPE_CHECKING:
 SCENARIOS = (
     Scenario("gpu-lost", "GPU 5 fell off the bus (XID 79): it reports lockstep_gpu_up 0, the other GPUs go on."),
     Scenario("gpu-mig", "GPUs 6 and 7 are partitioned with MIG and serve inference; training runs on GPUs 0-5."),
+    Scenario(
+        "gpu-faults",
+        "GPU 1 reports XID 48, GPU 2 uncorrectable ECC errors, GPU 4 a failed row remapping, GPU 6 an NVLink "
+        "down, GPU 7 NVLink replays; GPU 3's XID 13 (an application fault) and GPU 0's corrected ECC errors "
+        "are no alerts.",
+    ),
+    Scenario(
+        "gpu-nvml-hang",
+        "GPU 5 falls off the bus 10 s in and NVML hangs: every call blocks, the GPU collector is stuck, "
+        "every GPU series ages out.",
+    ),
+    Scenario(
+        "gpu-throttle",
+        "From 10 s in, GPU 2 hovers at its thermal limit (slowed down half of every 20 s) and GPU 5's power "
+        "brake holds; GPU 0 has a 3-s thermal blip, GPU 1 touches its limit 10 % of the time, and one NVML call "
+        "takes 1.5 s (slow, not hung).",
+    ),
     Scenario(
         "gpu-volta",
         "An older node: 8 V100s with NVLink 2, page retirement instead of row remapping; "
@@ -57,6 +78,8 @@ PCI_BUS_IDS = tuple(f"00000000:{bus}:00.0" for bus in ("18", "2A", "3A", "5D", "
 GPU_UUIDS = tuple(default_uuid(i) for i in range(GPUS))
 STRAGGLER_GPU = 3
 LOST_GPU = 5
+FAULT_AT = 10.0  # gpu-nvml-hang, gpu-throttle: the fault begins 10 s into the demo
+XID_AT = 5.0  # gpu-faults: XIDs and uncorrectable ECC errors 5 s into the demo
 
 
 def h100(i: int) -> GpuSpec:
@@ -99,6 +122,17 @@ def throttled(gpu: GpuSpec) -> GpuSpec:
         power_watts=430.0,
         temperature_celsius=71,
         utilization_gpu_percent=99,
+    )
+
+
+def thermally_throttled(gpu: GpuSpec) -> GpuSpec:
+    """GPU 3 in ``straggler-thermal``: the driver holds its clock ~10 % down for heat."""
+    return dataclasses.replace(
+        gpu,
+        clock_event_reasons=("sw_thermal_slowdown",),
+        sm_clock_mhz=round(gpu.sm_clock_max_mhz / 1.1),
+        temperature_celsius=89,
+        power_watts=560.0,
     )
 
 
@@ -153,7 +187,8 @@ def v100(i: int) -> GpuSpec:
     )
 
 
-def node_spec(scenario: str) -> FakeSpec:
+def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
+    """The node's NVML at time t (only gpu-faults changes with t)."""
     if scenario == "gpu-volta":
         return FakeSpec(gpus=tuple(v100(i) for i in range(GPUS)), driver_version="535.183.06")
     gpus = [h100(i) for i in range(GPUS)]
@@ -165,6 +200,31 @@ def node_spec(scenario: str) -> FakeSpec:
         # The workloads area's vLLM server (pid 3100) runs its engine core, pid 3101, on GPU 7.
         serving = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB)
         gpus[7] = dataclasses.replace(gpus[7], processes=(*gpus[7].processes, serving))
+    elif scenario == "gpu-nvml-hang":
+        gpus[LOST_GPU] = dataclasses.replace(gpus[LOST_GPU], lost_at=FAULT_AT)
+        return FakeSpec(gpus=tuple(with_defaults(g, i) for i, g in enumerate(gpus)), hang_from=FAULT_AT)
+    elif scenario == "gpu-throttle":
+        duty = {
+            0: ("hw_thermal_slowdown", (FAULT_AT, 1e9, 3.0)),  # one 3-s blip
+            1: ("sw_thermal_slowdown", (0.0, 20.0, 2.0)),  # 10 % of the time
+            2: ("hw_thermal_slowdown", (FAULT_AT, 20.0, 10.0)),  # 50 %: hovering at its limit
+            5: ("hw_power_brake", (FAULT_AT, 1e9, 1e9)),  # from FAULT_AT on
+        }
+        for i, (reason, cycle) in duty.items():
+            gpus[i] = dataclasses.replace(gpus[i], clock_event_duty={reason: cycle})
+        # ... and one NVML call takes 1.5 s, within the GPU collector's deadline.
+        return FakeSpec(
+            gpus=tuple(with_defaults(g, i) for i, g in enumerate(gpus)), slow_call_at=FAULT_AT, slow_call_seconds=1.5
+        )
+    elif scenario == "gpu-faults":
+        faulty = t >= XID_AT
+        gpus[0] = dataclasses.replace(gpus[0], ecc_corrected=40 + int(max(0.0, t)))  # corrected: no alert
+        gpus[2] = dataclasses.replace(gpus[2], ecc_uncorrected=2 if faulty else 0)
+        gpus[4] = dataclasses.replace(gpus[4], remapped_rows_uncorrectable=8, remapped_rows_failed=True)
+        gpus[6] = dataclasses.replace(gpus[6], nvlink_down=(3,))
+        gpus[7] = dataclasses.replace(gpus[7], nvlink_errors={"replay": 100 + int(max(0.0, t))})  # 60 a minute
+        xids = (XidEventSpec(gpu=1, xid=48, at=XID_AT), XidEventSpec(gpu=3, xid=13, at=XID_AT))
+        return FakeSpec(gpus=tuple(with_defaults(g, i) for i, g in enumerate(gpus)), xid_events=xids)
     elif scenario == "gpu-mig":
         gpus[6] = mig(gpus[6], ((1, "3g.40gb", 40_192, 3101), (2, "3g.40gb", 40_192, 3102)))
         gpus[7] = mig(
@@ -174,9 +234,18 @@ def node_spec(scenario: str) -> FakeSpec:
 
 
 def build(node: SimulatedNode, t: float) -> None:
+    if node.scenario == "straggler-thermal" and node.seams.nvml is not None and slow(node.scenario, t):
+        # The throttle begins at the workloads area's onset: the fake serves the new spec from now on.
+        fake = node.seams.nvml
+        if fake.spec.gpus[STRAGGLER_GPU].clock_event_reasons != ("sw_thermal_slowdown",):
+            gpus = list(fake.spec.gpus)
+            gpus[STRAGGLER_GPU] = thermally_throttled(gpus[STRAGGLER_GPU])
+            fake.spec = dataclasses.replace(fake.spec, gpus=tuple(gpus))
     fake = node.seams.nvml
     if fake is None:
         fake = node.seams.nvml = FakeNvml(node_spec(node.scenario))
         if node.seams.wall_clock is None:
             node.seams.wall_clock = lambda: WALL_CLOCK_AT_START + node.t
+    if node.scenario == "gpu-faults":
+        fake.spec = node_spec(node.scenario, t)  # its counters change with t
     fake.set_time(t)

@@ -2,6 +2,7 @@
 
 The job's processes' environment is readable (as for an agent running as root), so the
 collector needs slurmctld only for the node's state, which a fake ``scontrol`` answers.
+In ``training-finished`` (workloads.py) the job has ended: no job on the node.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ TRAINING_PID = 2200
 
 
 def build(node: SimulatedNode, t: float) -> None:
+    node.seams.scontrol = _scontrol
+    node.options.setdefault("slurm", {})["node_name"] = NODE
+    if node.scenario == "training-finished":
+        return  # the job ended: no job cgroup, no job process
     job = node.paths.sysfs / "fs" / "cgroup" / "system.slice" / "slurmstepd.scope" / f"job_{JOB_ID}"
     node.write(job / "cpu.stat", f"usage_usec {int((3600 + t) * 8 * 0.92 * 1e6)}\n")
     node.write(job / "memory.current", f"{412 * 2**30 + int(t) * 4096}\n")
@@ -33,8 +38,6 @@ def build(node: SimulatedNode, t: float) -> None:
         "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
     }
     node.write(node.paths.procfs / str(TRAINING_PID) / "environ", "".join(f"{k}={v}\0" for k, v in environ.items()))
-    node.seams.scontrol = _scontrol
-    node.options.setdefault("slurm", {})["node_name"] = NODE
 
 
 def _scontrol(args: list[str], timeout: float) -> str:

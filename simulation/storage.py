@@ -17,6 +17,7 @@ Scenarios:
   host's healthy one in this scenario only.
 - ``nfs-server-down``: the NFS server of /home stopped answering: statfs on /home blocks
   (the mount is reported unresponsive), and its RPCs time out and retransmit.
+- ``straggler-nfs`` (defined by the workloads area): the same, from that area's onset.
 """
 
 from __future__ import annotations
@@ -24,11 +25,13 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
+from lockstep.simulation.workloads import SLOW_ONSET, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -38,6 +41,16 @@ SCENARIOS = (
         "checkpoint-stall",
         "A checkpoint save wrote its shards and never completed, for longer than the save interval; "
         "I/O pressure climbs.",
+    ),
+    Scenario(
+        "checkpoint-overdue",
+        "Job 4242 stopped saving checkpoints (its save hook fails) after the save that completed 27.5 minutes "
+        "ago; training goes on.",
+    ),
+    Scenario(
+        "shared-fs-filling",
+        "/lustre has 14.5 % left and fills within 12 hours; /home (NFS) has 14 % left, steady, and one statfs "
+        "on it takes 0.5 s 10 s in (slow, not hung); /refdata, an NFS export mounted read-only, is 98 % full.",
     ),
     Scenario(
         "nfs-server-down",
@@ -76,6 +89,13 @@ STATFS = {
     "/datasets": (4096, 2**40, 2**40 - 90_000_000_000, 2**40 - 90_000_000_000, 10_000_000, 9_000_000),
 }
 LLITE = "scratch-ffff9c4a1e2b8000"
+# shared-fs-filling: /lustre's available share at t=0 and how long it takes to fill; /home is
+# steady at HOME_AVAILABLE; /refdata is a read-only NFS export of reference data, nearly full.
+LUSTRE_AVAILABLE, LUSTRE_FILLS_IN = 0.145, 12 * 3600.0
+HOME_AVAILABLE = 0.14
+REFDATA_MOUNT = ("/refdata", "nfs4", "nfs2:/export/refdata", "ro,relatime", "ro,vers=4.2,hard,proto=tcp")
+REFDATA_STATFS = (1_048_576, 20_000_000, 400_000, 400_000, 100_000_000, 60_000_000)
+SLOW_STATFS_AT, SLOW_STATFS_SECONDS = 10.0, 0.5  # shared-fs-filling: within the 1-s stat timeout
 
 CHECKPOINT_ROOT = "/lustre/ckpt/job=4242"
 SAVE_INTERVAL = 600
@@ -86,6 +106,7 @@ SHARD_BYTES = 2 * GIB
 METADATA_BYTES = 1_572_864
 KEEP = 3  # completed saves kept on disk (the job deletes older ones)
 STALLED_SAVE = 10  # checkpoint-stall: save 10 began 1100 s before t=0 and never completes
+LAST_SAVE = 9  # checkpoint-overdue: no save begins after save 9 (completed 1655 s before t=0)
 STUCK_RANK = 7  # ... because rank 7's shard never finished writing
 
 
@@ -94,15 +115,17 @@ def build(node: SimulatedNode, t: float) -> None:
     proc, rootfs = node.paths.procfs, node.paths.rootfs
     table = "".join(
         f"{26 + i} 1 0:{30 + i} / {mp} {opts} shared:{i + 1} - {fstype} {device} {super_opts}\n"
-        for i, (mp, fstype, device, opts, super_opts) in enumerate(MOUNTS)
+        for i, (mp, fstype, device, opts, super_opts) in enumerate(mounts(node.scenario))
     )
     # pid 1's mount table: what a host's (or a containerised agent's --path.procfs) shows.
     node.write(proc / "1" / "mountinfo", table)
     node.write(proc / "1" / "mountstats", mountstats(node.scenario, t))
-    for mountpoint in STATFS:
+    for mountpoint in statfs_table(node.scenario, t):
         (rootfs / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
     if node.seams.statvfs is None:  # one for the node's life: collectors keep the one they were given
-        node.seams.statvfs = FakeStatvfs(rootfs, hung={"/home"} if node.scenario == "nfs-server-down" else set())
+        node.seams.statvfs = FakeStatvfs(node)
+    if node.scenario == "straggler-nfs" and slow(node.scenario, t) and isinstance(node.seams.statvfs, FakeStatvfs):
+        node.seams.statvfs.hung.add("/home")  # the server went away at the workloads area's onset
     node.seams.stat_timer = lambda: 0.0
     node.seams.wall_clock = lambda: EPOCH + node.t
     # The whole demo round waits for a hung statfs this long, not the 5 s default.
@@ -119,22 +142,45 @@ def build(node: SimulatedNode, t: float) -> None:
         io_pressure_during_stall(node, now)
 
 
+def mounts(scenario: str) -> tuple[tuple[str, str, str, str, str], ...]:
+    return (*MOUNTS, REFDATA_MOUNT) if scenario == "shared-fs-filling" else MOUNTS
+
+
+def statfs_table(scenario: str, t: float) -> dict[str, tuple[int, int, int, int, int, int]]:
+    """statfs figures per mountpoint at time t."""
+    table = dict(STATFS)
+    if scenario == "shared-fs-filling":
+        frsize, blocks, _, _, files, ffree = STATFS["/lustre"]
+        available = int(blocks * LUSTRE_AVAILABLE * (1 - t / LUSTRE_FILLS_IN))
+        table["/lustre"] = (frsize, blocks, available + 10_000_000, available, files, ffree)
+        frsize, blocks, _, _, files, ffree = STATFS["/home"]
+        table["/home"] = (frsize, blocks, int(blocks * HOME_AVAILABLE), int(blocks * HOME_AVAILABLE), files, ffree)
+        table[REFDATA_MOUNT[0]] = REFDATA_STATFS
+    return table
+
+
 class FakeStatvfs:
     """statvfs of the simulated mounts; a hung mount's call never returns (like a dead NFS server)."""
 
-    def __init__(self, rootfs: Path, hung: set[str]) -> None:
-        self.rootfs = rootfs
-        self.hung = hung
+    def __init__(self, node: SimulatedNode) -> None:
+        self.node = node
+        self.hung = {"/home"} if node.scenario == "nfs-server-down" else set()
         self._never = threading.Event()
+        self._slow_done = False
 
     def __call__(self, path: str) -> os.statvfs_result:
-        relative = os.path.relpath(path, self.rootfs)
+        relative = os.path.relpath(path, self.node.paths.rootfs)
         mountpoint = "/" if relative == "." else "/" + relative
         if mountpoint in self.hung:
             self._never.wait()
-        if mountpoint not in STATFS:
+        if self.node.scenario == "shared-fs-filling" and mountpoint == "/home" and self.node.t >= SLOW_STATFS_AT:
+            if not self._slow_done:
+                self._slow_done = True
+                time.sleep(SLOW_STATFS_SECONDS)
+        table = statfs_table(self.node.scenario, self.node.t)
+        if mountpoint not in table:
             raise FileNotFoundError(2, "No such file or directory", path)
-        frsize, blocks, bfree, bavail, files, ffree = STATFS[mountpoint]
+        frsize, blocks, bfree, bavail, files, ffree = table[mountpoint]
         return os.statvfs_result((frsize, frsize, blocks, bfree, bavail, files, ffree, ffree, 0, 255))
 
 
@@ -153,10 +199,12 @@ def mountstats(scenario: str, t: float) -> str:
     for name, (ops_rate, sent, received, queue, rtt, execute) in rates.items():
         ops = int(ops_rate * elapsed)
         transmissions, timeouts = ops + ops // 50_000, 0
-        if scenario == "nfs-server-down" and name in ("READ", "GETATTR"):
-            # Since the server went away 10 minutes before t=0, retries every 60 s (timeo=600).
-            transmissions += int((600 + t) // 60) * 2
-            timeouts += int((600 + t) // 60)
+        # nfs-server-down: the server went away 10 minutes before t=0; straggler-nfs: at the
+        # workloads area's onset.  Retries every 60 s (timeo=600).
+        gone = {"nfs-server-down": -600.0, "straggler-nfs": SLOW_ONSET}.get(scenario)
+        if gone is not None and t >= gone and name in ("READ", "GETATTR"):
+            transmissions += int((t - gone) // 60) * 2
+            timeouts += int((t - gone) // 60)
         numbers = (
             ops,
             transmissions,
@@ -204,23 +252,24 @@ def lustre_stats(scenario: str, t: float) -> str:
     )
 
 
-def _save_begin(k: int) -> float:
+def save_begin(k: int) -> float:
     return JOB_START + k * SAVE_INTERVAL + FIRST_SAVE_OFFSET
 
 
 def _shard_done(k: int, rank: int) -> float:
-    return _save_begin(k) + 5 + 5 * rank
+    return save_begin(k) + 5 + 5 * rank
 
 
-def _metadata_done(k: int) -> float:
-    return _save_begin(k) + 45
+def metadata_done(k: int) -> float:
+    return save_begin(k) + 45
 
 
 def checkpoints(root: Path, scenario: str, now: float) -> None:
     """The save directories as they are at ``now``: finished shards, .metadata once complete."""
     stalled = scenario == "checkpoint-stall"
-    begun = [k for k in range(1, 1000) if _save_begin(k) <= now and not (stalled and k > STALLED_SAVE)]
-    complete = [k for k in begun if _metadata_done(k) <= now and not (stalled and k == STALLED_SAVE)]
+    last = STALLED_SAVE if stalled else LAST_SAVE if scenario == "checkpoint-overdue" else 1000
+    begun = [k for k in range(1, 1000) if save_begin(k) <= now and k <= last]
+    complete = [k for k in begun if metadata_done(k) <= now and not (stalled and k == STALLED_SAVE)]
     keep = set(complete[-KEEP:]) | (set(begun) - set(complete))
     root.mkdir(parents=True, exist_ok=True)
     wanted = {f"step_{k * 1000:06d}" for k in keep}
@@ -230,15 +279,15 @@ def checkpoints(root: Path, scenario: str, now: float) -> None:
     for k in sorted(keep):
         directory = root / f"step_{k * 1000:06d}"
         directory.mkdir(exist_ok=True)
-        last_change = _save_begin(k)
+        last_change = save_begin(k)
         for rank in range(RANKS):
             done = _shard_done(k, rank)
             if done <= now and not (stalled and k == STALLED_SAVE and rank == STUCK_RANK):
                 _sparse_file(directory / f"__{rank}_0.distcp", SHARD_BYTES, done)
                 last_change = done
         if k in complete:
-            _sparse_file(directory / ".metadata", METADATA_BYTES, _metadata_done(k))
-            last_change = _metadata_done(k)
+            _sparse_file(directory / ".metadata", METADATA_BYTES, metadata_done(k))
+            last_change = metadata_done(k)
         os.utime(directory, (last_change, last_change))
 
 
@@ -253,7 +302,7 @@ def _sparse_file(path: Path, size: int, mtime: float) -> None:
 def io_pressure_during_stall(node: SimulatedNode, now: float) -> None:
     """/proc/pressure/io while the save is stalled: 'full' (every task stalled) at ~60 %."""
     elapsed = UPTIME_AT_START + (now - EPOCH)
-    stalled_for = now - _save_begin(STALLED_SAVE)
+    stalled_for = now - save_begin(STALLED_SAVE)
     some = int(1_500 * elapsed + 850_000 * stalled_for)  # µs, as host's healthy rates plus the stall
     full = int(700 * elapsed + 600_000 * stalled_for)
     node.write(

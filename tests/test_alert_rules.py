@@ -17,14 +17,17 @@ import yaml
 from alerts import rules
 from alerts import thresholds as T
 from alerts.__main__ import stale_files
+from alerts.tests import stragglers
 from dashboards.build import boards
 from lockstep.agent.catalogue import declared
-from tests.conftest import REPO, require_promtool
+from tests.conftest import REPO, require_promtool, require_real
 
 # The alert names on-call routes on (issue 8): part of the product, never renamed silently.
 PRODUCT_ALERTS = {
     "LockstepTrainingStraggler",
+    "LockstepTrainingStragglerSustained",
     "LockstepGPUStraggler",
+    "LockstepGPUStragglerSustained",
     "LockstepTrainingStalled",
     "LockstepKVCachePressure",
     "LockstepKVCachePreemptions",
@@ -49,6 +52,13 @@ PRODUCT_ALERTS = {
     "LockstepIOStall",
     "LockstepCollectorFailing",
     "LockstepAgentDown",
+}
+
+STRAGGLER_ALERTS = {
+    "LockstepTrainingStraggler",
+    "LockstepTrainingStragglerSustained",
+    "LockstepGPUStraggler",
+    "LockstepGPUStragglerSustained",
 }
 
 # Metrics of the workload collectors (issue 7), named by the contract in DESIGN.md.  The rules
@@ -83,6 +93,11 @@ def metrics_in(expr: str) -> set[str]:
 
 def test_generated_rule_files_are_current() -> None:
     assert stale_files() == [], "run: .venv/bin/python -m alerts --write"
+
+
+def test_the_generated_straggler_unit_tests_are_current() -> None:
+    """alerts/tests/stragglers.test.yml is written by alerts/tests/stragglers.py."""
+    assert stragglers.OUT.read_text() == stragglers.render(), "run: .venv/bin/python -m alerts.tests.stragglers"
 
 
 def test_promtool_check_rules_is_clean(tmp_path: Path) -> None:
@@ -129,7 +144,9 @@ def test_the_alerts_are_the_products_with_severity_and_annotations() -> None:
         for rule in group["rules"]:
             assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
             annotations = rule["annotations"]
-            assert set(annotations) == {"summary", "description", "runbook_url"}, rule["alert"]
+            # The straggler alerts also name their suspects and link the dashboard panel showing them.
+            extra = {"suspects", "dashboard_url"} if rule["alert"] in STRAGGLER_ALERTS else set()
+            assert set(annotations) == {"summary", "description", "runbook_url"} | extra, rule["alert"]
             assert annotations["runbook_url"] == f"{T.RUNBOOK_BASE_URL}#{rule['alert'].lower()}"
             assert all(annotations[key].strip() for key in ("summary", "description")), rule["alert"]
 
@@ -231,3 +248,15 @@ def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> No
     recording = rules.render_rule_files(compression)[rules.RULE_FILES["recording"]]
     assert "(time() - 1000) - lockstep_checkpoint_last_success_timestamp_seconds" in recording
     assert "rate(lockstep_training_compute_seconds_total[30s])" in recording
+
+
+def test_the_alertmanager_configuration_is_valid() -> None:
+    """alerts/alertmanager.yml as amtool (Debian prometheus-alertmanager) reads it; what it does
+    with the alerts is proven in tests/test_pages_e2e.py."""
+    amtool = "/usr/bin/amtool"
+    require_real("amtool (Debian package prometheus-alertmanager)", Path(amtool).exists())
+    result = subprocess.run(
+        [amtool, "check-config", str(REPO / "alerts" / "alertmanager.yml")], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "5 inhibit rules" in result.stdout and "2 receivers" in result.stdout, result.stdout

@@ -143,4 +143,6 @@ def test_the_demo_still_lists_and_checks_its_scenarios() -> None:
     assert "  straggler " in listing.stdout
     refused = lockstep("demo", "--scenario", "nope", "--once")
     assert refused.returncode == 2
-    assert "argument --scenario: unknown scenario 'nope' (choose from checkpoint-stall," in refused.stderr
+    assert "argument --scenario: unknown scenario 'nope' (choose from checkpoint-overdue, checkpoint-stall," in (
+        refused.stderr
+    )

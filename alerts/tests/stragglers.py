@@ -1,0 +1,301 @@
+"""Writes alerts/tests/stragglers.test.yml: the sustained straggler detectors and their suspects.
+
+    .venv/bin/python -m alerts.tests.stragglers
+
+The series are realistic enough that a hand-written `0+30x80` would not be: every rank has a
+stable bias of up to 2 % and per-minute jitter of up to 3 %, all ranks slow down together in
+an evaluation pass, and the job stops for a checkpoint save.  Their values are computed here
+(seeded, so the file is the same on every run) and written out sample by sample; the expected
+alerts and annotations below are exact.  tests/test_alert_rules.py fails when the checked-in
+file differs from what this module writes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from pathlib import Path
+
+import yaml
+
+OUT = Path(__file__).resolve().parent / "stragglers.test.yml"
+MINUTES = 90
+STEPS_PER_MINUTE = 60
+COMPUTE = 0.5  # seconds per step on a typical rank
+DATA_WAIT = 0.05
+BIAS = (1.0, 1.01, 0.99, 1.015, 0.985, 1.005, 0.995, 1.02)  # stable per-rank speed, +-2 %
+JITTER = 0.03  # per-minute mean compute time varies +-3 %
+EVAL_PASS = range(20, 26)  # every rank computes 1.3x as long (evaluation batches)
+CHECKPOINT = range(50, 54)  # no steps at all (a synchronous checkpoint save)
+ONSET = 30  # minute a fault begins
+
+RUNBOOK = "https://github.com/lockstep-observability/lockstep/blob/main/docs/runbooks.md#"
+DASHBOARD = "http://grafana.example.com/d/lockstep-slurm-job/?var-cluster=c1&var-job_id={job}&viewPanel={panel}"
+
+
+def labels(**pairs: str) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in pairs.items()) + "}"
+
+
+def cumulative(increments: Iterable[float]) -> str:
+    total, values = 0.0, ["0"]
+    for step in increments:
+        total += step
+        values.append(f"{total:.6g}")
+    return " ".join(values)
+
+
+def rank_series(
+    job: str,
+    rank: int,
+    host: str,
+    rng: random.Random,
+    *,
+    slow: float = 1.0,
+    slow_data: float = 1.0,
+    blip: range = range(0),
+    instance: str = "n1:12400",
+) -> list[dict[str, str]]:
+    """A rank's steps, compute and data wait counters; slow/slow_data apply from ONSET on."""
+    steps, compute, data = [], [], []
+    for minute in range(MINUTES):
+        factor = BIAS[rank % len(BIAS)] * (1 + rng.uniform(-JITTER, JITTER))
+        if minute in EVAL_PASS:
+            factor *= 1.3
+        if minute >= ONSET:
+            factor *= slow
+        if minute in blip:
+            factor *= 1.5
+        n = 0 if minute in CHECKPOINT else STEPS_PER_MINUTE
+        steps.append(n)
+        compute.append(n * COMPUTE * factor)
+        data.append(n * DATA_WAIT * (slow_data if minute >= ONSET else 1.0))
+    where = labels(cluster="c1", job="lockstep", instance=instance, job_id=job, rank=str(rank), host=host)
+    return [
+        {"series": f"lockstep_training_steps_total{where}", "values": cumulative(steps)},
+        {"series": f"lockstep_training_compute_seconds_total{where}", "values": cumulative(compute)},
+        {"series": f"lockstep_training_data_wait_seconds_total{where}", "values": cumulative(data)},
+    ]
+
+
+def node_series(instance: str, host: str) -> list[dict[str, str]]:
+    return [
+        {
+            "series": "lockstep_slurm_node_info"
+            + labels(cluster="c1", job="lockstep", instance=instance, slurm_node=host, state="ALLOCATED", reason=""),
+            "values": f"1x{MINUTES}",
+        }
+    ]
+
+
+def gpu_series(
+    instance: str, job: str, gpu: int, rng: random.Random, *, slow_clock: float = 1.0, reason: str = ""
+) -> list[dict[str, str]]:
+    where = dict(cluster="c1", job="lockstep", instance=instance, gpu=str(gpu), uuid=f"GPU-{instance[:2]}-{gpu}")
+    clocks = []
+    for minute in range(MINUTES + 1):
+        clock = 1980e6 * (1 + rng.uniform(-0.01, 0.01))  # boost clocks wander a little
+        clocks.append(f"{clock * (slow_clock if minute >= ONSET else 1.0):.6g}")
+    throttled = f"0x{ONSET - 1} 1x{MINUTES - ONSET + 1}" if reason else f"0x{MINUTES}"
+    return [
+        {"series": f"lockstep_slurm_job_gpu_info{labels(**where, job_id=job)}", "values": f"1x{MINUTES}"},
+        {"series": f"lockstep_gpu_sm_clock_hertz{labels(**where)}", "values": " ".join(clocks)},
+        {"series": f"lockstep_gpu_utilization_ratio{labels(**where)}", "values": f"0.97x{MINUTES}"},
+        {
+            "series": f"lockstep_gpu_clock_event_active{labels(**where, reason=reason or 'hw_thermal_slowdown')}",
+            "values": throttled,
+        },
+    ]
+
+
+def silent(*alertnames: str, at: Iterable[int]) -> list[dict[str, object]]:
+    return [{"eval_time": f"{m}m", "alertname": name, "exp_alerts": []} for m in at for name in alertnames]
+
+
+TRAINING = ("LockstepTrainingStragglerSustained", "LockstepTrainingStraggler")
+GPU = ("LockstepGPUStragglerSustained", "LockstepGPUStraggler")
+
+
+def healthy() -> dict[str, object]:
+    """Job 500: 8 biased, jittered ranks with an evaluation pass, a checkpoint save and a
+    5-minute 1.5x blip of rank 2 (minutes 60-65); job 600: 2 ranks, one 10 % slower; their GPUs
+    (clocks wandering +-1 %; job 600's second GPU 10 % slower).  Nothing fires."""
+    rng = random.Random(500)
+    series = []
+    for rank in range(8):
+        series += rank_series("500", rank, f"n{1 + rank // 4}", rng, blip=range(60, 65) if rank == 2 else range(0))
+    for rank in range(2):
+        series += rank_series("600", rank, "n3", rng, slow=1.1 if rank == 1 else 1.0)
+    for gpu in range(8):
+        series += gpu_series("n2:12400", "500", gpu, rng)
+    for gpu in range(2):
+        series += gpu_series("n3:12400", "600", gpu, rng, slow_clock=0.9 if gpu == 1 else 1.0)
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "alert_rule_test": silent(*TRAINING, *GPU, at=(25, 45, 55, 66, 75, 89)),
+    }
+
+
+def rank_alert(job: str, rank: int, host: str, ratio: str, suspects: str) -> dict[str, object]:
+    return {
+        "exp_labels": {
+            "severity": "warning",
+            "cluster": "c1",
+            "job": "lockstep",
+            "instance": f"{host}:12400",  # the agent on the rank's host, not n1's that exports the rank
+            "job_id": job,
+            "rank": str(rank),
+            "host": host,
+        },
+        "exp_annotations": {
+            "summary": f"Rank {rank} of job {job} has been slower than its peers for 30 minutes",
+            "description": (
+                f"Rank {rank} of job {job} (host {host}) has taken {ratio}x its job's median time per step of its "
+                "own work (compute and data wait) over 30 minutes, more than 5 % and 3 times the job's spread "
+                "(MAD) above the median, and is still slower now. The whole job runs at its pace. Suspects on its "
+                f"node in the last 30 minutes: {suspects}."
+            ),
+            "runbook_url": RUNBOOK + "locksteptrainingstragglersustained",
+            "suspects": suspects,
+            "dashboard_url": DASHBOARD.format(job=job, panel=101),
+        },
+    }
+
+
+def faults() -> dict[str, object]:
+    """From minute 30: job 500's rank 5 (host n2) computes 10 % slower while n2's GPU 5 is
+    held by thermal slowdown (its clock 9 % down) and n2 sends PFC pause 5 % of the time; job 501's
+    rank 1 (host n3) waits for data 2.4x as long (12 % slower in all) while n3's /home hangs; job
+    502's rank 0 (host n4) computes 10 % slower and n4 shows nothing.  Every rank's series are
+    exported by n1's agent (the logs are on a shared filesystem)."""
+    rng = random.Random(501)
+    series = []
+    for rank in range(8):
+        series += rank_series("500", rank, f"n{1 + rank // 4}", rng, slow=1.1 if rank == 5 else 1.0)
+    for rank in range(4):
+        series += rank_series("501", rank, "n3", rng, slow_data=2.4 if rank == 1 else 1.0)
+    for rank in range(4):
+        series += rank_series("502", rank, "n4", rng, slow=1.1 if rank == 0 else 1.0)
+    for instance, host in (("n1:12400", "n1"), ("n2:12400", "n2"), ("n3:12400", "n3"), ("n4:12400", "n4")):
+        series += node_series(instance, host)
+    # Two agents that name no host (no Slurm, no Kubernetes node label) must not break the joins.
+    for instance in ("n5:12400", "n6:12400"):
+        series.append(
+            {
+                "series": "lockstep_build_info" + labels(cluster="c1", job="lockstep", instance=instance, version="1"),
+                "values": f"1x{MINUTES}",
+            }
+        )
+    for gpu in range(8):
+        series += gpu_series("n2:12400", "500", gpu, rng, slow_clock=0.91 if gpu == 5 else 1.0,
+                             reason="hw_thermal_slowdown" if gpu == 5 else "")  # fmt: skip
+    pause = f"0+0x{ONSET} 0+3x{MINUTES - ONSET}"  # 3 s a minute: 5 % of the time
+    series += [
+        {
+            "series": "lockstep_pfc_pause_seconds_total"
+            + labels(
+                cluster="c1", job="lockstep", instance="n2:12400", interface="ens3f0np0", priority="3", direction="rx"
+            ),
+            "values": pause,
+        },
+        {
+            "series": "lockstep_filesystem_responsive"
+            + labels(cluster="c1", job="lockstep", instance="n3:12400", mountpoint="/home", fstype="nfs4"),
+            "values": f"1x{ONSET} 0x{MINUTES - ONSET}",
+        },
+    ]
+    gpu5 = {
+        "severity": "warning",
+        "cluster": "c1",
+        "job": "lockstep",
+        "instance": "n2:12400",
+        "job_id": "500",
+        "gpu": "5",
+        "uuid": "GPU-n2-5",
+    }
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {
+                "expr": "job_rank:lockstep_training_suspect:active30m",
+                "eval_time": "60m",
+                "exp_samples": [
+                    {
+                        "labels": "job_rank:lockstep_training_suspect:active30m"
+                        + labels(cluster="c1", instance="n1:12400", job_id=job, rank=rank, host=host, suspect=suspect),
+                        "value": 1,
+                    }
+                    for job, rank, host, suspect in (
+                        ("500", "5", "n2", "gpu_throttle"),
+                        ("500", "5", "n2", "pfc_pause"),
+                        ("501", "1", "n3", "data_wait"),
+                        ("501", "1", "n3", "hung_mount"),
+                    )
+                ],
+            }
+        ],
+        "alert_rule_test": [
+            *silent(*TRAINING, *GPU, at=(40, 50)),
+            {
+                "eval_time": "61m",
+                "alertname": "LockstepTrainingStragglerSustained",
+                "exp_alerts": [
+                    rank_alert("500", 5, "n2", "RATIO_500", "gpu_throttle, pfc_pause"),
+                    rank_alert("501", 1, "n3", "RATIO_501", "data_wait, hung_mount"),
+                    rank_alert("502", 0, "n4", "RATIO_502", "none found"),
+                ],
+            },
+            {
+                "eval_time": "61m",
+                "alertname": "LockstepGPUStragglerSustained",
+                "exp_alerts": [
+                    {
+                        "exp_labels": gpu5,
+                        "exp_annotations": {
+                            "summary": "GPU 5 on n2:12400 has been slower than the rest of job 500 for 30 minutes",
+                            "description": (
+                                "GPU 5 (GPU-n2-5) on n2:12400 has run its SM clock at GPU_RATIO % of the median of "
+                                "job 500's busy GPUs over 30 minutes, more than 5 % and 3 times the job's spread (MAD) "
+                                "below the median, and is still slower now. Suspects in the last 30 minutes: "
+                                "gpu_throttle (hw_thermal_slowdown), pfc_pause."
+                            ),
+                            "runbook_url": RUNBOOK + "lockstepgpustragglersustained",
+                            "suspects": "gpu_throttle (hw_thermal_slowdown), pfc_pause",
+                            "dashboard_url": DASHBOARD.format(job="500", panel=102),
+                        },
+                    }
+                ],
+            },
+            *silent("LockstepTrainingStraggler", "LockstepGPUStraggler", at=(61, 89)),
+        ],
+    }
+
+
+HEADER = """\
+# promtool test rules: the sustained straggler detectors (LockstepTrainingStragglerSustained,
+# LockstepGPUStragglerSustained) and the suspects their alerts name.
+# Generated by `python -m alerts.tests.stragglers` (see its docstring for the data): do not edit.
+# Series are one sample a minute; eval times are minutes from the start.
+"""
+
+
+def render(ratios: dict[str, str] | None = None) -> str:
+    document = {
+        "rule_files": ["../lockstep-recording.rules.yml", "../lockstep-alerts.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [healthy(), faults()],
+    }
+    text = yaml.dump(document, sort_keys=False, width=10_000)
+    for placeholder, value in (ratios or MEASURED).items():
+        text = text.replace(placeholder, value)
+    return HEADER + text
+
+
+# The values the alerts report, as promtool computes them from the series above.
+MEASURED = {"RATIO_500": "1.08", "RATIO_501": "1.13", "RATIO_502": "1.08", "GPU_RATIO": "91"}
+
+if __name__ == "__main__":
+    OUT.write_text(render())
+    print(f"wrote {OUT}")

@@ -1,0 +1,169 @@
+"""The healthy simulated node stays silent for hours of simulated time under the production rules.
+
+The end-to-end test (tests/test_alerts_e2e.py) watches each scenario for a minute or two of
+real time with compressed rules.  Realistic healthy noise needs longer: the training job's
+evaluation pass comes every 10 minutes and its checkpoint pause every 15.  Here the real
+collectors run on the simulated node stepped through simulated time, one round every STEP
+seconds for MINUTES minutes, as fast as they can; each round's exposition is a scrape at that
+simulated time.  Only the areas where healthy data moves are replayed (AREAS, COLLECTORS): the
+training job with its noise, evaluation passes and checkpoint pauses, its GPUs and Slurm job.
+The scrapes become promtool input series (with `up` and the agent's own
+collector metrics, which the scheduler would add), and `promtool test rules` evaluates the
+production rule files over them: no alert may fire at any moment of the run
+(ALERTS{alertstate="firing"} over the whole run is empty), and the job's 16 ranks still step at
+the end.  The same replay of the straggler scenario fires LockstepTrainingStraggler and
+LockstepGPUStraggler (checked by hand: LOCKSTEP_REPLAY_SCENARIOS=straggler fails this test).
+
+LOCKSTEP_REPLAY_SCENARIOS=healthy,gpu-mig,... replays other scenarios (default: healthy), and
+LOCKSTEP_REPLAY_MINUTES=120 two simulated hours (default: 25 minutes, see MINUTES).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from alerts import rules
+from lockstep import __version__
+from lockstep.agent.collector import Collector, CollectorContext, NothingHere
+from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.registry import discover
+from lockstep.simulation import areas, temporary_node
+from tests.conftest import REPO, require_promtool
+
+# The default run covers 25 simulated minutes: two evaluation passes, a checkpoint pause and
+# every 10-minute window filled, in seconds of CPU.  Two hours, as the issue asks of the healthy
+# node: LOCKSTEP_REPLAY_MINUTES=120.
+MINUTES = int(os.environ.get("LOCKSTEP_REPLAY_MINUTES", "25"))
+STEP = 30  # seconds between scrapes (a common scrape interval)
+# The areas of the simulated node where healthy data moves (the training job's noise, pauses and
+# passes, the GPUs it runs on, its Slurm job), and the collectors reading them.  The other
+# areas' healthy data is steady; the end-to-end test shows them silent.
+AREAS = ("host", "gpu", "slurm", "workloads")
+COLLECTORS = ("host", "gpu", "slurm", "training")
+SCENARIOS = [s for s in os.environ.get("LOCKSTEP_REPLAY_SCENARIOS", "healthy").split(",") if s]
+TARGET = {"cluster": "sim", "instance": "node001:12400", "job": "lockstep"}
+
+Series = dict[frozenset[tuple[str, str]], dict[int, float]]
+
+
+def _collectors(scenario: str) -> tuple[list[tuple[str, Collector]], Any, Any]:
+    node, directory = temporary_node(scenario)
+    available = {name: r.cls for name, r in discover().collectors.items() if r.builtin}
+    paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
+    config = load_config(None, available, Overrides(paths=paths, options=node.options))
+    needed = {n for name in config.enabled_collectors for n in available[name].needs}
+    collectors = []
+    enabled = [name for name in config.enabled_collectors if name in COLLECTORS]
+    for name in sorted(enabled, key=lambda n: (n not in needed, n)):
+        context = CollectorContext(
+            config.paths, dict(config.collectors[name].options), logging.getLogger(f"replay.{name}"), node.seams
+        )
+        collector = available[name](context)
+        if hasattr(collector, "clock"):
+            collector.clock = lambda: node.t  # idle and flush times in simulated time
+        collectors.append((name, collector))
+    return collectors, node, directory
+
+
+def _scrape(collectors: list[tuple[str, Collector]]) -> Iterator[tuple[dict[str, str], float]]:
+    """One round of every collector, plus what the agent adds: its build info and each
+    collector's state (a failure here is a failure there)."""
+    yield {"__name__": "up"}, 1.0
+    yield {"__name__": "lockstep_build_info", "version": __version__}, 1.0
+    for name, collector in collectors:
+        try:
+            samples = [(sample.name, sample.labels, sample.value) for f in collector.collect() for sample in f.samples]
+            state = "ok"
+        except NothingHere:
+            samples, state = [], "nothing_here"
+        except Exception as exc:  # the scheduler reports it as failed; so does the replay
+            logging.getLogger("replay").warning("%s failed: %s", name, exc)
+            samples, state = [], "failed"
+        for metric, labels, value in samples:
+            if not metric.endswith("_created"):  # not exposed by the agent (it disables them)
+                yield {"__name__": metric, **labels}, value
+        yield {"__name__": "lockstep_collector_up", "collector": name}, float(state in ("ok", "nothing_here"))
+        yield {"__name__": "lockstep_collector_state", "collector": name, "state": state}, 1.0
+
+
+def replay(scenario: str) -> Series:
+    collectors, node, directory = _collectors(scenario)
+    series: Series = {}
+    try:
+        for index, t in enumerate(range(0, MINUTES * 60 + 1, STEP)):
+            node.t = float(t)
+            for area in areas():
+                if area.__name__.rsplit(".", 1)[-1] in AREAS:
+                    area.build(node, float(t))
+            for labels, value in _scrape(collectors):
+                series.setdefault(frozenset({**labels, **TARGET}.items()), {})[index] = value
+    finally:
+        for _, collector in collectors:
+            close = getattr(collector, "close", None)
+            if close is not None:
+                close()
+        directory.cleanup()
+    return series
+
+
+def _selector(labels: frozenset[tuple[str, str]]) -> str:
+    items = dict(labels)
+    name = items.pop("__name__")
+    inner = ", ".join(f'{k}="{v}"' for k, v in sorted(items.items()) if v != "")
+    return f"{name}{{{inner}}}"
+
+
+def _values(points: dict[int, float], steps: int) -> str:
+    return " ".join(repr(points[i]) if i in points else "_" for i in range(steps))
+
+
+def promtool_test(series: Series, tmp: Path) -> Path:
+    steps = MINUTES * 60 // STEP + 1
+    end = f"{MINUTES * 60}s"
+    test = {
+        "rule_files": [str(REPO / path) for path in rules.RULE_FILES.values()],
+        "evaluation_interval": f"{STEP}s",
+        "tests": [
+            {
+                "interval": f"{STEP}s",
+                "input_series": [
+                    {"series": _selector(labels), "values": _values(points, steps)}
+                    for labels, points in sorted(series.items(), key=lambda item: sorted(item[0]))
+                ],
+                "promql_expr_test": [
+                    # Nothing fired at any evaluation of the run.
+                    {
+                        "expr": f'max_over_time(ALERTS{{alertstate="firing"}}[{end}])',
+                        "eval_time": end,
+                        "exp_samples": [],
+                    },
+                    # The job trained throughout: 16 ranks, and the steps of the last 5 minutes.
+                    {
+                        "expr": 'count(increase(lockstep_training_steps_total{job_id="4242"}[5m]) > 10)',
+                        "eval_time": end,
+                        "exp_samples": [{"labels": "{}", "value": 16}],
+                    },
+                ],
+            }
+        ],
+    }
+    path = tmp / "replay.test.yml"
+    path.write_text(yaml.safe_dump(test, width=1_000_000))
+    return path
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_a_healthy_node_stays_silent_through_its_training_noise(scenario: str, tmp_path: Path) -> None:
+    promtool = require_promtool()
+    path = promtool_test(replay(scenario), tmp_path)
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
