@@ -6,7 +6,7 @@ fails when those files differ from what this module renders.  Every number comes
 alerts/thresholds.py, which the dashboards read too.
 
 Recording rules are named level:metric:operations: the level is what a series is per (job_rank,
-job_gpu, job, endpoint, root, port, interface, mountpoint, instance), the metric what it
+job_gpu, job, server, root, port, interface, mountpoint, instance), the metric what it
 measures, the operations how it was made (mean5m: a per-step mean over 5 minutes from two
 counters' rates; ratio_to_median5m: divided by the job's median).
 
@@ -167,14 +167,14 @@ INFERENCE_RECORDING = Group(
     "lockstep-inference.recording",
     (
         Recording(
-            "endpoint:lockstep_inference_kv_cache_usage_ratio:avg5m",
+            "server:lockstep_inference_kv_cache_usage_ratio:avg5m",
             "avg_over_time(lockstep_inference_kv_cache_usage_ratio[5m])",
         ),
         Recording(
-            "endpoint:lockstep_inference_requests_waiting:avg5m",
+            "server:lockstep_inference_requests_waiting:avg5m",
             "avg_over_time(lockstep_inference_requests_waiting[5m])",
         ),
-        Recording("endpoint:lockstep_inference_preemptions:rate5m", "rate(lockstep_inference_preemptions_total[5m])"),
+        Recording("server:lockstep_inference_preemptions:rate5m", "rate(lockstep_inference_preemptions_total[5m])"),
     ),
 )
 
@@ -580,8 +580,8 @@ WORKLOAD_ALERTS = Group(
             "5m",
             f"lockstep_inference_kv_cache_usage_ratio > {num(T.KV_CACHE_USAGE_RATIO)}\n"
             "and lockstep_inference_requests_waiting > 0",
-            f"KV cache of {label('endpoint')} is full and requests queue",
-            f"The {label('engine')} endpoint {label('endpoint')} ({label('model')}) on {WHERE} has used "
+            f"KV cache of {label('server')} is full and requests queue",
+            f"The {label('engine')} endpoint {label('server')} ({label('model')}) on {WHERE} has used "
             f"{VALUE_PERCENT} of its KV cache for 5 minutes while requests wait for a slot: time to first token "
             "grows with the queue. Add replicas, lower max concurrency or context length, or free GPU memory.",
         ),
@@ -590,8 +590,8 @@ WORKLOAD_ALERTS = Group(
             "warning",
             "5m",
             f"rate(lockstep_inference_preemptions_total[5m]) * 60 > {num(T.KV_PREEMPTIONS_PER_MINUTE)}",
-            f"{label('endpoint')} keeps preempting requests",
-            f"The {label('engine')} endpoint {label('endpoint')} ({label('model')}) on {WHERE} preempts "
+            f"{label('server')} keeps preempting requests",
+            f"The {label('engine')} endpoint {label('server')} ({label('model')}) on {WHERE} preempts "
             f"{VALUE_2F} requests a minute: it runs out of KV cache blocks mid-generation, evicts requests and "
             "recomputes them later, wasting GPU time and inflating their latency.",
         ),

@@ -2,7 +2,7 @@
 
 Asks the kubelet's pod-resources API (gRPC, ``v1.PodResourcesLister/List``) on its unix
 socket, ``/var/lib/kubelet/pod-resources/kubelet.sock``, and exports one
-``lockstep_k8s_pod_gpu_info{namespace,pod,container,resource,gpu,uuid} 1`` per GPU held by a
+``lockstep_k8s_pod_gpu_info{k8s_namespace,k8s_pod,k8s_container,resource,gpu,uuid} 1`` per GPU held by a
 container, so any per-GPU series can be attributed to a pod by a join on ``uuid``.
 
 The kubelet names devices as the device plugin does.  NVIDIA's plugin uses GPU UUIDs
@@ -44,7 +44,7 @@ POD_GPU_INFO = MetricSpec(
     "A GPU assigned to a container by the kubelet (from its pod-resources API): 1 per GPU and "
     "container. resource is the device-plugin resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...); "
     "uuid the GPU's or MIG device's UUID; gpu the NVML index where known. Join on uuid.",
-    ("namespace", "pod", "container", "resource", "gpu", "uuid"),
+    ("k8s_namespace", "k8s_pod", "k8s_container", "resource", "gpu", "uuid"),
 )
 
 # Under --path.rootfs, so a containerised agent with the host's root mounted finds it there.

@@ -1151,7 +1151,7 @@ def inference() -> Board:
             ),
             timeseries(
                 "KV cache usage",
-                [(f"lockstep_inference_kv_cache_usage_ratio{{{SEL}}}", "{{instance}} {{endpoint}} {{model}}")],
+                [(f"lockstep_inference_kv_cache_usage_ratio{{{SEL}}}", "{{instance}} {{server}} {{model}}")],
                 "percentunit",
                 f"LockstepKVCachePressure fires above {T.KV_CACHE_USAGE_RATIO:.0%} while requests wait, for 5 minutes.",
                 above((T.KV_CACHE_USAGE_RATIO, RED)),
@@ -1159,15 +1159,15 @@ def inference() -> Board:
             timeseries(
                 "Requests waiting and running",
                 [
-                    (f"lockstep_inference_requests_waiting{{{SEL}}}", "{{instance}} {{endpoint}} waiting"),
-                    (f"lockstep_inference_requests_running{{{SEL}}}", "{{instance}} {{endpoint}} running"),
+                    (f"lockstep_inference_requests_waiting{{{SEL}}}", "{{instance}} {{server}} waiting"),
+                    (f"lockstep_inference_requests_running{{{SEL}}}", "{{instance}} {{server}} running"),
                 ],
                 "short",
                 "Waiting requests add their whole wait to time to first token.",
             ),
             timeseries(
                 "Preemptions per minute",
-                [(f"rate(lockstep_inference_preemptions_total{{{SEL}}}[{RATE}]) * 60", "{{instance}} {{endpoint}}")],
+                [(f"rate(lockstep_inference_preemptions_total{{{SEL}}}[{RATE}]) * 60", "{{instance}} {{server}}")],
                 "cpm",
                 f"LockstepKVCachePreemptions fires above {T.KV_PREEMPTIONS_PER_MINUTE:g} a minute (5 min) "
                 "for 5 minutes.",
@@ -1177,12 +1177,12 @@ def inference() -> Board:
                 "KV cache usage (5 min average) against queue",
                 [
                     (
-                        f"endpoint:lockstep_inference_kv_cache_usage_ratio:avg5m{{{SEL}}}",
-                        "{{instance}} {{endpoint}} KV",
+                        f"server:lockstep_inference_kv_cache_usage_ratio:avg5m{{{SEL}}}",
+                        "{{instance}} {{server}} KV",
                     ),
                     (
-                        f"endpoint:lockstep_inference_requests_waiting:avg5m{{{SEL}}}",
-                        "{{instance}} {{endpoint}} waiting",
+                        f"server:lockstep_inference_requests_waiting:avg5m{{{SEL}}}",
+                        "{{instance}} {{server}} waiting",
                     ),
                 ],
                 "short",

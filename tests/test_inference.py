@@ -344,7 +344,7 @@ def make(*targets: str, timeout: float = 2.0, discover: bool = False, proc: Path
 
 
 def series(s: dict, name: str, engine: str, endpoint: str, model: str, **extra: str) -> float:
-    return s[(name, frozenset({"engine": engine, "endpoint": endpoint, "model": model, **extra}.items()))]
+    return s[(name, frozenset({"engine": engine, "server": endpoint, "model": model, **extra}.items()))]
 
 
 def test_each_engine_normalised_exactly(engines: Engines) -> None:
@@ -511,7 +511,7 @@ def test_a_bad_target_is_down_and_the_others_are_unaffected(engines: Engines) ->
     )
     s = run(collector)
     collector.close()
-    up = {dict(labels)["endpoint"]: value for (name, labels), value in s.items() if name == "lockstep_inference_up"}
+    up = {dict(labels)["server"]: value for (name, labels), value in s.items() if name == "lockstep_inference_up"}
     assert up == {
         u("/good"): 1,
         u("/slow"): 0,
@@ -526,7 +526,7 @@ def test_a_bad_target_is_down_and_the_others_are_unaffected(engines: Engines) ->
     assert series(s, "lockstep_inference_requests_waiting", "vllm", u("/good"), "llama") == 7
     # A down target has its up series only.
     down = {u(p) for p in ("/slow", "/trickle", "/error", "/garbage", "/html", "/sglang")} | {closed}
-    assert not [k for k in s if k[0] != "lockstep_inference_up" and dict(k[1]).get("endpoint") in down]
+    assert not [k for k in s if k[0] != "lockstep_inference_up" and dict(k[1]).get("server") in down]
 
 
 def test_reasons_for_down_targets_reach_the_operator(engines: Engines) -> None:
@@ -563,7 +563,7 @@ def test_a_target_that_goes_down_keeps_its_series_labels(engines: Engines) -> No
         (
             (
                 "lockstep_inference_up",
-                frozenset({"engine": "vllm", "endpoint": engines.url("/vllm"), "model": "llama"}.items()),
+                frozenset({"engine": "vllm", "server": engines.url("/vllm"), "model": "llama"}.items()),
             ),
             0,
         )
@@ -691,13 +691,13 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
         env={**os.environ, "SLURM_JOB_ID": "777"},
     )
     endpoint = f"http://127.0.0.1:{port}/metrics"
-    up = ("lockstep_inference_up", frozenset({"engine": "vllm", "endpoint": endpoint, "model": "llama"}.items()))
+    up = ("lockstep_inference_up", frozenset({"engine": "vllm", "server": endpoint, "model": "llama"}.items()))
     collector = InferenceCollector(context(proc=Path("/proc")))
     clock = [1000.0]
     collector.clock = lambda: clock[0]
 
     def ours(s: dict) -> dict:
-        return {k: v for k, v in s.items() if dict(k[1]).get("endpoint") == endpoint}
+        return {k: v for k, v in s.items() if dict(k[1]).get("server") == endpoint}
 
     def run_or_nothing() -> dict:
         try:
@@ -714,7 +714,7 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
         info = sorted(
             (dict(labels)["pid"], dict(labels)["job_id"])
             for (name, labels), _ in s.items()
-            if name == "lockstep_inference_process_info" and dict(labels)["endpoint"] == endpoint
+            if name == "lockstep_inference_process_info" and dict(labels)["server"] == endpoint
         )
         assert info == sorted([(str(server.pid), "777"), (str(worker), "777")])
         # The GPU collector saw the worker on GPU 5: the engine is tied to that GPU.
@@ -766,7 +766,7 @@ def test_configured_local_target_is_not_scraped_twice_and_gets_its_processes(tmp
             return s if any(k[0] == "lockstep_inference_process_info" for k in s) else None
 
         s = wait_until(scraped, timeout=20, step=0.2, what="the fake vLLM's processes")
-        endpoints = {dict(k[1])["endpoint"] for k in s if dict(k[1]).get("engine") == "vllm"}
+        endpoints = {dict(k[1])["server"] for k in s if dict(k[1]).get("engine") == "vllm"}
         ours = {e for e in endpoints if f":{port}/" in e}
         assert ours == {configured}
     finally:

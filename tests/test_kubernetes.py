@@ -99,7 +99,7 @@ def series(c: KubernetesCollector) -> dict[tuple[str, frozenset[tuple[str, str]]
 
 
 def key(namespace: str, pod: str, container: str, resource: str, uuid: str, gpu: str = "") -> tuple:
-    labels = {"namespace": namespace, "pod": pod, "container": container, "resource": resource}
+    labels = {"k8s_namespace": namespace, "k8s_pod": pod, "k8s_container": container, "resource": resource}
     return (INFO, frozenset({**labels, "gpu": gpu, "uuid": uuid}.items()))
 
 

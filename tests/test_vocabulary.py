@@ -109,3 +109,13 @@ def test_a_label_named_state_holds_a_state(golden: Path) -> None:
 
 def test_only_state_metrics_declare_a_state_label() -> None:
     assert {spec.name for spec in SPECS if "state" in spec.labels} == set(STATE_LABELS)
+
+
+# Labels a Prometheus scrape sets itself (prometheus-operator's ServiceMonitor targets, static and
+# Kubernetes SD configs, external labels): an exposition label of the same name is renamed
+# exported_<name> and the query that uses it silently shows the scraper's value.
+SCRAPER_LABELS = {"instance", "job", "namespace", "pod", "container", "service", "endpoint", "node", "cluster"}
+
+
+def test_no_declared_label_is_one_a_scraper_sets() -> None:
+    assert {(spec.name, label) for spec in SPECS for label in spec.labels if label in SCRAPER_LABELS} == set()

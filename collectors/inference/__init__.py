@@ -13,7 +13,7 @@ slow, answers with an error or with something that is not its engine's expositio
 ``lockstep_inference_up 0``; the other targets are unaffected.
 
 Engine-to-GPU and engine-to-job ties are an info series,
-``lockstep_inference_process_info{engine,endpoint,pid,job_id}``: the engine's server
+``lockstep_inference_process_info{engine,server,pid,job_id}``: the engine's server
 process and every process below it (its workers hold the GPU contexts), each with the
 Slurm job it runs in.  The GPUs are those whose NVML compute-process list (the GPU
 collector's) holds one of these pids: the seam is the pid.

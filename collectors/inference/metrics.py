@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from lockstep.agent.collector import MetricSpec
 
-LABELS = ("engine", "endpoint", "model")
+LABELS = ("engine", "server", "model")
 
 UP = MetricSpec(
     "lockstep_inference_up",
@@ -100,7 +100,7 @@ PROCESS_INFO = MetricSpec(
     "gauge",
     "A process of a local engine (its server and every process below it), with the Slurm job it runs "
     'in ("" if none); the engine\'s GPUs are those whose NVML compute-process list has one of these pids. Always 1.',
-    ("engine", "endpoint", "pid", "job_id"),
+    ("engine", "server", "pid", "job_id"),
 )
 
 GPU_INFO = MetricSpec(
@@ -108,5 +108,5 @@ GPU_INFO = MetricSpec(
     "gauge",
     "A GPU a local engine runs on (one of the engine's processes is in the GPU's NVML compute-process "
     "list); gpu is the NVML index as on lockstep_gpu_* series. Always 1.",
-    ("engine", "endpoint", "gpu", "uuid"),
+    ("engine", "server", "gpu", "uuid"),
 )
