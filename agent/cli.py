@@ -32,6 +32,13 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     shared = CommandParser(add_help=False)
     shared.add_argument("--config", type=Path, metavar="FILE", help="YAML config file (see docs/configuration.md)")
     shared.add_argument("--listen", metavar="ADDR", help=f"address to serve on (default {DEFAULT_LISTEN})")
+    shared.add_argument(
+        "--health-listen",
+        dest="health_listen",
+        metavar="ADDR",
+        help="also serve /healthz alone, in plain HTTP, on this address (e.g. 127.0.0.1:12401): "
+        "for liveness probes when client certificates are required",
+    )
     shared.add_argument("--web.config.file", dest="web_config_file", metavar="FILE", help="TLS/basic-auth config")
     shared.add_argument("--log.level", dest="log_level", choices=("debug", "info", "warning", "error"))
     for root in ("sysfs", "procfs", "rootfs"):
@@ -158,6 +165,7 @@ def overrides_from(
                 options.setdefault(name, {})[option.name] = given
     return Overrides(
         listen=args.listen,
+        health_listen=args.health_listen,
         web_config_file=args.web_config_file,
         log_level=args.log_level,
         paths=given_paths,
@@ -210,8 +218,12 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
         context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), setup.seams)
         result: list[tuple[str, str]] = []
         thread = threading.Thread(target=lambda c=cls, x=context, out=result: out.append(probe(c, x)), daemon=True)
-        thread.start()
-        thread.join(settings.deadline)  # a probe stuck in the kernel must not hang the doctor
+        try:
+            thread.start()
+        except RuntimeError as exc:  # at the task limit: say so for this collector, go on
+            result.append(("cannot run", f"cannot start a thread to check it ({exc})"))
+        else:
+            thread.join(settings.deadline)  # a probe stuck in the kernel must not hang the doctor
         status, detail = (
             result[0] if result else ("cannot run", f"no answer within its {settings.deadline:g}s deadline")
         )

@@ -127,6 +127,9 @@ class Config:
     staleness_intervals: int
     collectors: Mapping[str, CollectorSettings]  # every known collector, enabled or not
     source: Path | None = None
+    # A second, plain-HTTP listener serving /healthz only, for liveness probes that cannot
+    # present a client certificate (docs/security.md); None: none.
+    health_listen: str | None = None
 
     @property
     def enabled_collectors(self) -> list[str]:
@@ -138,6 +141,7 @@ class Overrides:
     """Settings given on the command line; they win over the file."""
 
     listen: str | None = None
+    health_listen: str | None = None
     web_config_file: str | None = None
     log_level: str | None = None
     paths: Mapping[str, str] = field(default_factory=dict)  # sysfs/procfs/rootfs -> path
@@ -151,6 +155,7 @@ class Overrides:
 
 _TOP_LEVEL_KEYS = (
     "listen",
+    "health_listen",
     "web_config_file",
     "log_level",
     "log_format",
@@ -237,6 +242,18 @@ def load_config(
         except ValueError as exc:
             r.problems.append(f"{r.where(root, 'listen', 'listen')}: {exc}")
 
+    health_listen = r.value(root, "health_listen", "health_listen", parse_string, None)
+    if overrides.health_listen is not None:
+        health_listen = overrides.health_listen or None  # "" turns the file's listener off
+        where = "--health-listen"
+    else:
+        where = r.where(root, "health_listen", "health_listen")
+    if health_listen is not None:
+        try:
+            parse_listen(health_listen)
+        except ValueError as exc:
+            (problems if overrides.health_listen is not None else r.problems).append(f"{where}: {exc}")
+
     web_config = r.value(root, "web_config_file", "web_config_file", parse_path, None)
     if web_config is not None and path is not None and not web_config.is_absolute():
         web_config = path.parent / web_config
@@ -319,4 +336,5 @@ def load_config(
         staleness_intervals=staleness,
         collectors=settings,
         source=path,
+        health_listen=health_listen,
     )

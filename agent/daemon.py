@@ -25,7 +25,7 @@ from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.scheduler import State, Worker, WorkerView
 from lockstep.agent.sdnotify import Notifier
 from lockstep.agent.seams import Seams
-from lockstep.agent.server import AgentHTTPServer, make_server
+from lockstep.agent.server import AgentHTTPServer, ServerLimits, make_server
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
 
 log = logging.getLogger("lockstep.agent")
@@ -48,6 +48,10 @@ def load_web(config: Config) -> WebConfig:
     return load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
 
 
+# The /healthz-only listener answers a probe every few seconds: one worker, few connections.
+HEALTH_LIMITS = ServerLimits(max_connections=32, workers=1)
+
+
 class Agent:
     """The workers and exporter of the current config, plus the HTTP server if serving."""
 
@@ -59,6 +63,8 @@ class Agent:
         self.exporter = SnapshotExporter(self.views)
         self.server: AgentHTTPServer | None = None
         self._server_thread: threading.Thread | None = None
+        self.health_server: AgentHTTPServer | None = None  # the plain /healthz-only listener
+        self._health_thread: threading.Thread | None = None
         self._stuck_logged: set[str] = set()
         self.hotplug: HotplugMonitor | None = None
         self._apply_collectors(config)
@@ -128,6 +134,14 @@ class Agent:
             self.hotplug = HotplugMonitor(wanted, self._on_hotplug)
             self.hotplug.start()
 
+    def restart_what_failed_to_start(self) -> None:
+        """Threads that could not be created (the process at its task limit) are started again."""
+        for worker in list(self.workers.values()):
+            if not worker.started and not worker.stopped:
+                worker.start()
+        if self.hotplug is not None and self.hotplug.thread_failed:
+            self.hotplug.start()
+
     def _on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
         for worker in list(self.workers.values()):
             if subsystem in worker.collector.hotplug_subsystems:
@@ -140,9 +154,20 @@ class Agent:
 
     def start_server(self) -> None:
         self.server = make_server(self.config.listen, self.exporter, self.web, lambda: self.config.enabled_collectors)
-        self._server_thread = threading.Thread(target=self.server.serve_forever, name="http", daemon=True)
-        self._server_thread.start()
+        self._server_thread = _serve(self.server)
         log.info("listening", extra={"listen": self.config.listen, "tls": self.web.ssl_context is not None})
+        if self.config.health_listen is not None:
+            try:
+                self.health_server = self._make_health_server(self.config.health_listen)
+            except OSError as exc:
+                raise OSError(exc.errno, f"{exc.strerror} (health_listen {self.config.health_listen})") from exc
+            self._health_thread = _serve(self.health_server)
+            log.info("serving /healthz alone", extra={"listen": self.config.health_listen})
+
+    def _make_health_server(self, listen: str) -> AgentHTTPServer:
+        """The plain /healthz-only listener: no TLS, no auth, whatever the web config says."""
+        web = WebConfig()
+        return make_server(listen, self.exporter, web, list, HEALTH_LIMITS, health_only=True, healthy=self.serving)
 
     def reload(self) -> bool:
         """Load the config again; apply it if valid, else keep the running one.  True if applied."""
@@ -155,16 +180,25 @@ class Agent:
         if self.server is not None and config.listen != self.config.listen:
             try:
                 server = make_server(config.listen, self.exporter, web, lambda: self.config.enabled_collectors)
-            except OSError as exc:
+                thread = _serve(server)
+            except (OSError, RuntimeError) as exc:
                 log.error("cannot listen on %s (%s), keeping the running configuration", config.listen, exc)
                 return False
             old = self.server
-            self.server = server
-            self._server_thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
-            self._server_thread.start()
-            threading.Thread(target=old.shutdown, daemon=True).start()
+            self.server, self._server_thread = server, thread
+            old.shutdown()  # returns within a loop tick; answers in progress finish in their workers
         elif self.server is not None:
             self.server.web_config = web
+        if self.server is not None and config.health_listen != self.config.health_listen:
+            if self.health_server is not None:
+                self.health_server.shutdown()
+                self.health_server, self._health_thread = None, None
+            if config.health_listen is not None:
+                try:
+                    health_server = self._make_health_server(config.health_listen)
+                    self._health_thread, self.health_server = _serve(health_server), health_server
+                except (OSError, RuntimeError) as exc:
+                    log.error("cannot serve /healthz on %s: %s", config.health_listen, exc)
         self.web = web
         logging.getLogger("lockstep").setLevel(config.log_level.upper())
         self._apply_collectors(config)
@@ -180,17 +214,28 @@ class Agent:
             elif view.state != State.STUCK:
                 self._stuck_logged.discard(view.name)
 
+    def serving(self) -> bool:
+        """Whether the main listener's event loop runs (what the health listener reports)."""
+        return self._server_thread is not None and self._server_thread.is_alive()
+
     def healthy(self) -> bool:
-        return self._server_thread is None or self._server_thread.is_alive()
+        return all(thread is None or thread.is_alive() for thread in (self._server_thread, self._health_thread))
 
     def stop(self) -> None:
         if self.hotplug is not None:
             self.hotplug.stop()
         for worker in self.workers.values():
             worker.stop()
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
+        for server in (self.server, self.health_server):
+            if server is not None:
+                server.shutdown()
+
+
+def _serve(server: AgentHTTPServer) -> threading.Thread:
+    """Run a listener's event loop in its own thread."""
+    thread = threading.Thread(target=server.serve_forever, name="http", daemon=True)
+    thread.start()
+    return thread
 
 
 class ConfigWatcher:
@@ -280,7 +325,7 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
     notifier = Notifier()
     try:
         agent.start_server()
-    except OSError as exc:
+    except (OSError, RuntimeError) as exc:  # RuntimeError: no thread for the event loop
         log.error("cannot listen on %s: %s", config.listen, exc)
         _shutdown(agent, watcher, previous)
         return 1
@@ -307,6 +352,7 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
                 agent.reload()
                 notifier.notify("READY=1")
             agent.log_stuck()
+            agent.restart_what_failed_to_start()
             if notifier.watchdog_interval and agent.healthy():
                 notifier.notify("WATCHDOG=1")
     finally:

@@ -21,6 +21,7 @@ class HotplugMonitor:
         self.subsystems = frozenset(subsystems)
         self._on_event = on_event
         self._observer: Any = None
+        self.thread_failed = False  # no thread could be created: start() again later
 
     def start(self) -> bool:
         """Start listening; False (and a warning) if this machine does not allow it."""
@@ -33,9 +34,18 @@ class HotplugMonitor:
             self._observer = pyudev.MonitorObserver(monitor, callback=self._handle, name="hotplug")
             self._observer.daemon = True
             self._observer.start()
+        except RuntimeError as exc:  # "can't start new thread": the process is at its task limit
+            if not self.thread_failed:
+                log.warning("no hotplug events for now (%s); retrying", exc)
+            self.thread_failed = True
+            self._observer = None
+            return False
         except Exception as exc:  # ImportError (no libudev), OSError (no netlink rights), ...
             log.warning("no hotplug events (%s): devices are re-discovered at each interval only", exc)
             return False
+        if self.thread_failed:
+            log.info("hotplug events resumed")
+        self.thread_failed = False
         return True
 
     def _handle(self, device: Any) -> None:

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from prometheus_client.core import Metric
 
@@ -106,10 +106,33 @@ class Worker:
         self._lock = threading.Lock()
         self._result = _Result()
         self._running_since: float | None = None
-        self._thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> None:
-        self._thread.start()
+    def start(self) -> bool:
+        """Start the worker's thread; False when none can be created now (start again later).
+
+        Thread creation fails when the process is at its task limit (a pids cgroup such as the
+        unit's TasksMax, RLIMIT_NPROC, memory): the worker then reports FAILED with the reason,
+        and nothing else changes, so a later start() picks up exactly where this one failed.
+        """
+        if self._thread is not None:
+            return True
+        thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread"
+            reason = f"cannot start the collector's thread ({exc}); retrying"
+            with self._lock:
+                if self._result.reason != reason:
+                    self.log.error("collector not started: %s", reason)
+                self._result = replace(self._result, state=State.FAILED, reason=reason)
+            return False
+        self._thread = thread
+        return True
+
+    @property
+    def started(self) -> bool:
+        return self._thread is not None
 
     def stop(self) -> None:
         """Ask the worker to stop after its current run; does not wait."""
@@ -124,7 +147,9 @@ class Worker:
         self._wake.set()
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the worker thread to end; True if it has."""
+        """Wait for the worker thread to end; True if it has (or never started)."""
+        if self._thread is None:
+            return True
         self._thread.join(timeout)
         return not self._thread.is_alive()
 

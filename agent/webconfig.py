@@ -18,8 +18,10 @@ the file it already has::
 
 from __future__ import annotations
 
+import collections
+import enum
 import hashlib
-import hmac
+import re
 import ssl
 import threading
 from collections.abc import Mapping
@@ -54,6 +56,33 @@ class WebConfigError(Exception):
         self.problems = problems
 
 
+class AuthResult(enum.Enum):
+    OK = "ok"
+    DENIED = "denied"
+    BUSY = "busy"  # too many password checks already waiting: answer 429, spend nothing
+
+
+# bcrypt's modular crypt format: $2a$, $2b$ or $2y$, a two-digit cost, 22 characters of salt
+# and 31 of hash in bcrypt's base64.  Costs outside 4..31 are refused by every bcrypt.
+_BCRYPT_HASH = re.compile(r"\$2[aby]\$([0-9]{2})\$[./A-Za-z0-9]{53}")
+# Password checks in progress or waiting for the running one, in all and per client address;
+# more get AuthResult.BUSY at once.  A flood of guesses thus holds at most 4 of the 8 HTTP
+# worker threads, and one client flooding leaves the other 3 places to other clients (the
+# Prometheus server whose new password must be checked once).
+MAX_PENDING_CHECKS = 4
+MAX_PENDING_CHECKS_PER_CLIENT = 1
+# Failed credentials remembered (a bounded cache: guesses that vary are each paid for once).
+MAX_REMEMBERED_FAILURES = 1024
+
+
+def bcrypt_cost(hashed: str) -> int | None:
+    """The cost of a well-formed bcrypt hash, None for anything else."""
+    match = _BCRYPT_HASH.fullmatch(hashed)
+    if match is None or not 4 <= int(match.group(1)) <= 31:
+        return None
+    return int(match.group(1))
+
+
 @dataclass
 class WebConfig:
     ssl_context: ssl.SSLContext | None = None
@@ -62,35 +91,66 @@ class WebConfig:
     ignored: list[str] = field(default_factory=list)  # settings accepted but not applied
 
     def __post_init__(self) -> None:
+        self._lock = threading.Lock()  # guards the caches and the pending counts
+        self._bcrypt = threading.Lock()  # one bcrypt computation at a time
         self._verified: set[bytes] = set()
-        self._lock = threading.Lock()
+        self._failed: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+        self._pending: collections.Counter[str] = collections.Counter()  # client -> checks pending
+        # An unknown user is checked against a hash of the highest configured cost, so that
+        # it takes as long as a known user's check (with one cost for all users, exactly).
+        cost = max((bcrypt_cost(h.decode()) or 10 for h in self.users.values()), default=10)
+        # A valid salt and an all-zero hash: no password matches it, and no time is spent
+        # making it (bcrypt.hashpw at this cost would take as long as a check).
+        self._unknown_user_hash = bcrypt.gensalt(rounds=cost) + b"." * 31
 
-    def check_basic_auth(self, user: str, password: str) -> bool:
-        """True when the user exists and the password matches its bcrypt hash.
+    def check_basic_auth(self, user: str, password: str, client: str = "") -> AuthResult:
+        """Whether the user exists and the password matches its bcrypt hash.
 
-        bcrypt is slow by design (~100 ms at cost 10); like exporter-toolkit, a successful
-        check is remembered (as a keyed hash, never the password) so scrapes stay fast.
+        bcrypt is slow by design (~100 ms at cost 10).  Like exporter-toolkit, checks run one at
+        a time and their results are remembered, as a keyed hash, never the password: scrapes
+        stay fast, and a flood of guesses costs at most one core.  Beyond MAX_PENDING_CHECKS
+        checks pending, or MAX_PENDING_CHECKS_PER_CLIENT for ``client`` (its address), the
+        answer is BUSY, without a check.
         """
-        hashed = self.users.get(user)
         key = hashlib.sha256(f"{user}\0{password}".encode()).digest()
         with self._lock:
-            if hashed is not None and any(hmac.compare_digest(key, k) for k in self._verified):
-                return True
-        if hashed is None:
-            # Spend the same time as a real check, so unknown users cannot be told apart.
-            bcrypt.checkpw(password.encode(), _DUMMY_HASH)
-            return False
+            cached = self._cached(key)
+            if cached is not None:
+                return cached
+            if self._pending.total() >= MAX_PENDING_CHECKS or self._pending[client] >= MAX_PENDING_CHECKS_PER_CLIENT:
+                return AuthResult.BUSY
+            self._pending[client] += 1
         try:
-            ok = bcrypt.checkpw(password.encode(), hashed)
-        except ValueError:
-            return False
-        if ok:
+            with self._bcrypt:
+                with self._lock:  # checked by another thread while this one waited
+                    cached = self._cached(key)
+                if cached is not None:
+                    return cached
+                hashed = self.users.get(user)
+                try:
+                    ok = bcrypt.checkpw(password.encode(), hashed or self._unknown_user_hash) and hashed is not None
+                except ValueError:  # bcrypt's own refusal; load_web_config checks the format first
+                    ok = False
             with self._lock:
-                self._verified.add(key)
-        return ok
+                if ok:
+                    self._verified.add(key)
+                else:
+                    self._failed[key] = None
+                    if len(self._failed) > MAX_REMEMBERED_FAILURES:
+                        self._failed.popitem(last=False)
+            return AuthResult.OK if ok else AuthResult.DENIED
+        finally:
+            with self._lock:
+                self._pending[client] -= 1
+                if not self._pending[client]:
+                    del self._pending[client]
 
-
-_DUMMY_HASH = bcrypt.hashpw(b"lockstep-dummy", bcrypt.gensalt(rounds=10))
+    def _cached(self, key: bytes) -> AuthResult | None:
+        if key in self._verified:
+            return AuthResult.OK
+        if key in self._failed:
+            return AuthResult.DENIED
+        return None
 
 
 def load_web_config(path: Path) -> WebConfig:
@@ -130,8 +190,11 @@ def load_web_config(path: Path) -> WebConfig:
     users: dict[str, bytes] = {}
     auth = section("basic_auth_users")
     for user, hashed in (auth or {}).items():
-        if not isinstance(hashed, str) or not hashed.startswith(("$2a$", "$2b$", "$2y$")):
-            problems.append(f"{where(auth, user, f'basic_auth_users.{user}')}: expected a bcrypt hash ($2y$...)")  # type: ignore[arg-type]
+        if not isinstance(hashed, str) or bcrypt_cost(hashed) is None:
+            problems.append(
+                f"{where(auth, user, f'basic_auth_users.{user}')}: "  # type: ignore[arg-type]
+                "expected a bcrypt hash: $2y$, a cost from 04 to 31, $, then 53 characters of [./A-Za-z0-9]"
+            )
             continue
         users[str(user)] = hashed.encode()
 

@@ -82,8 +82,8 @@ def test_all_problems_gathered_with_file_line_and_field(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(path, AVAILABLE)
     assert err.value.problems == [
-        f"{path}:3: colectors: unknown key (known: listen, web_config_file, log_level, log_format, paths, "
-        "staleness_intervals, disable_default_collectors, collectors)",
+        f"{path}:3: colectors: unknown key (known: listen, health_listen, web_config_file, log_level, log_format, "
+        "paths, staleness_intervals, disable_default_collectors, collectors)",
         f"{path}:1: listen: expected host:port, :port or [ipv6]:port, got 'nowhere'",
         f"{path}:10: log_level: expected one of debug, info, warning, error, got 'loud'",
         f"{path}:2: staleness_intervals: expected a whole number of at least 1, got 0",

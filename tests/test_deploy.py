@@ -161,8 +161,12 @@ def test_probes_service_and_selectors_fit_together() -> None:
     assert [(p["name"], p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [
         ("metrics", 12400, "metrics")
     ]
+    # Probes go to the plain /healthz listener on the node's loopback, so they pass whatever TLS
+    # the metrics port requires; the pod shares the node's network namespace, as the kubelet does.
+    assert container()["args"].count("--health-listen=127.0.0.1:12401") == 1
+    assert daemonset["spec"]["template"]["spec"]["hostNetwork"] is True
     for probe in ("livenessProbe", "readinessProbe"):
-        assert container()[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container()[probe]["httpGet"] == {"host": "127.0.0.1", "path": "/healthz", "port": 12401}
 
 
 def test_service_monitor_scrapes_the_service() -> None:

@@ -6,8 +6,11 @@ import base64
 import datetime
 import gzip
 import http.client
+import socket
 import ssl
+import subprocess
 import threading
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.scheduler import State, WorkerView
 from lockstep.agent.server import AgentHTTPServer, make_server
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
+from tests.conftest import LOCKSTEP, REPO, free_port, http_get, wait_until
 
 VIEW = WorkerView("toy", State.OK, "", 0.01, 1.7e9, 0, 3, 0.002, None)
 
@@ -106,8 +110,11 @@ def test_tls_with_self_signed_certificate(serve, tmp_path: Path) -> None:  # typ
     web_file = tmp_path / "web.yml"
     web_file.write_text("tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n")
     server = serve(load_web_config(web_file))
+    # A client that connects and never starts its handshake holds up nobody else.
+    silent = socket.create_connection(("127.0.0.1", server.server_address[1]))
     trusting = ssl.create_default_context(cafile=tmp_path / "server.crt")
     response, body = get(server, "/metrics", context=trusting)
+    silent.close()
     assert response.status == 200 and b"lockstep_collector_up" in body
     with pytest.raises(ssl.SSLCertVerificationError):
         get(server, "/metrics", context=ssl.create_default_context())  # does not trust it
@@ -177,5 +184,51 @@ def test_web_config_problems_are_all_reported(tmp_path: Path) -> None:
         f"{web_file}:2: tls_server_config.cert_file: cannot load {tmp_path}/missing.crt / {tmp_path}/missing.key: "
     )
     assert problems[2] == f"{web_file}:4: tls_server_config.min_version: expected one of TLS10, TLS11, TLS12, TLS13"
-    assert problems[3] == f"{web_file}:6: basic_auth_users.alice: expected a bcrypt hash ($2y$...)"
+    assert problems[3] == (
+        f"{web_file}:6: basic_auth_users.alice: "
+        "expected a bcrypt hash: $2y$, a cost from 04 to 31, $, then 53 characters of [./A-Za-z0-9]"
+    )
     assert len(problems) == 4
+
+
+def test_liveness_probe_with_client_certificates_required(tmp_path: Path) -> None:
+    """The real agent with mTLS on its metrics port: the kubelet (no client certificate) probes the
+    plain /healthz-only listener, as deploy/daemonset.yaml does; the metrics port stays closed to it."""
+    ca_cert, ca_key, _, _ = make_cert(tmp_path, "ca", ca=True)
+    make_cert(tmp_path, "server")
+    make_cert(tmp_path, "client", issuer_key=ca_key, issuer_name=ca_cert.subject)
+    (tmp_path / "web.yml").write_text(
+        "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\n"
+        "  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: ca.crt\n"
+    )
+    metrics_port, health_port = free_port(), free_port()
+    config = tmp_path / "lockstep.yml"
+    config.write_text(f"health_listen: 127.0.0.1:{health_port}\nweb_config_file: web.yml\n")
+    proc = subprocess.Popen(
+        [*LOCKSTEP, "run", "--config", str(config), "--listen", f"127.0.0.1:{metrics_port}", "--no-collector.gpu"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+
+        def probe() -> tuple[int, str] | None:
+            assert proc.poll() is None, proc.stderr.read()  # type: ignore[union-attr]
+            try:
+                return http_get(f"http://127.0.0.1:{health_port}/healthz", timeout=2)
+            except OSError:
+                return None
+
+        assert wait_until(probe, timeout=30, what="the health listener") == (200, "ok\n")
+        assert http_get(f"http://127.0.0.1:{health_port}/metrics")[0] == 404  # /healthz alone
+        no_cert = ssl.create_default_context(cafile=tmp_path / "server.crt")
+        with pytest.raises((ssl.SSLError, ConnectionError, urllib.error.URLError)):
+            http_get(f"https://127.0.0.1:{metrics_port}/healthz", context=no_cert)
+        client = ssl.create_default_context(cafile=tmp_path / "server.crt")
+        client.load_cert_chain(tmp_path / "client.crt", tmp_path / "client.key")
+        assert http_get(f"https://127.0.0.1:{metrics_port}/metrics", context=client)[0] == 200
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+    assert proc.returncode == 0

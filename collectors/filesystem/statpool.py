@@ -39,7 +39,9 @@ class StatPool:
       (those threads are stuck in the kernel and stay so until the call returns);
     - at most one call per key (mount) exists at any time: a mount whose call has not
       returned gets no second one, so one stuck mount holds at most one thread;
-    - a call that returns after its deadline frees its key; the next round calls again.
+    - a call that returns after its deadline frees its key; the next round calls again;
+    - a thread that cannot be created (the process at its task limit) fails the round and
+      registers nothing, so the next round, once threads can be created, is correct.
 
     Daemon threads, not a concurrent.futures pool: that one joins its threads at
     interpreter exit, and a thread stuck on a dead NFS server would hang the agent's exit.
@@ -69,21 +71,30 @@ class StatPool:
         """statvfs every path (by key); returns once each has answered or passed its deadline."""
         outcomes: dict[str, StatOutcome] = {}
         mine: list[_Call] = []
+        cannot_start: RuntimeError | None = None
         with self._cond:
             # A mount whose earlier call is still stuck: no second call, reported unresponsive.
             queue = [key for key in paths if key not in self._calls]
             while True:
                 now = self._clock()
                 running = [c for c in self._calls.values() if now - c.started < self.timeout]
-                while queue and len(running) < self.workers:
-                    key = queue.pop(0)
+                while queue and len(running) < self.workers and cannot_start is None:
+                    key = queue[0]
                     call = _Call(key, paths[key], now)
+                    thread = threading.Thread(target=self._run, args=(call,), name=f"statfs {paths[key]}", daemon=True)
+                    try:
+                        thread.start()
+                    except RuntimeError as exc:  # no thread can be created now (task limit)
+                        cannot_start = exc
+                        break
+                    # Registered only once its thread runs (a thread that never started must not
+                    # hold the mount's key); _run needs the condition held here to deregister.
+                    queue.pop(0)
                     self._calls[key] = call
                     mine.append(call)
                     running.append(call)
-                    threading.Thread(target=self._run, args=(call,), name=f"statfs {paths[key]}", daemon=True).start()
                 waiting = [c for c in mine if not c.returned and now - c.started < self.timeout]
-                if not waiting and not queue:
+                if not waiting and (not queue or cannot_start is not None):
                     break
                 # Wake when a call returns, or when the earliest running call reaches its deadline.
                 next_deadline = min(c.started + self.timeout for c in running) if running else now + self.timeout
@@ -98,6 +109,10 @@ class StatPool:
                         outcomes[done.key] = StatOutcome(True, error=describe_error(done.error), seconds=done.seconds)
                     else:
                         outcomes[done.key] = StatOutcome(True, result=done.result, seconds=done.seconds)
+        if cannot_start is not None:
+            # The mounts left unchecked are not known to hang: fail the round (the collector
+            # reports why) rather than mark them unresponsive; nothing is left registered.
+            raise RuntimeError(f"cannot start a statfs thread ({cannot_start})") from cannot_start
         return outcomes
 
     def _run(self, call: _Call) -> None:

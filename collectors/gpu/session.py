@@ -115,7 +115,13 @@ class NvmlSessions(GpuReader):
         session.listener = XidListener(
             self._xids, nvml, [g for g in gpus if not g.lost], self.log, self.listener_wait_ms, self.listener_backoff
         )
-        session.listener.start()
+        try:
+            session.listener.start()
+        except RuntimeError:
+            # No thread can be created (the process at its task limit): close NVML again and
+            # fail the round, so the next one opens a whole session, not one without XIDs.
+            self._shutdown(nvml)
+            raise
         return session
 
     def _enumerate(self, nvml: Any, index: int, driver: int | None) -> GpuState:

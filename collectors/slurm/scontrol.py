@@ -96,13 +96,18 @@ class ControllerCache:
             idle = self._thread is None or not self._thread.is_alive()
             started = due and idle
             if started:
-                self._last_start = time.monotonic()
-                self.refreshed.clear()
                 wanted = [j for j in missing if j not in self._jobs]
-                self._thread = threading.Thread(
-                    target=self._refresh, args=(wanted,), name="slurm-controller", daemon=True
-                )
-                self._thread.start()
+                thread = threading.Thread(target=self._refresh, args=(wanted,), name="slurm-controller", daemon=True)
+                self.refreshed.clear()
+                try:
+                    thread.start()
+                except RuntimeError:
+                    # No thread can be created (task limit): leave nothing behind, so the
+                    # run fails with the reason and the next one tries again.
+                    self.refreshed.set()
+                    raise
+                self._thread = thread
+                self._last_start = time.monotonic()
         if started:
             self.refreshed.wait(wait)
         with self._lock:
