@@ -215,6 +215,17 @@ FABRIC_RECORDING = Group(
     ),
 )
 
+# The fleet dashboard's panels over every GPU of every node: at 1,024 nodes (8,192 GPUs) the raw
+# queries over its default 3 hours take seconds (docs/performance.md), these a few milliseconds.
+FLEET_RECORDING = Group(
+    "lockstep-fleet.recording",
+    (
+        Recording("cluster:lockstep_gpu_up:sum", "sum by (cluster) (lockstep_gpu_up)"),
+        Recording("cluster:lockstep_gpu_utilization_ratio:avg", "avg by (cluster) (lockstep_gpu_utilization_ratio)"),
+        Recording("instance:lockstep_gpu_utilization_ratio:avg", f"avg {by()} (lockstep_gpu_utilization_ratio)"),
+    ),
+)
+
 # --- Sustained stragglers: 30-minute means against the job's median and MAD -------------------
 
 W = T.STRAGGLER_SUSTAINED_WINDOW
@@ -410,6 +421,7 @@ RECORDING_GROUPS = (
     INFERENCE_RECORDING,
     STORAGE_RECORDING,
     FABRIC_RECORDING,
+    FLEET_RECORDING,
 )
 
 # --- Alerts --------------------------------------------------------------------------------------

@@ -341,7 +341,7 @@ def fleet() -> Board:
                 "Agents Prometheus cannot scrape (LockstepAgentDown).",
                 NONE_BAD,
             ),
-            stat("GPUs up", f"sum(lockstep_gpu_up{{{cl}}})", "none"),
+            stat("GPUs up", f"sum(cluster:lockstep_gpu_up:sum{{{cl}}})", "none"),
             stat(
                 "GPUs lost",
                 f"count(lockstep_gpu_up{{{cl}}} == 0) or vector(0)",
@@ -360,6 +360,24 @@ def fleet() -> Board:
                 "Running Slurm jobs",
                 f"count(count by (cluster, job_id) (lockstep_slurm_job_info{{{cl}}})) or vector(0)",
                 "none",
+            ),
+            table(
+                "Stalled or straggling training jobs",
+                [
+                    (
+                        'ALERTS{alertstate="firing", '
+                        'alertname=~"LockstepTrainingStalled|LockstepTrainingStraggler|LockstepGPUStraggler", '
+                        f"{cl}}}",
+                        "",
+                    )
+                ],
+                "none",
+                "Which jobs are stalled or straggling now, and where: the job (cluster, job_id), and for a "
+                "straggler the node (instance), rank or GPU. From the alerts' own series, so it costs the same at "
+                "any fleet size.",
+                hide=("Time", "__name__", "alertstate", "Value", "job", "severity"),
+                width=24,
+                height=6,
             ),
             table(
                 "Firing alerts",
@@ -388,15 +406,17 @@ def fleet() -> Board:
             ),
             timeseries(
                 "GPU utilization by cluster",
-                [(f"avg by (cluster) (lockstep_gpu_utilization_ratio{{{cl}}})", "{{cluster}}")],
+                [(f"cluster:lockstep_gpu_utilization_ratio:avg{{{cl}}}", "{{cluster}}")],
                 "percentunit",
                 "Mean utilization of the GPUs that report it (GPUs in MIG mode do not).",
             ),
             heatmap(
-                "GPU utilization across GPUs",
-                f"lockstep_gpu_utilization_ratio{{{cl}}}",
+                "GPU utilization across nodes",
+                f"instance:lockstep_gpu_utilization_ratio:avg{{{cl}}}",
                 "percentunit",
-                "How many GPUs run at which utilization: a band at the bottom is idle or stalled GPUs.",
+                "How many nodes run their GPUs at which mean utilization: a band at the bottom is idle or stalled "
+                "nodes. Per node, not per GPU: one series a node keeps the panel fast at a thousand nodes "
+                "(docs/performance.md); the GPU dashboard shows each GPU.",
             ),
         ],
         variables=[CLUSTER],

@@ -338,6 +338,8 @@ def build(node: SimulatedNode, t: float) -> None:
     node.seams.ethtool = SimulatedEthtool(node)
     # Show a few more ethtool statistics as generic series (the collector's 'statistics' option).
     node.options.setdefault("ethtool", {})["statistics"] = ["rx_buffer_passed_thres_phy", "rx_pause_ctrl_phy"]
+    # And two of the generic RDMA hw_counters (the infiniband collector's 'hw_stats' option; none by default).
+    node.options.setdefault("infiniband", {})["hw_stats"] = ["rx_write_requests", "rx_read_requests"]
 
 
 def bench_tree(paths: Paths, hcas: int = 8) -> None:

@@ -21,6 +21,11 @@ every alert seen firing.  Each target's expected alerts are a table entry (CASES
 scenario that `lockstep demo --help` does not list yet (the workload collectors' `straggler` and
 `kv-pressure`) is skipped, not failed.  The demo advances simulated time 5 s every 5 s, and the
 collectors run every 5 s here, once per step of the clock.
+
+The scale-out path runs beside it on the same agents (tests/scale_out.py): two sharded vmagents
+write to VictoriaMetrics and vmalert evaluates the same rule files; the same alerts must fire
+there, and every dashboard query must return data from VictoriaMetrics too.  Its tests skip
+without the Debian package victoria-metrics (and fail under CI=true).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import yaml
 from alerts import rules
 from alerts import thresholds as T
 from lockstep.simulation.storage import EPOCH
+from tests import scale_out
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, lockstep, require_real, wait_until
 from tests.test_alert_rules import WORKLOAD_CONTRACT, declared_metrics
 from tests.test_dashboards import checked_in, panel_queries, variable_queries
@@ -187,6 +193,10 @@ class Run:
     at_end: list[dict[str, Any]] = field(default_factory=list)  # every alert (firing or pending) at the end
     logs: dict[str, Path] = field(default_factory=dict)
     duration: float = 0.0
+    # The scale-out path (None without the victoria-metrics package): what vmalert fired.
+    scale_out: scale_out.ScaleOut | None = None
+    vm_fired: dict[str, dict[frozenset[tuple[str, str]], float]] = field(default_factory=dict)
+    vm_at_end: list[dict[str, Any]] = field(default_factory=list)
 
     def query(self, expr: str) -> dict[str, Any]:
         status, body = http_get(
@@ -196,6 +206,17 @@ class Run:
 
     def firing(self, cluster: str) -> list[dict[str, str]]:
         return [dict(labels) for labels in self.fired.get(cluster, {})]
+
+    def vm_firing(self, cluster: str) -> list[dict[str, str]]:
+        return [dict(labels) for labels in self.vm_fired.get(cluster, {})]
+
+
+def _record(fired: dict[str, dict[frozenset[tuple[str, str]], float]], alerts: list[dict[str, Any]], at: float) -> None:
+    for alert in alerts:
+        if alert["state"] == "firing":
+            labels = alert["labels"]
+            seen = fired.setdefault(labels.get("cluster", ""), {})
+            seen.setdefault(frozenset(labels.items()), round(at, 1))
 
 
 def _alerts(prometheus: str) -> list[dict[str, Any]]:
@@ -238,6 +259,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         )
     )
     processes: list[subprocess.Popen[bytes]] = []
+    vm: scale_out.ScaleOut | None = None
     try:
         # The simulated node's wall clock reads EPOCH when its demo starts.
         clock_offset = time.time() - EPOCH
@@ -308,22 +330,32 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: _ready(f"{url}/-/ready", processes[-1], prometheus_log), timeout=60, what="Prometheus")
 
-        result = Run(url, names, time.monotonic(), compression, logs={"prometheus": prometheus_log})
+        if scale_out.available():
+            (tmp / "scale-out").mkdir()
+            rule_paths = [tmp / Path(name).name for name in rules.RULE_FILES.values()]
+            vm = scale_out.ScaleOut(tmp / "scale-out", targets, rule_paths, "1s", new_port)
+
+        result = Run(url, names, time.monotonic(), compression, logs={"prometheus": prometheus_log}, scale_out=vm)
+        vm_rules_at = result.started + scale_out.WARMUP
         result.logs.update({log.stem: log for _, _, _, log in demos})
         # Seconds from the start of the observation (negative: before it); no agent: its start.
         result.demo_started = {name: round(ready.get(name, result.started) - result.started, 1) for name in names}
         expected = {name: CASES[name].expected for name in names}
         deadline = result.started + DEADLINE
         settle_until = result.started + SETTLE
+        if vm is not None:  # vmalert starts after its warm-up and then gets the same time
+            deadline += scale_out.WARMUP
+            settle_until += scale_out.WARMUP
         while True:
             now = time.monotonic()
-            for alert in _alerts(url):
-                if alert["state"] == "firing":
-                    labels = alert["labels"]
-                    seen = result.fired.setdefault(labels.get("cluster", ""), {})
-                    seen.setdefault(frozenset(labels.items()), round(now - result.started, 1))
+            _record(result.fired, _alerts(url), now - result.started)
+            if vm is not None:
+                if vm.rules_started is None and now >= vm_rules_at:
+                    vm.start_rules()
+                _record(result.vm_fired, vm.alerts(), now - result.started)
             all_fired = all(
                 any(e.matches(a) for a in result.firing(cluster))
+                and (vm is None or any(e.matches(a) for a in result.vm_firing(cluster)))
                 for cluster, wanted in expected.items()
                 for e in wanted
             )
@@ -331,9 +363,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 break
             time.sleep(1)
         result.at_end = _alerts(url)
+        if vm is not None:
+            result.vm_at_end = vm.alerts()
         result.duration = time.monotonic() - result.started
         yield result
     finally:
+        if vm is not None:
+            vm.stop()
         for proc in processes:
             proc.terminate()
         for proc in processes:
@@ -499,3 +535,57 @@ def test_report(run: Run) -> None:
         note = "" if detected <= bound else "  (over)"
         print(f"e2e-ttd: | {name} | {alertname} | {detected:.1f} | {bound:.0f} |{note}")
     print(f"e2e: {len(run.scenarios)} targets observed for {run.duration:.0f} s")
+
+
+def _require_scale_out(run: Run) -> scale_out.ScaleOut:
+    require_real("vmagent, vmalert and victoria-metrics (Debian package victoria-metrics)", run.scale_out is not None)
+    assert run.scale_out is not None
+    return run.scale_out
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("name", list(CASES))
+def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
+    """Sharded vmagents, VictoriaMetrics and vmalert on the same rule files: each case fires its
+    alerts and no others, as on the single Prometheus, and nothing else is pending at the end."""
+    vm = _require_scale_out(run)
+    if name not in run.scenarios:
+        pytest.skip(f"`lockstep demo --help` does not list scenario {CASES[name].demo!r}")
+    wanted = CASES[name].expected
+    fired = run.vm_firing(name)
+    missing = [e for e in wanted if not any(e.matches(a) for a in fired)]
+    unexpected = [a for a in fired if not any(e.matches(a) for e in wanted)]
+    description = f"vmalert fired in {name}: {fired}\nPrometheus fired: {run.firing(name)}\n{vm.logs()}"
+    assert (missing, unexpected) == ([], []), description
+    assert {a["alertname"] for a in fired} == {a["alertname"] for a in run.firing(name)}, description
+    pending = [
+        a["labels"]
+        for a in run.vm_at_end
+        if a["labels"].get("cluster") == name and not any(e.matches(a["labels"]) for e in wanted)
+    ]
+    assert pending == [], description
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("title", sorted(checked_in()))
+def test_scale_out_dashboard_queries_return_data(run: Run, title: str) -> None:
+    """Grafana pointed at VictoriaMetrics (its Prometheus API): every query and variable works."""
+    vm = _require_scale_out(run)
+    dashboard = checked_in()[title]
+    problems = []
+    for panel, expr in panel_queries(dashboard):
+        answer = vm.query(substitute(expr))
+        if answer["http_status"] != 200 or answer["status"] != "success":
+            problems.append(f"{panel}: {answer.get('error')} in {expr}")
+        elif not answer["data"]["result"] and _needs_data(expr):
+            problems.append(f"{panel}: no data for {substitute(expr)}")
+    for name, query in variable_queries(dashboard).items():
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
+        assert match, query
+        selector, label = substitute(match.group(1)), match.group(2)
+        status, body = http_get(
+            f"{vm.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}), timeout=30
+        )
+        if status != 200 or not json.loads(body)["data"]:
+            problems.append(f"variable {name}: no values for {query}")
+    assert problems == []

@@ -118,7 +118,7 @@ def test_legacy_mlx4_port_uses_counters_ext_and_flags_the_pegged_counter() -> No
 
 
 def test_mlx5_infiniband_port_with_hw_counters() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS)))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("*",))))
     values = port_values(samples, "mlx5_0")
     assert values["lockstep_ib_port_rate_bytes_per_second"] == 25e9  # 200 Gb/sec (4X HDR)
     assert values["lockstep_ib_port_transmitted_bytes_total"] == 91231548412 * 4
@@ -153,6 +153,19 @@ def test_mlx5_infiniband_port_with_hw_counters() -> None:
     assert "lockstep_ib_port_saturated[port_xmit_wait]" not in values
 
 
+def test_generic_hw_counters_only_those_the_hw_stats_option_names() -> None:
+    """13 series a port that no rule or dashboard reads: off by default (docs/fabric.md)."""
+    default = port_values(collect(InfinibandCollector(context(sys_=SYSFS))), "mlx5_0")
+    assert [k for k in default if k.startswith("lockstep_rdma_")] == []
+    assert default["lockstep_roce_out_of_sequence_total"] == 4  # the dedicated ones stay
+    chosen = port_values(collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("rx_*_requests",)))), "mlx5_0")
+    assert {k: v for k, v in chosen.items() if k.startswith("lockstep_rdma_")} == {
+        "lockstep_rdma_hw_stats_total[rx_write_requests]": 40211,
+        "lockstep_rdma_hw_stats_total[rx_read_requests]": 1882,
+        "lockstep_rdma_hw_stats_total[rx_atomic_requests]": 0,
+    }
+
+
 def test_iwarp_port_with_no_pma_reports_everything_else() -> None:
     samples = collect(InfinibandCollector(context(sys_=SYSFS)))
     assert port_values(samples, "i40iw0") == {
@@ -172,7 +185,7 @@ def test_doctor_names_what_the_hardware_does_not_provide() -> None:
 
 
 def test_roce_port_resolves_its_netdev_and_reports_congestion() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS)))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("*",))))
     assert info(samples, "mlx5_2") == {
         "device": "mlx5_2",
         "port": "1",
@@ -198,7 +211,7 @@ def test_roce_port_resolves_its_netdev_and_reports_congestion() -> None:
 
 
 def test_omnipath_device_without_hca_type_and_with_its_own_hw_counters() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS)))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("*",))))
     assert info(samples, "hfi1_0")["hca_type"] == ""
     assert info(samples, "hfi1_0")["board_id"] == "Intel Omni-Path Host Fabric Interface Adapter 100 Series"
     values = port_values(samples, "hfi1_0")

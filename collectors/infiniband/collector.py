@@ -11,8 +11,10 @@ docs/fabric.md and the reference in the design notes for what each file means):
   and a pegged counter then has rate 0 forever.  Such counters are flagged by
   ``lockstep_ib_port_saturated``.
 - ``hw_counters/``: driver counters (mlx5 congestion, retransmission, ...).  The known ones
-  get their own names; every other file is exported as
-  ``lockstep_rdma_hw_stats_total{counter=...}``, so counters new firmware adds are not lost.
+  get their own names.  The others (mlx5 has ~13 a port: rx_write_requests, resp_cqe_error,
+  ...; new firmware adds more) are exported as ``lockstep_rdma_hw_stats_total{counter=...}``
+  only when the ``hw_stats`` option names them: no rule or dashboard reads them, and at 13
+  series a port they would be the largest family after NVLink (docs/performance.md).
   The kernel caches a port's hw_counters for ``lifespan`` ms, so they are read back to back
   to get one consistent snapshot from one firmware query.
 
@@ -27,12 +29,14 @@ when the list of devices changes, and on every ``infiniband`` or ``net`` hotplug
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, Option
+from lockstep.agent.config import parse_string_list
 from lockstep.collectors.infiniband.metrics import (
     EXT_COUNTERS,
     GENERIC_HW_STAT,
@@ -81,11 +85,23 @@ class InfinibandCollector(Collector):
         *HW_COUNTERS.values(),
         GENERIC_HW_STAT,
     )
+    options = (
+        Option(
+            "hw_stats",
+            parse_string_list,
+            (),
+            "glob patterns of hw_counters files without a dedicated metric to export as "
+            "lockstep_rdma_hw_stats_total ('*': all; none by default)",
+            flag="--infiniband.hw-stat",
+            repeatable=True,
+        ),
+    )
     hotplug_subsystems = ("infiniband", "net")
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.root = self.paths.sysfs / INFINIBAND_CLASS
+        self.hw_stats: tuple[str, ...] = tuple(context.options.get("hw_stats", ()))
         self._discovery: Discovery | None = None
         # (device, port) -> values skipped as unparseable so far; survives rediscovery.
         self._unparseable: dict[tuple[str, str], int] = {}
@@ -239,7 +255,7 @@ class InfinibandCollector(Collector):
                     spec = None  # RoCE's own counters mean nothing on an InfiniBand port: kept, but generic
                 if spec is not None:
                     families[spec].add_metric(labels, value)
-                else:
+                elif any(fnmatch.fnmatchcase(name, pattern) for pattern in self.hw_stats):
                     families[GENERIC_HW_STAT].add_metric([*labels, name], value)
             families[UNPARSEABLE].add_metric(labels, self._unparseable.get((port.device, port.number), 0))
         if vanished:

@@ -53,7 +53,8 @@ UNPARSEABLE = MetricSpec(
 GENERIC_HW_STAT = MetricSpec(
     "lockstep_rdma_hw_stats_total",
     "counter",
-    "A driver counter from ports/N/hw_counters that has no dedicated metric, by its file name.",
+    "A driver counter from ports/N/hw_counters that has no dedicated metric, by its file name; only those "
+    "the collector's hw_stats option names (none by default).",
     ("device", "port", "counter"),
 )
 
