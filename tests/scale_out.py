@@ -119,7 +119,7 @@ class ScaleOut:
             return []
         status, body = http_get(f"{self.vmalert}/api/v1/alerts", timeout=10)
         assert status == 200, body
-        return json.loads(body)["data"]["alerts"]
+        return json.loads(body)["data"]["alerts"] or []  # vmalert 1.79 says null for none
 
     def query(self, expr: str) -> dict[str, Any]:
         status, body = http_get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30)
