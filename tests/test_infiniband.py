@@ -157,7 +157,7 @@ def test_generic_hw_counters_only_those_the_hw_stats_option_names() -> None:
     """13 series a port that no rule or dashboard reads: off by default (docs/fabric.md)."""
     default = port_values(collect(InfinibandCollector(context(sys_=SYSFS))), "mlx5_0")
     assert [k for k in default if k.startswith("lockstep_rdma_")] == []
-    assert default["lockstep_roce_out_of_sequence_total"] == 4  # the dedicated ones stay
+    assert default["lockstep_rdma_out_of_sequence_total"] == 4  # the dedicated ones stay
     chosen = port_values(collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("rx_*_requests",)))), "mlx5_0")
     assert {k: v for k, v in chosen.items() if k.startswith("lockstep_rdma_")} == {
         "lockstep_rdma_hw_stats_total[rx_write_requests]": 40211,
