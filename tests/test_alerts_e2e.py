@@ -479,7 +479,6 @@ def test_every_alert_in_the_rule_files_fires_in_some_case(run: Run) -> None:
 def test_every_demo_scenario_is_a_case() -> None:
     """A scenario of the simulated node says what it fires (or that it fires nothing) here."""
     from lockstep.simulation import scenarios
-
     from tests.test_pages_e2e import ALL_CASES as PAGE_CASES  # the straggler and paging scenarios
 
     assert sorted(set(scenarios()) - {c.demo for c in CASES.values()} - set(PAGE_CASES)) == []

@@ -156,10 +156,10 @@ def test_mlx5_infiniband_port_with_hw_counters() -> None:
 def test_generic_hw_counters_only_those_the_hw_stats_option_names() -> None:
     """13 series a port that no rule or dashboard reads: off by default (docs/fabric.md)."""
     default = port_values(collect(InfinibandCollector(context(sys_=SYSFS))), "mlx5_0")
-    assert [k for k in default if k.startswith("lockstep_rdma_")] == []
+    assert [k for k in default if k.startswith("lockstep_rdma_hw_stats_total")] == []
     assert default["lockstep_rdma_out_of_sequence_total"] == 4  # the dedicated ones stay
     chosen = port_values(collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("rx_*_requests",)))), "mlx5_0")
-    assert {k: v for k, v in chosen.items() if k.startswith("lockstep_rdma_")} == {
+    assert {k: v for k, v in chosen.items() if k.startswith("lockstep_rdma_hw_stats_total")} == {
         "lockstep_rdma_hw_stats_total[rx_write_requests]": 40211,
         "lockstep_rdma_hw_stats_total[rx_read_requests]": 1882,
         "lockstep_rdma_hw_stats_total[rx_atomic_requests]": 0,
