@@ -36,7 +36,7 @@ import re
 import subprocess
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -443,27 +443,32 @@ def substitute(expr: str) -> str:
     return expr
 
 
-@pytest.mark.real
-@pytest.mark.parametrize("title", sorted(checked_in()))
-def test_every_dashboard_query_runs_and_returns_data(run: Run, title: str) -> None:
-    dashboard = checked_in()[title]
+def dashboard_problems(dashboard: dict[str, Any], query: Callable[[str], dict[str, Any]], api: str) -> list[str]:
+    """Every panel query and variable of a dashboard run against a Prometheus API (Prometheus or
+    VictoriaMetrics at ``api``): what failed or came back empty where data is expected."""
     problems = []
     for panel, expr in panel_queries(dashboard):
-        answer = run.query(substitute(expr))
+        answer = query(substitute(expr))
         if answer["http_status"] != 200 or answer["status"] != "success":
             problems.append(f"{panel}: {answer.get('error')} in {expr}")
         elif not answer["data"]["result"] and _needs_data(expr):
             problems.append(f"{panel}: no data for {substitute(expr)}")
-    for name, query in variable_queries(dashboard).items():
-        match = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
-        assert match, query
+    for name, variable in variable_queries(dashboard).items():
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable)
+        assert match, variable
         selector, label = substitute(match.group(1)), match.group(2)
         status, body = http_get(
-            f"{run.prometheus}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}), timeout=30
+            f"{api}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}), timeout=30
         )
         if status != 200 or not json.loads(body)["data"]:
-            problems.append(f"variable {name}: no values for {query}")
-    assert problems == []
+            problems.append(f"variable {name}: no values for {variable}")
+    return problems
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("title", sorted(checked_in()))
+def test_every_dashboard_query_runs_and_returns_data(run: Run, title: str) -> None:
+    assert dashboard_problems(checked_in()[title], run.query, run.prometheus) == []
 
 
 def rule_file_alerts() -> set[str]:
@@ -581,21 +586,4 @@ def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
 def test_scale_out_dashboard_queries_return_data(run: Run, title: str) -> None:
     """Grafana pointed at VictoriaMetrics (its Prometheus API): every query and variable works."""
     vm = _require_scale_out(run)
-    dashboard = checked_in()[title]
-    problems = []
-    for panel, expr in panel_queries(dashboard):
-        answer = vm.query(substitute(expr))
-        if answer["http_status"] != 200 or answer["status"] != "success":
-            problems.append(f"{panel}: {answer.get('error')} in {expr}")
-        elif not answer["data"]["result"] and _needs_data(expr):
-            problems.append(f"{panel}: no data for {substitute(expr)}")
-    for name, query in variable_queries(dashboard).items():
-        match = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
-        assert match, query
-        selector, label = substitute(match.group(1)), match.group(2)
-        status, body = http_get(
-            f"{vm.url}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}), timeout=30
-        )
-        if status != 200 or not json.loads(body)["data"]:
-            problems.append(f"variable {name}: no values for {query}")
-    assert problems == []
+    assert dashboard_problems(checked_in()[title], vm.query, vm.url) == []
