@@ -174,6 +174,7 @@ CASES: dict[str, Case] = {
         expect("LockstepRoCECongestionControlOff", interface="ens3f1np1"),
     ),
     "gpu-mig": case("gpu-mig"),
+    "pcie-degraded": case("pcie-degraded"),
     "gpu-volta": case("gpu-volta"),
     "kubernetes": case("kubernetes"),
     # The kubelet's pod-resources directory exists but its socket does not: the kubernetes

@@ -37,8 +37,8 @@ def test_series_within_budget(golden: Path) -> None:
 def test_simulated_node_figures() -> None:
     """The figures the budget and docs/performance.md quote, on the healthy node."""
     healthy = cardinality.budget(cardinality.parse((GOLDEN[0].parent / "demo-healthy.prom").read_text()))
-    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2108, 8, 10, 2)
-    assert (healthy.per_gpu, healthy.per_port, healthy.per_interface) == (155.0, 38.0, 33.0)
+    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2252, 8, 10, 2)
+    assert (healthy.per_gpu, healthy.per_port, healthy.per_interface) == (159.0, 38.0, 33.0)
 
 
 @pytest.mark.parametrize("golden", GOLDEN, ids=lambda p: p.stem)

@@ -42,6 +42,7 @@ from lockstep.collectors.gpu.metrics import (
     UTILIZATION,
     XID_ERRORS,
 )
+from lockstep.collectors.gpu.pcie import PCIE_LINK_CALLS
 
 if TYPE_CHECKING:
     from lockstep.collectors.gpu.reading import GpuState
@@ -122,6 +123,7 @@ CALL_METRICS: dict[str, tuple[MetricSpec, ...]] = {
     "nvmlDeviceGetComputeRunningProcesses": (PROCESSES, PROCESS_MEMORY),
     "nvmlDeviceGetMigMode": (MIG_MODE,),
     "nvmlDeviceRegisterEvents": (XID_ERRORS, LAST_XID),
+    **PCIE_LINK_CALLS,
 }
 
 

@@ -41,6 +41,7 @@ from lockstep.collectors.gpu.nvml import (
     error_name,
     field_number,
 )
+from lockstep.collectors.gpu.pcie import read_pcie_link
 
 
 @dataclass
@@ -61,6 +62,8 @@ class GpuState:
     unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
     link_state_by_call: bool = False  # the link state field is unsupported: ask per link
     mig_cache: dict[str, MigDevice] = field(default_factory=dict)
+    pcie_max_generation: int | None = None  # asked once per session (collectors/gpu/pcie.py)
+    pcie_max_width: int | None = None
 
     @property
     def labels(self) -> tuple[str, str]:
@@ -118,6 +121,7 @@ class GpuReader(Collector):
         if reasons is not None:
             for reason, bit in CLOCK_EVENT_REASONS.items():
                 put(CLOCK_EVENT_ACTIVE, 1 if reasons & bit else 0, reason)
+        out += read_pcie_link(self, nvml, gpu)
         processes = self._processes(nvml, gpu)
         if processes is not None:
             put(PROCESSES, len(processes))
