@@ -269,6 +269,12 @@ class GpuSpec:
     pcie_replays: int = 0
     pcie_transmitted_bytes_per_second: float = 0.0
     pcie_received_bytes_per_second: float = 0.0
+    # The PCIe link: what it runs at now, and the most the GPU and its slot can do together.  An
+    # idle GPU runs its link a generation or more down to save power (NVML); a spec says so here.
+    pcie_link_generation: int = 5
+    pcie_link_width: int = 16
+    pcie_max_link_generation: int = 5
+    pcie_max_link_width: int = 16
     nvlink_links: int = 0
     nvlink_down: tuple[int, ...] = ()  # links that are inactive
     nvlink_transmitted_bytes_per_second: float = 0.0  # per active link
@@ -938,6 +944,22 @@ class FakeNvml:
             for reason in self._active(gpu):
                 mask |= CLOCK_EVENT_REASONS[reason]
             return mask
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetCurrPcieLinkGeneration")[1].pcie_link_generation
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetCurrPcieLinkWidth")[1].pcie_link_width
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetMaxPcieLinkGeneration")[1].pcie_max_link_generation
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetMaxPcieLinkWidth")[1].pcie_max_link_width
 
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
         with self._lock:

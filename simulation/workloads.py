@@ -20,6 +20,8 @@ core 3101, listens on 0.0.0.0:8000; the inference collector finds it from procfs
 scrapes http://127.0.0.1:8000/metrics, answered by ``node.seams.inference_http``.
 Its KV-cache usage climbs towards 0.97 (0.949 at the demo's start), with preemptions and
 a growing queue.
+``kubernetes``: the same server, calm (KV cache at 42 %, nothing waiting or preempted), as the
+``inference`` pod's ``vllm`` container.
 
 Logs are appended to (never replaced, which the collector would take for a rotation),
 and their content is a pure function of (scenario, t).
@@ -112,6 +114,9 @@ VLLM_PID, VLLM_ENGINE_CORE_PID, VLLM_PORT, VLLM_SOCKET_INODE = 3100, 3101, 8000,
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 VLLM_URL = f"http://127.0.0.1:{VLLM_PORT}/metrics"
 PRESSURE_ONSET = -120.0  # the KV-cache episode began two minutes before the demo
+# Where a vLLM server runs: under KV-cache pressure, or (kubernetes) calm, in the inference pod.
+VLLM_SCENARIOS = ("kv-pressure", "kubernetes")
+HEALTHY_KV_CACHE_USAGE = 0.42
 
 # Steps of the job so far, per scenario: (start, end) relative to t=0.
 _timelines: dict[str, list[tuple[float, float]]] = {}
@@ -122,12 +127,12 @@ _written: dict[str, tuple[int, int]] = {}
 def build(node: SimulatedNode, t: float) -> None:
     node.options["training"] = {"logs": [LOG_GLOB], "start_at": "beginning"}
     _training_logs(node, t)
-    if node.scenario == "kv-pressure":
+    if node.scenario in VLLM_SCENARIOS:
         _vllm_process(node)
         endpoints = node.seams.inference_http
         if not isinstance(endpoints, SimulatedEndpoints):  # one for the node's life, like every seam
             endpoints = node.seams.inference_http = SimulatedEndpoints()
-        endpoints.pages = {VLLM_URL: vllm_exposition(t)}
+        endpoints.pages = {VLLM_URL: vllm_exposition(t, pressure=node.scenario == "kv-pressure")}
 
 
 # --- training ---
@@ -333,13 +338,15 @@ _E2E_CDF = (0.02, 0.08, 0.25, 0.55, 0.75, 0.86, 0.94, 0.97, 0.985, 0.995, 1.0)
 _ITL_CDF = (0.05, 0.3, 0.6, 0.75, 0.85, 0.92, 0.96, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0)
 
 
-def vllm_exposition(t: float) -> str:
-    """What vLLM's /metrics says at time t, in its own names (current vLLM, V1 engine)."""
+def vllm_exposition(t: float, pressure: bool = True) -> str:
+    """What vLLM's /metrics says at time t, in its own names (current vLLM, V1 engine); without
+    pressure its KV cache stays at 42 %, nothing waits and nothing is preempted."""
     elapsed = t - PRESSURE_ONSET
     labels = f'engine="0",model_name="{VLLM_MODEL}"'
     created = DEMO_EPOCH - 3600.0
-    waiting = min(96, 4 + int(0.2 * elapsed))
-    preemptions = int(max(0.0, elapsed - 30.0) * 0.8)
+    waiting = min(96, 4 + int(0.2 * elapsed)) if pressure else 0
+    preemptions = int(max(0.0, elapsed - 30.0) * 0.8) if pressure else 0
+    kv_cache = round(kv_cache_usage(t), 6) if pressure else HEALTHY_KV_CACHE_USAGE
     queries = 1_200_000 + 9_000 * int(elapsed)
     hits = int(queries * 0.35)
     requests = 20_000 + 12 * int(elapsed)
@@ -353,7 +360,7 @@ def vllm_exposition(t: float) -> str:
         f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}",
         "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
         "# TYPE vllm:kv_cache_usage_perc gauge",
-        f"vllm:kv_cache_usage_perc{{{labels}}} {round(kv_cache_usage(t), 6)}",
+        f"vllm:kv_cache_usage_perc{{{labels}}} {kv_cache}",
         "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
         "# TYPE vllm:prefix_cache_queries_total counter",
         f"vllm:prefix_cache_queries_total{{{labels}}} {float(queries)}",

@@ -188,6 +188,10 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         key("lockstep_gpu_pcie_replays_total", **g): 12,
         key("lockstep_gpu_pcie_transmitted_bytes_total", **g): 110_000,
         key("lockstep_gpu_pcie_received_bytes_total", **g): 330_000,
+        key("lockstep_gpu_pcie_link_generation", **g): 5,  # the fake's default: Gen5 x16 of Gen5 x16
+        key("lockstep_gpu_pcie_link_max_generation", **g): 5,
+        key("lockstep_gpu_pcie_link_width_lanes", **g): 16,
+        key("lockstep_gpu_pcie_link_max_width_lanes", **g): 16,
         key("lockstep_nvlink_up", **g, link="0"): 1,
         key("lockstep_nvlink_up", **g, link="1"): 0,
         key("lockstep_nvlink_transmitted_bytes_total", **g, link="0"): 110_000 * 1024,  # NVML: KiB
@@ -778,8 +782,9 @@ def test_nvml_calls_per_gpu_per_round_on_8_gpus_with_18_links(collectors: list[G
     for _ in range(rounds):
         collect(collector)
     per_gpu = [fake.calls_for(gpu=i) / rounds for i in range(8)]
-    # 11, and since issue 13: GPM (a sample, the metrics between it and the last round's) and fabric info.
-    assert per_gpu == [14] * 8
+    # + the current PCIe link generation and width (collectors/gpu/pcie.py); + GPM (a sample, the
+    # metrics between it and the last round's) and the fabric info (collectors/gpu/gpm.py, issue 13).
+    assert per_gpu == [11 + 2 + 3] * 8
     assert fake.calls_for(gpu=0, function="nvmlGpmSampleGet") == rounds
     assert fake.calls_for(gpu=0, function="nvmlGpmMetricsGet") == rounds
     assert fake.calls_for(gpu=0, function="nvmlDeviceGetGpuFabricInfoV") == rounds

@@ -46,6 +46,7 @@ from lockstep.collectors.gpu.metrics import (
     UTILIZATION,
     XID_ERRORS,
 )
+from lockstep.collectors.gpu.pcie import PCIE_LINK_CALLS
 
 if TYPE_CHECKING:
     from lockstep.collectors.gpu.reading import GpuState
@@ -131,6 +132,7 @@ CALL_METRICS: dict[str, tuple[MetricSpec, ...]] = {
     "nvmlDeviceGetMigMode": (MIG_MODE,),
     "nvmlDeviceGetGpuFabricInfoV": (FABRIC_STATE, FABRIC_HEALTH),
     "nvmlDeviceRegisterEvents": (XID_ERRORS, LAST_XID),
+    **PCIE_LINK_CALLS,
 }
 
 

@@ -49,6 +49,7 @@ from lockstep.collectors.gpu.nvml import (
     fabric_health,
     field_number,
 )
+from lockstep.collectors.gpu.pcie import read_pcie_link
 
 
 @dataclass
@@ -71,6 +72,8 @@ class GpuState:
     mig_cache: dict[str, MigDevice] = field(default_factory=dict)
     gpm: GpmState | None = None  # None: no GPM (gpm_absent says why)
     gpm_absent: str = ""
+    pcie_max_generation: int | None = None  # asked once per session (collectors/gpu/pcie.py)
+    pcie_max_width: int | None = None
 
     @property
     def labels(self) -> tuple[str, str]:
@@ -128,6 +131,7 @@ class GpuReader(Collector):
         if reasons is not None:
             for reason, bit in CLOCK_EVENT_REASONS.items():
                 put(CLOCK_EVENT_ACTIVE, 1 if reasons & bit else 0, reason)
+        out += read_pcie_link(self, nvml, gpu)
         processes = self._processes(nvml, gpu)
         if processes is not None:
             put(PROCESSES, len(processes))
