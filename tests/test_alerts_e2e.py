@@ -22,10 +22,8 @@ scenario that `lockstep demo --help` does not list yet (the workload collectors'
 `kv-pressure`) is skipped, not failed.  The demo advances simulated time 5 s every 5 s, and the
 collectors run every 5 s here, once per step of the clock.
 
-The scale-out path runs beside it on the same agents (tests/scale_out.py): two sharded vmagents
-write to VictoriaMetrics and vmalert evaluates the same rule files; the same alerts must fire
-there, and every dashboard query must return data from VictoriaMetrics too.  Its tests skip
-without the Debian package victoria-metrics (and fail under CI=true).
+The scale-out path (VictoriaMetrics, vmagent, vmalert) is proven on a subset of these cases by
+tests/test_scale_out_e2e.py, with the same observe() beside a Prometheus.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ import subprocess
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,14 +247,11 @@ def _ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
-    available = demo_scenarios()
-    names = [name for name, c in CASES.items() if c.demo is None or c.demo in available]
-    if ONLY:
-        names = [name for name in names if name in ONLY]
-    tmp = tmp_path_factory.mktemp("e2e")
+@contextmanager
+def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Iterator[Run]:
+    """Start a demo per case (and a real Prometheus scraping them, and with_scale_out the
+    VictoriaMetrics path beside it), watch the alerts until every expected one fired and the run
+    settled, and yield what was seen; everything started is stopped on the way out."""
     (tmp / "kubelet").mkdir()
     config = tmp / "lockstep.yml"
     config.write_text(
@@ -339,7 +335,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: _ready(f"{url}/-/ready", processes[-1], prometheus_log), timeout=60, what="Prometheus")
 
-        if scale_out.available():
+        if with_scale_out:
             (tmp / "scale-out").mkdir()
             rule_paths = [tmp / Path(name).name for name in rules.RULE_FILES.values()]
             vm = scale_out.ScaleOut(tmp / "scale-out", targets, rule_paths, "1s", new_port)
@@ -387,6 +383,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    available = demo_scenarios()
+    names = [name for name, c in CASES.items() if c.demo is None or c.demo in available]
+    if ONLY:
+        names = [name for name in names if name in ONLY]
+    with observe(tmp_path_factory.mktemp("e2e"), names) as result:
+        yield result
 
 
 def _collectors() -> list[str]:
@@ -495,7 +502,8 @@ def test_every_demo_scenario_is_a_case() -> None:
     from lockstep.simulation import scenarios
     from tests.test_pages_e2e import ALL_CASES as PAGE_CASES  # the straggler and paging scenarios
 
-    assert sorted(set(scenarios()) - {c.demo for c in CASES.values()} - set(PAGE_CASES)) == []
+    page_scenarios = {c.scenario for c in PAGE_CASES.values()}
+    assert sorted(set(scenarios()) - {c.demo for c in CASES.values()} - page_scenarios) == []
 
 
 def _seconds(duration: str) -> int:
@@ -550,40 +558,3 @@ def test_report(run: Run) -> None:
         note = "" if detected <= bound else "  (over)"
         print(f"e2e-ttd: | {name} | {alertname} | {detected:.1f} | {bound:.0f} |{note}")
     print(f"e2e: {len(run.scenarios)} targets observed for {run.duration:.0f} s")
-
-
-def _require_scale_out(run: Run) -> scale_out.ScaleOut:
-    require_real("vmagent, vmalert and victoria-metrics (Debian package victoria-metrics)", run.scale_out is not None)
-    assert run.scale_out is not None
-    return run.scale_out
-
-
-@pytest.mark.real
-@pytest.mark.parametrize("name", list(CASES))
-def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
-    """Sharded vmagents, VictoriaMetrics and vmalert on the same rule files: each case fires its
-    alerts and no others, as on the single Prometheus, and nothing else is pending at the end."""
-    vm = _require_scale_out(run)
-    if name not in run.scenarios:
-        pytest.skip(f"`lockstep demo --help` does not list scenario {CASES[name].demo!r}")
-    wanted = CASES[name].expected
-    fired = run.vm_firing(name)
-    missing = [e for e in wanted if not any(e.matches(a) for a in fired)]
-    unexpected = [a for a in fired if not any(e.matches(a) for e in wanted)]
-    description = f"vmalert fired in {name}: {fired}\nPrometheus fired: {run.firing(name)}\n{vm.logs()}"
-    assert (missing, unexpected) == ([], []), description
-    assert {a["alertname"] for a in fired} == {a["alertname"] for a in run.firing(name)}, description
-    pending = [
-        a["labels"]
-        for a in run.vm_at_end
-        if a["labels"].get("cluster") == name and not any(e.matches(a["labels"]) for e in wanted)
-    ]
-    assert pending == [], description
-
-
-@pytest.mark.real
-@pytest.mark.parametrize("title", sorted(checked_in()))
-def test_scale_out_dashboard_queries_return_data(run: Run, title: str) -> None:
-    """Grafana pointed at VictoriaMetrics (its Prometheus API): every query and variable works."""
-    vm = _require_scale_out(run)
-    assert dashboard_problems(checked_in()[title], vm.query, vm.url) == []
