@@ -79,7 +79,7 @@ GPU_UUIDS = tuple(default_uuid(i) for i in range(GPUS))
 STRAGGLER_GPU = 3
 LOST_GPU = 5
 FAULT_AT = 10.0  # gpu-nvml-hang, gpu-throttle: the fault begins 10 s into the demo
-XID_AT = 5.0  # gpu-faults: XIDs and uncorrectable ECC errors 5 s into the demo
+XID_AT = 20.0  # gpu-faults: XIDs and uncorrectable ECC errors 20 s into the demo (after the first scrapes)
 
 
 def h100(i: int) -> GpuSpec:

@@ -2,7 +2,7 @@
 there, and every dashboard query runs and returns data.
 
 One Prometheus (Debian `prometheus`, started here on a free port with a temporary storage dir)
-scrapes one `lockstep demo --scenario X` per case every second, each target labelled
+scrapes one `lockstep demo --scenario X` per case every 5 s, each target labelled
 cluster=<case>: the scenarios, a healthy node whose kubernetes collector fails, and a target
 nobody listens on (agent-down).  It loads the generated rule files, rendered with two test-only
 changes (alerts/rules.py Compression):
@@ -158,7 +158,7 @@ CASES: dict[str, Case] = {
         expect("LockstepGPURowRemapFailure", gpu="4"),
         expect("LockstepNVLinkDown", gpu="6", link="3"),
         expect("LockstepNVLinkErrors", gpu="7"),
-        onset=5,
+        onset=20,  # simulation/gpu.py XID_AT
     ),
     "fabric-faults": case(
         "fabric-faults",
@@ -280,60 +280,77 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
             used.add(port)
             return port
 
-        for name in names:
-            port = new_port()
-            targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}})
-            demo = CASES[name].demo
-            if demo is None:
-                continue  # nothing listens on the port
-            log = tmp / f"demo-{name}.log"
-            extra = [arg.format(tmp=tmp) for arg in CASES[name].args]
-            args = [*LOCKSTEP, "demo", "--scenario", demo, "--config", str(config), "--listen", f"127.0.0.1:{port}"]
-            processes.append(_start([*args, *extra], log))
-            demos.append((name, f"http://127.0.0.1:{port}/healthz", processes[-1], log))
-
-        # Every demo up before Prometheus starts (a target not yet listening would count as an
-        # agent down).  A demo's simulated clock starts at 0 when it serves: its faults' onsets
-        # are counted from then.
-        ready: dict[str, float] = {}
-        give_up = time.monotonic() + 180
-        while len(ready) < len(demos):
-            for name, health, proc, log in demos:
-                if name not in ready and _ready(health, proc, log):
-                    ready[name] = time.monotonic()
-            if time.monotonic() > give_up:
-                raise AssertionError(f"demos not serving after 180 s: {sorted({d[0] for d in demos} - set(ready))}")
-            time.sleep(0.2)
-
         compression = rules.Compression(
             for_scale=1 / 30, max_for=30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset
         )
         for name, text in rules.render_rule_files(compression).items():
             (tmp / Path(name).name).write_text(text)
+        # Prometheus first, its targets from files: each demo is added the moment it serves, so
+        # Prometheus sees it from its first seconds, before any fault begins (a counter that
+        # already stepped at its first scrape reads no increase), and a demo that starts late
+        # never counts as an agent down.
+        (tmp / "targets").mkdir()
         prometheus_config = {
-            # Scrapes every 2 s with as long to answer: twenty demos on a busy machine answer a
-            # 1-s timeout late, and every target then counts as down.  (The data changes every 5 s.)
-            "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "1s"},
+            # Scrapes every 5 s, with as long to answer: the data changes every 5 s (the demo's
+            # clock step and the collectors' interval), and twenty demos on a 2-core machine
+            # answer a short timeout late, and then count as down.  Rules every 2 s: the shortest
+            # compressed 'for' is 2 s.
+            "global": {"scrape_interval": "5s", "scrape_timeout": "5s", "evaluation_interval": "2s"},
             "rule_files": [str(tmp / Path(name).name) for name in rules.RULE_FILES.values()],
-            "scrape_configs": [{"job_name": T.AGENT_JOB, "static_configs": targets}],
+            "scrape_configs": [
+                {
+                    "job_name": T.AGENT_JOB,
+                    "file_sd_configs": [{"files": [str(tmp / "targets" / "*.json")], "refresh_interval": "1s"}],
+                }
+            ],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-        port = new_port()
         prometheus_log = tmp / "prometheus.log"
-        processes.append(
-            _start(
-                [
-                    PROMETHEUS,
-                    f"--config.file={tmp / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={tmp / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{port}",
-                    "--log.level=warn",
-                ],
-                prometheus_log,
-            )
+        prometheus = _start(
+            [
+                PROMETHEUS,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{(prometheus_port := new_port())}",
+                "--log.level=warn",
+            ],
+            prometheus_log,
         )
-        url = f"http://127.0.0.1:{port}"
-        wait_until(lambda: _ready(f"{url}/-/ready", processes[-1], prometheus_log), timeout=60, what="Prometheus")
+        processes.append(prometheus)
+        url = f"http://127.0.0.1:{prometheus_port}"
+        wait_until(lambda: _ready(f"{url}/-/ready", prometheus, prometheus_log), timeout=60, what="Prometheus")
+
+        def add_target(name: str, target: dict[str, Any]) -> None:
+            staged = tmp / "targets" / f".{name}.json"
+            staged.write_text(json.dumps([target]))
+            staged.rename(tmp / "targets" / f"{name}.json")  # whole, never half-written
+            targets.append(target)
+
+        for name in names:
+            port = new_port()
+            target = {"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}}
+            demo = CASES[name].demo
+            if demo is None:
+                add_target(name, target)  # nothing listens on the port
+                continue
+            log = tmp / f"demo-{name}.log"
+            extra = [arg.format(tmp=tmp) for arg in CASES[name].args]
+            args = [*LOCKSTEP, "demo", "--scenario", demo, "--config", str(config), "--listen", f"127.0.0.1:{port}"]
+            processes.append(_start([*args, *extra], log))
+            demos.append((name, f"http://127.0.0.1:{port}/healthz", processes[-1], log, target))
+
+        # A demo's simulated clock starts at 0 when it serves: its faults' onsets are counted
+        # from then.
+        ready: dict[str, float] = {}
+        give_up = time.monotonic() + 180
+        while len(ready) < len(demos):
+            for name, health, proc, log, target in demos:
+                if name not in ready and _ready(health, proc, log):
+                    ready[name] = time.monotonic()
+                    add_target(name, target)
+            if time.monotonic() > give_up:
+                raise AssertionError(f"demos not serving after 180 s: {sorted({d[0] for d in demos} - set(ready))}")
+            time.sleep(0.2)
 
         if with_scale_out:
             (tmp / "scale-out").mkdir()
@@ -342,7 +359,7 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
 
         result = Run(url, names, time.monotonic(), compression, logs={"prometheus": prometheus_log}, scale_out=vm)
         vm_rules_at = result.started + scale_out.WARMUP
-        result.logs.update({log.stem: log for _, _, _, log in demos})
+        result.logs.update({log.stem: log for _, _, _, log, _ in demos})
         # Seconds from the start of the observation (negative: before it); no agent: its start.
         result.demo_started = {name: round(ready.get(name, result.started) - result.started, 1) for name in names}
         expected = {name: CASES[name].expected for name in names}
@@ -526,7 +543,7 @@ def detection_bound(compression: rules.Compression, alertname: str) -> float:
         return found
 
     # Two refreshes of the data: in production the scrape interval (15 s) is at least the
-    # collectors' (10-15 s); here scrapes come every second but the data changes every 5 s (the
+    # collectors' (10-15 s); here scrapes come every 5 s and the data changes as often (the
     # demo's clock step and the collectors' interval), so a refresh is 5 s.
     refresh = max(1.0, float(COLLECTOR_INTERVAL.removesuffix("s")))
     return _seconds(compression.for_(alert.for_)) + max(windows(compression.expr(alert.expr)), default=0) + 2 * refresh
