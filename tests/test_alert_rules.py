@@ -47,6 +47,7 @@ PRODUCT_ALERTS = {
     "LockstepIBCongestion",
     "LockstepPFCStorm",
     "LockstepRoCECongestionControlOff",
+    "LockstepPCIeLinkDegraded",
     "LockstepFilesystemHung",
     "LockstepFilesystemAlmostFull",
     "LockstepIOStall",
