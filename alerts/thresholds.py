@@ -110,6 +110,32 @@ KV_CACHE_USAGE_RATIO = 0.9
 # Preemptions (vLLM) / retractions (SGLang) per minute, averaged over 5 minutes.
 KV_PREEMPTIONS_PER_MINUTE = 1.0
 
+# --- Inference throughput, latency and errors ----------------------------------------------
+
+# Throughput drop: an endpoint's generation tokens per second (5-minute rate) below this share
+# of its own level over the last INFERENCE_THROUGHPUT_BASELINE_WINDOW, while requests wait
+# (waiting requests mean the engine is saturated: a fall in demand empties the queue instead).
+# Its level is the 90th percentile of its 5-minute rates in the window: a rate it held for at
+# least a tenth of the window, so a short burst does not set it, and the drop itself does not
+# pull it down until it has lasted most of the window (an average would: a drop to 45 % of the
+# level would never fire, diluting its own baseline within the 'for').
+INFERENCE_THROUGHPUT_DROP_RATIO = 0.5
+INFERENCE_THROUGHPUT_BASELINE_WINDOW = "1h"
+INFERENCE_THROUGHPUT_BASELINE_QUANTILE = 0.9
+# Time to first token: the p95 over 5 minutes above the SLO, in seconds, for 10 minutes.  One
+# number for every endpoint (INFERENCE_TTFT_SLO_SECONDS), or per model: a model listed in
+# INFERENCE_TTFT_SLO_SECONDS_BY_MODEL (the value of its `model` label, exactly) is held to its
+# own SLO instead, e.g. {"meta-llama/Llama-3.1-405B-Instruct": 5.0}.  2 s: a common interactive
+# chat target for p95 TTFT; batch or long-prompt endpoints need their own.
+INFERENCE_TTFT_SLO_SECONDS = 2.0
+INFERENCE_TTFT_SLO_SECONDS_BY_MODEL: dict[str, float] = {}
+# Errors: the share of finished requests that were aborted or failed (reason abort or error),
+# over 5 minutes, above this for 10 minutes ...
+INFERENCE_FAILED_REQUESTS_RATIO = 0.05
+# ... on an endpoint finishing at least this many requests a minute: an idle endpoint with one
+# aborted request out of three is not paged.
+INFERENCE_MIN_REQUESTS_PER_MINUTE = 10.0
+
 # --- Checkpoints -------------------------------------------------------------------------------
 
 # A save in progress for longer than this many expected intervals is stalled ...

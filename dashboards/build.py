@@ -1195,6 +1195,20 @@ def slurm_job() -> Board:
     )
 
 
+# An inference endpoint's level of generation throughput, as LockstepInferenceThroughputDrop sees it.
+TOKENS_LEVEL = (
+    f"quantile_over_time({num(T.INFERENCE_THROUGHPUT_BASELINE_QUANTILE)}, "
+    f"server:lockstep_inference_generation_tokens:rate5m{{{SEL}}}[{T.INFERENCE_THROUGHPUT_BASELINE_WINDOW}])"
+)
+
+
+def _p95(histogram: str) -> str:
+    return (
+        f"histogram_quantile(0.95, sum by (le, cluster, instance, server, model) "
+        f"(rate({histogram}_bucket{{{SEL}}}[{RATE}])))"
+    )
+
+
 def inference() -> Board:
     return Board(
         "lockstep-inference",
@@ -1234,6 +1248,79 @@ def inference() -> Board:
                 f"LockstepKVCachePreemptions fires above {T.KV_PREEMPTIONS_PER_MINUTE:g} a minute (5 min) "
                 "for 5 minutes.",
                 above((T.KV_PREEMPTIONS_PER_MINUTE, RED)),
+            ),
+            timeseries(
+                "Generation tokens per second",
+                [
+                    (
+                        f"server:lockstep_inference_generation_tokens:rate5m{{{SEL}}}",
+                        "{{instance}} {{server}} {{model}}",
+                    ),
+                    (TOKENS_LEVEL, "{{instance}} {{server}} level of the last hour"),
+                ],
+                "short",
+                "Output tokens per second (5 min rate), and each endpoint's level of the last "
+                f"{T.INFERENCE_THROUGHPUT_BASELINE_WINDOW}: the "
+                f"{num(T.INFERENCE_THROUGHPUT_BASELINE_QUANTILE * 100)}th percentile of its rate, which "
+                "LockstepInferenceThroughputDrop compares with.",
+            ),
+            timeseries(
+                "Generation throughput against its last hour",
+                [
+                    (
+                        f"server:lockstep_inference_generation_tokens:rate5m{{{SEL}}}\n/ {TOKENS_LEVEL}",
+                        "{{instance}} {{server}}",
+                    )
+                ],
+                "percentunit",
+                f"LockstepInferenceThroughputDrop fires below {T.INFERENCE_THROUGHPUT_DROP_RATIO:.0%} while requests "
+                "wait, for 10 minutes (below it with an empty queue: demand fell, not capacity).",
+                below(T.INFERENCE_THROUGHPUT_DROP_RATIO),
+            ),
+            timeseries(
+                "Time to first token (p95)",
+                [
+                    (
+                        f"server:lockstep_inference_time_to_first_token_seconds:p95_5m{{{SEL}}}",
+                        "{{instance}} {{server}} {{model}}",
+                    )
+                ],
+                "s",
+                "p95 over 5 minutes. LockstepInferenceTTFTHigh fires above the SLO "
+                f"({num(T.INFERENCE_TTFT_SLO_SECONDS)} s, the line; models listed in "
+                "INFERENCE_TTFT_SLO_SECONDS_BY_MODEL have their own) for 10 minutes.",
+                above((T.INFERENCE_TTFT_SLO_SECONDS, RED)),
+            ),
+            timeseries(
+                "Aborted or failed requests (share)",
+                [(f"server:lockstep_inference_requests_failed:ratio5m{{{SEL}}}", "{{instance}} {{server}} {{model}}")],
+                "percentunit",
+                f"Share of finished requests with reason abort or error (5 min). LockstepInferenceErrors fires above "
+                f"{T.INFERENCE_FAILED_REQUESTS_RATIO:.0%} for 10 minutes on endpoints finishing at least "
+                f"{num(T.INFERENCE_MIN_REQUESTS_PER_MINUTE)} requests a minute. Only engines that count their "
+                "successes by reason (vLLM) have a share.",
+                above((T.INFERENCE_FAILED_REQUESTS_RATIO, RED)),
+            ),
+            timeseries(
+                "Requests finished per minute by reason",
+                [
+                    (
+                        f"sum by (cluster, instance, server, model, reason) "
+                        f"(rate(lockstep_inference_requests_finished_total{{{SEL}}}[{RATE}])) * 60",
+                        "{{instance}} {{server}} {{reason}}",
+                    )
+                ],
+                "cpm",
+                "stop, length, abort, error: only the reasons the engine tells apart (docs/workloads.md).",
+            ),
+            timeseries(
+                "End-to-end latency and queue time (p95)",
+                [
+                    (_p95("lockstep_inference_e2e_request_latency_seconds"), "{{instance}} {{server}} end to end"),
+                    (_p95("lockstep_inference_request_queue_time_seconds"), "{{instance}} {{server}} queued"),
+                ],
+                "s",
+                "Arrival to last token, and the part spent waiting in the engine's queue.",
             ),
             timeseries(
                 "KV cache usage (5 min average) against queue",

@@ -84,6 +84,9 @@ LOST_GPU = 5
 FAULT_AT = 10.0  # gpu-nvml-hang, gpu-throttle: the fault begins 10 s into the demo
 XID_AT = 5.0  # gpu-faults: XIDs and uncorrectable ECC errors 5 s into the demo
 PCIE_NARROW_GPU = 2  # pcie-degraded: this GPU's link trained at x8
+# The training job's GPM activity on every GPU of the healthy node.
+SM_ACTIVE_PERCENT = 87.5
+PIPE_ACTIVE_PERCENT = {"tensor": 56.25, "tensor_hmma": 56.25, "fp32": 12.5, "fp16": 6.25, "integer": 9.375}
 
 
 def h100(i: int) -> GpuSpec:
@@ -114,6 +117,11 @@ def h100(i: int) -> GpuSpec:
         nvlink_transmitted_bytes_per_second=14_648_437 * 1024,  # ~15 GB/s per link and direction
         nvlink_received_bytes_per_second=14_648_437 * 1024,
         processes=(ProcessSpec(pid=TRAINING_PID, used_memory_bytes=used - 512 * MIB),),
+        # GPM: a BF16 training step, tensor-bound (exact binary fractions, so rates are exact in tests).
+        sm_active_percent=SM_ACTIVE_PERCENT,
+        sm_occupancy_percent=43.75,
+        dram_bandwidth_used_percent=62.5,
+        pipe_active_percent=dict(PIPE_ACTIVE_PERCENT),
     )
 
 

@@ -126,7 +126,13 @@ CASES: dict[str, Case] = {
         expect("LockstepGPUStraggler", gpu="3"),
         expect("LockstepGPUStragglerSustained", gpu="3"),
     ),
-    "kv-pressure": case("kv-pressure", expect("LockstepKVCachePressure"), expect("LockstepKVCachePreemptions")),
+    # Requests queue for a KV-cache slot: p95 time to first token ~5 s, over the 2-s SLO.
+    "kv-pressure": case(
+        "kv-pressure",
+        expect("LockstepKVCachePressure"),
+        expect("LockstepKVCachePreemptions"),
+        expect("LockstepInferenceTTFTHigh"),
+    ),
     "checkpoint-stall": case(
         "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")
     ),

@@ -136,6 +136,12 @@ class GpuCollector(NvmlSessions):
                         omitted.setdefault(names, []).append(str(gpu.index))
             for names, gpus in omitted.items():
                 notes.append(f"GPU {', '.join(gpus)}: not supported by the GPU or driver, omitted: {', '.join(names)}")
+            no_gpm: dict[str, list[str]] = {}
+            for gpu in session.gpus:
+                if not gpu.lost and gpu.gpm is None and gpu.gpm_absent:
+                    no_gpm.setdefault(gpu.gpm_absent, []).append(str(gpu.index))
+            for why, gpus in no_gpm.items():
+                notes.append(f"GPU {', '.join(gpus)}: no SM, tensor or DRAM activity metrics: {why}")
             return "; ".join(notes)
         finally:
             self.close()
