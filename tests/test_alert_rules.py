@@ -50,6 +50,7 @@ PRODUCT_ALERTS = {
     "LockstepIBCongestion",
     "LockstepPFCStorm",
     "LockstepRoCECongestionControlOff",
+    "LockstepPCIeLinkDegraded",
     "LockstepFilesystemHung",
     "LockstepFilesystemAlmostFull",
     "LockstepIOStall",
