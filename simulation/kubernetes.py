@@ -20,7 +20,8 @@ SCENARIOS = (
     Scenario(
         "kubernetes",
         "The node as a Kubernetes GPU node: a training pod holds GPUs 0-3, an inference pod 4-5, "
-        "two notebooks share GPU 7 by time-slicing; the kubelet's pod-resources API says which.",
+        "two notebooks share GPU 7 by time-slicing; the kubelet's pod-resources API says which. The "
+        "inference pod's vLLM server is calm (KV cache 42 %).",
     ),
 )
 
