@@ -628,13 +628,19 @@ WORKLOAD_ALERTS = Group(
             # for its idle_timeout, so a hung job's series vanish just when "no step in 10
             # minutes" becomes true.  last_over_time keeps the last value seen; changes() over
             # the window tells whether a step came in it.  A hung job and a finished one both
-            # stop logging: Slurm still running the job tells them apart.
+            # stop logging: Slurm still running the job tells them apart.  A job that logged
+            # its first step less than the window ago has had no change in the window yet
+            # either: only a job seen stepping before the window (offset) can have stopped.
             f"time() - max {job_by()} (\n"
             f"  last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
             ")\n"
             f"unless {JOB_ON} max {job_by()} (\n"
             f"  changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_WINDOW}])\n"
             ") > 0\n"
+            f"and {JOB_ON} group {job_by()} (\n"
+            "  last_over_time(lockstep_training_last_step_timestamp_seconds"
+            f"[{T.TRAINING_STALL_LOOKBACK}] offset {T.TRAINING_STALL_WINDOW})\n"
+            ")\n"
             f"and {JOB_ON} group {job_by()} (lockstep_slurm_job_info)",
             f"Training job {label('job_id')} makes no progress",
             f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and Slurm still "
@@ -1019,6 +1025,69 @@ def almost_full(local: bool) -> str:
     )
 
 
+def below_maximum(current: str, maximum: str, dimension: str, selector: str = "", indent: str = "") -> str:
+    """Links whose current width or generation is below their maximum, with degraded="<dimension>"
+    so that a link below both is two alerts, each saying what it lost."""
+    lines = ("label_replace(", f"  {current}{selector} < {maximum},", f'  "degraded", "{dimension}", "", ""', ")")
+    return "\n".join(indent + line for line in lines)
+
+
+HCA_KINDS = f'{{kind=~"{regex(T.PCIE_ALERT_KINDS)}"}}'
+PCIE_ALERTS = Group(
+    "lockstep-pcie.alerts",
+    (
+        Alert(
+            "LockstepPCIeLinkDegraded",
+            "warning",
+            T.PCIE_DEGRADED_FOR,
+            # GPUs only while busy: an idle GPU lowers its link generation (and may lower its width)
+            # to save power, which is no fault (thresholds.py).
+            "(\n  (\n"
+            + below_maximum(
+                "lockstep_gpu_pcie_link_width_lanes", "lockstep_gpu_pcie_link_max_width_lanes", "width", indent="    "
+            )
+            + "\n  or\n"
+            + below_maximum(
+                "lockstep_gpu_pcie_link_generation",
+                "lockstep_gpu_pcie_link_max_generation",
+                "generation",
+                indent="    ",
+            )
+            + f"\n  )\n  and {on('uuid')}\n"
+            + f"  lockstep_gpu_utilization_ratio >= {num(T.PCIE_GPU_BUSY_UTILIZATION)}\n)\nor\n"
+            + below_maximum("lockstep_pcie_link_width_lanes", "lockstep_pcie_link_max_width_lanes", "width", HCA_KINDS)
+            + "\nor\n"
+            + below_maximum(
+                "lockstep_pcie_link_generation", "lockstep_pcie_link_max_generation", "generation", HCA_KINDS
+            ),
+            "PCIe link of {{ if $labels.uuid }}GPU "
+            + label("gpu")
+            + "{{ else }}"
+            + label("device")
+            + "{{ end }} on "
+            + WHERE
+            + " runs below its maximum "
+            + label("degraded"),
+            "{{ if $labels.uuid }}GPU "
+            + label("gpu")
+            + " ("
+            + label("uuid")
+            + "){{ else }}"
+            + label("kind")
+            + " device "
+            + label("device")
+            + "{{ end }} on "
+            + WHERE
+            + " has run its PCIe link at "
+            '{{ if eq $labels.degraded "width" }}x{{ $value }}{{ else }}Gen{{ $value }}{{ end }}, below the '
+            "most it and its slot can do, for " + T.PCIE_DEGRADED_FOR + "{{ if $labels.uuid }} while busy{{ end }}: "
+            "it trained down (x8 instead of x16, or one generation down, halves the bandwidth), so its "
+            "{{ if $labels.uuid }}host-to-device copies{{ else }}GPUDirect RDMA and host traffic{{ end }} slow its job "
+            "down. Check the slot, riser and cable; reseat, or reset the device to retrain the link.",
+        ),
+    ),
+)
+
 STORAGE_ALERTS = Group(
     "lockstep-storage.alerts",
     (
@@ -1090,7 +1159,15 @@ AGENT_ALERTS = Group(
     ),
 )
 
-ALERT_GROUPS = (WORKLOAD_ALERTS, GPU_ALERTS, GPU_VERDICT_ALERTS, FABRIC_ALERTS, STORAGE_ALERTS, AGENT_ALERTS)
+ALERT_GROUPS = (
+    WORKLOAD_ALERTS,
+    GPU_ALERTS,
+    GPU_VERDICT_ALERTS,
+    FABRIC_ALERTS,
+    PCIE_ALERTS,
+    STORAGE_ALERTS,
+    AGENT_ALERTS,
+)
 
 
 def alerts() -> list[Alert]:

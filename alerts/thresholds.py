@@ -198,6 +198,21 @@ PFC_TX_PAUSE_RATIO = 0.2
 # CNPs ignored per second: congestion notifications arrive and nobody slows down.
 ROCE_CNP_IGNORED_PER_SECOND = 1.0
 
+# --- PCIe links -------------------------------------------------------------------------------
+
+# A GPU's or HCA's PCIe link below its maximum width or generation (the maximum the device and
+# its slot can do together) for this long: a link retrains in milliseconds, so a link still down
+# after 10 minutes trained down and stays there until the device is reset or reseated.
+PCIE_DEGRADED_FOR = "10m"
+# A GPU's link is judged only while the GPU is at least this busy.  NVML lowers an idle GPU's link
+# generation (and may lower its width) to save power and raises it again under load, so an idle
+# GPU at Gen1 is not degraded; a busy one is at its trained maximum.  (Half busy, as for the GPU
+# straggler rules; a GPU without a utilization value, e.g. in MIG mode, is not judged.)
+PCIE_GPU_BUSY_UTILIZATION = 0.5
+# Which devices of the pcie collector (its kind label) the alert judges: the RDMA HCAs, whose
+# links carry GPUDirect RDMA.  Add "nvme" to be told about local drives too.
+PCIE_ALERT_KINDS = ("infiniband",)
+
 # --- Storage and host --------------------------------------------------------------------------
 
 # Filesystem almost full: less than this share available ...

@@ -15,7 +15,7 @@ heatmap, so the heatmap here is a small Panel subclass that writes the current o
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,7 @@ def table(
     hide: Sequence[str] = ("Time", "__name__", "job"),
     width: int = 12,
     height: int = 8,
+    rename: Mapping[str, str] | None = None,
 ) -> Cell:
     panel = Table(
         title=title,
@@ -170,7 +171,13 @@ def table(
         # One row per series, its labels as columns; the housekeeping columns hidden.
         transformations=[
             {"id": "merge", "options": {}},
-            {"id": "organize", "options": {"excludeByName": {name: True for name in hide}}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {name: True for name in hide},
+                    **({"renameByName": dict(rename)} if rename else {}),
+                },
+            },
         ],
     )
     return Cell(panel, width, height)
@@ -423,6 +430,25 @@ def fleet() -> Board:
     )
 
 
+# The PCIe links table's columns: (GPU metric, HCA/NVMe metric), one query each.
+PCIE_LINK_COLUMNS = (
+    ("lockstep_gpu_pcie_link_generation", "lockstep_pcie_link_generation"),
+    ("lockstep_gpu_pcie_link_max_generation", "lockstep_pcie_link_max_generation"),
+    ("lockstep_gpu_pcie_link_width_lanes", "lockstep_pcie_link_width_lanes"),
+    ("lockstep_gpu_pcie_link_max_width_lanes", "lockstep_pcie_link_max_width_lanes"),
+)
+
+
+def pcie_links(gpu_metric: str, device_metric: str) -> str:
+    """One value per link, named 'GPU <n>' or by its device, so the four columns merge into rows."""
+    return (
+        f"max by (instance, link) (\n"
+        f'  label_replace({gpu_metric}{{{SEL}}}, "link", "GPU $1", "gpu", "(.*)")\n'
+        f'  or label_replace({device_metric}{{{SEL}}}, "link", "$1", "device", "(.*)")\n'
+        f")"
+    )
+
+
 def node() -> Board:
     return Board(
         "lockstep-node",
@@ -499,6 +525,42 @@ def node() -> Board:
                 "GPU utilization",
                 [(f"lockstep_gpu_utilization_ratio{{{SEL}}}", "{{instance}} GPU {{gpu}}")],
                 "percentunit",
+            ),
+            table(
+                "PCIe links",
+                [(pcie_links(gpu_metric, device_metric), "") for gpu_metric, device_metric in PCIE_LINK_COLUMNS],
+                "none",
+                "Every GPU's (NVML) and every HCA's and NVMe drive's (sysfs) PCIe link: the generation and width "
+                "it runs at, and the most it and its slot can do. LockstepPCIeLinkDegraded fires when an HCA, or "
+                f"a GPU at least {T.PCIE_GPU_BUSY_UTILIZATION:.0%} busy, stays below its maximum for "
+                f"{T.PCIE_DEGRADED_FOR}. An idle GPU runs its link at a lower generation to save power: that is "
+                "normal.",
+                hide=("Time",),
+                rename={
+                    "Value #A": "generation",
+                    "Value #B": "max generation",
+                    "Value #C": "width",
+                    "Value #D": "max width",
+                },
+                width=14,
+            ),
+            timeseries(
+                "PCIe AER errors",
+                [
+                    (
+                        f"sum by (instance, device, severity) (rate(lockstep_pcie_aer_errors_total{{{SEL}}}[{RATE}]))",
+                        "{{instance}} {{device}} {{severity}}",
+                    ),
+                    (
+                        f"rate(lockstep_gpu_pcie_replays_total{{{SEL}}}[{RATE}])",
+                        "{{instance}} GPU {{gpu}} replays",
+                    ),
+                ],
+                "short",
+                "PCIe errors per second the HCAs and NVMe drives report through AER, by severity, and the GPUs' "
+                "PCIe replays. Correctable errors rising on a link that trained down point at the slot, riser or "
+                "cable.",
+                width=10,
             ),
             stat(
                 "Collectors failing",

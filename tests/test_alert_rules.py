@@ -53,6 +53,7 @@ PRODUCT_ALERTS = {
     "LockstepIBCongestion",
     "LockstepPFCStorm",
     "LockstepRoCECongestionControlOff",
+    "LockstepPCIeLinkDegraded",
     "LockstepFilesystemHung",
     "LockstepFilesystemAlmostFull",
     "LockstepIOStall",

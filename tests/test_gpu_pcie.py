@@ -8,7 +8,7 @@ import pynvml
 import pytest
 
 from lockstep.collectors.gpu import GpuCollector
-from lockstep.simulation.fake_nvml import GpuSpec, fake_from_gpus
+from lockstep.simulation.fake_nvml import FakeSpecError, GpuSpec, fake_from_gpus, parse_spec
 from tests.test_gpu import collect, key, started
 
 LINK = (
@@ -83,3 +83,16 @@ def test_a_failed_maximum_is_asked_again_and_an_unsupported_call_is_not(collecto
     assert fake.calls[("nvmlDeviceGetMaxPcieLinkGeneration", 0)] == 2
     assert fake.calls[("nvmlDeviceGetCurrPcieLinkWidth", 0)] == 1  # probed once, remembered
     assert "lockstep_gpu_pcie_link_width_lanes" in collector.check()
+
+
+def test_the_fake_spec_takes_the_link_keys() -> None:
+    spec = parse_spec({"gpus": [{"pcie_link_width": 8, "pcie_link_generation": 1, "pcie_max_link_generation": 4}]})
+    gpu = spec.gpus[0]
+    assert (gpu.pcie_link_generation, gpu.pcie_max_link_generation, gpu.pcie_link_width, gpu.pcie_max_link_width) == (
+        1,
+        4,
+        8,
+        16,
+    )
+    with pytest.raises(FakeSpecError, match="pcie_link_width"):
+        parse_spec({"gpus": [{"pcie_link_width": "x8"}]})
