@@ -704,18 +704,25 @@ def gpu() -> Board:
                 hide=("Time", "job"),
             ),
             table(
-                "Driver recovery action and fabric health",
+                "Driver recovery action and fabric state",
                 [
                     (f"lockstep_gpu_recovery_action{{{SEL}}} == 1", ""),
                     (f"lockstep_gpu_fabric_state{{{SEL}}} == 1", ""),
-                    (f"lockstep_gpu_fabric_health{{{SEL}}} == 1", ""),
                 ],
                 "none",
                 "Per GPU: the action the driver asks for (none when healthy; LockstepGPURecoveryActionRequired "
-                f"after {T.GPU_RECOVERY_ACTION_FOR}), its NVSwitch fabric registration state and the fabric health "
-                "conditions that hold (LockstepGPUFabricDegraded: "
-                f"{', '.join(T.GPU_FABRIC_DEGRADED_CONDITIONS)} or a registration not completed, {T.GPU_FABRIC_FOR}).",
-                hide=("Time", "__name__", "job", "Value #A", "Value #B", "Value #C"),
+                f"after {T.GPU_RECOVERY_ACTION_FOR}) and its NVSwitch fabric registration state (completed when "
+                f"healthy; LockstepGPUFabricDegraded after {T.GPU_FABRIC_FOR} otherwise).",
+                hide=("Time", "__name__", "job", "Value #A", "Value #B"),
+            ),
+            timeseries(
+                "NVSwitch fabric health",
+                [(f"lockstep_gpu_fabric_health{{{SEL}}}", "{{instance}} GPU {{gpu}} {{condition}}")],
+                "none",
+                "1 while the condition holds. LockstepGPUFabricDegraded fires after "
+                f"{T.GPU_FABRIC_FOR} of {', '.join(T.GPU_FABRIC_DEGRADED_CONDITIONS)}; route_recovery and "
+                "access_timeout_recovery are the driver repairing itself.",
+                NONE_BAD,
             ),
             stat(
                 "NVLink links down",
