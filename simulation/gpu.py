@@ -39,7 +39,7 @@ from lockstep.simulation.fake_nvml import (
     default_uuid,
     with_defaults,
 )
-from lockstep.simulation.workloads import slow
+from lockstep.simulation.workloads import INFERENCE_SCENARIOS, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -232,7 +232,7 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
         gpus[PCIE_NARROW_GPU] = dataclasses.replace(gpus[PCIE_NARROW_GPU], pcie_link_width=8)
     elif scenario == "training-finished":
         gpus = [idle(g) for g in gpus]  # the job ended: every GPU idles, its link at Gen1
-    elif scenario == "kv-pressure":
+    elif scenario in ("kv-pressure", *INFERENCE_SCENARIOS):
         # The workloads area's vLLM server (pid 3100) runs its engine core, pid 3101, on GPU 7.
         serving = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB)
         gpus[7] = dataclasses.replace(gpus[7], processes=(*gpus[7].processes, serving))

@@ -133,6 +133,16 @@ CASES: dict[str, Case] = {
         expect("LockstepKVCachePreemptions"),
         expect("LockstepInferenceTTFTHigh"),
     ),
+    # Issue 15's inference alerts: 75 s into the demo the vLLM server slows down (its tokens a
+    # second against its level before) or fails requests; the near miss loses its demand instead.
+    "inference-slow": case(
+        "inference-slow",
+        expect("LockstepInferenceThroughputDrop"),
+        expect("LockstepInferenceTTFTHigh"),
+        onset=75,
+    ),
+    "inference-errors": case("inference-errors", expect("LockstepInferenceErrors"), onset=75),
+    "inference-quiet": case("inference-quiet"),
     "checkpoint-stall": case(
         "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")
     ),
