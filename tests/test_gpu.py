@@ -190,9 +190,9 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
             reason in ("sw_power_cap", "sync_boost")
         )
     assert s == expected
-    assert published_gpus()[0].processes == (
-        GpuProcess(2200, 30_000 * MIB, None, None),
-        GpuProcess(2300, None, None, None),
+    assert published_gpus()[0].processes == (  # no per-process samples: idle (tests/test_gpu_processes.py)
+        GpuProcess(2200, 30_000 * MIB, None, None, sm_utilization=0.0, memory_utilization=0.0),
+        GpuProcess(2300, None, None, None, sm_utilization=0.0, memory_utilization=0.0),
     )
 
 
@@ -745,7 +745,7 @@ def test_nvml_calls_per_gpu_per_round_on_8_gpus_with_18_links(collectors: list[G
     for _ in range(rounds):
         collect(collector)
     per_gpu = [fake.calls_for(gpu=i) / rounds for i in range(8)]
-    assert per_gpu == [11] * 8
+    assert per_gpu == [12] * 8  # 11 + the per-process utilisation of the training process
     assert fake.calls_for(gpu=0, function="nvmlDeviceGetFieldValues") == rounds
 
 

@@ -41,6 +41,7 @@ from lockstep.collectors.gpu.nvml import (
     error_name,
     field_number,
 )
+from lockstep.collectors.gpu.processes import with_utilization
 
 
 @dataclass
@@ -57,6 +58,7 @@ class GpuState:
     sm_clock_max_hz: float | None = None
     links: int = 0
     lost: bool = False
+    process_samples_since: int = 0  # newest per-process utilisation sample seen (NVML µs; processes.py)
     field_uses: list[tuple[FieldUse, int, int]] = field(default_factory=list)  # (use, id, scopeId) still asked for
     unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
     link_state_by_call: bool = False  # the link state field is unsupported: ask per link
@@ -119,6 +121,8 @@ class GpuReader(Collector):
             for reason, bit in CLOCK_EVENT_REASONS.items():
                 put(CLOCK_EVENT_ACTIVE, 1 if reasons & bit else 0, reason)
         processes = self._processes(nvml, gpu)
+        if processes is not None:
+            processes = with_utilization(self, nvml, gpu, processes)
         if processes is not None:
             put(PROCESSES, len(processes))
             put(PROCESS_MEMORY, sum(p.used_memory_bytes or 0 for p in processes))
