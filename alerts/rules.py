@@ -15,6 +15,7 @@ Alert annotations are Go templates, evaluated by Prometheus: {{ $labels.x }} and
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -163,6 +164,13 @@ GPU_RECORDING = Group(
     ),
 )
 
+TOKENS_RATE = "server:lockstep_inference_generation_tokens:rate5m"
+TTFT_P95 = "server:lockstep_inference_time_to_first_token_seconds:p95_5m"
+FINISHED_RATE = "server:lockstep_inference_requests_finished:rate5m"
+FAILED_RATIO = "server:lockstep_inference_requests_failed:ratio5m"
+FAILED_REASONS = "abort|error"
+SUCCESS_REASONS = "stop|length"
+
 INFERENCE_RECORDING = Group(
     "lockstep-inference.recording",
     (
@@ -175,6 +183,25 @@ INFERENCE_RECORDING = Group(
             "avg_over_time(lockstep_inference_requests_waiting[5m])",
         ),
         Recording("server:lockstep_inference_preemptions:rate5m", "rate(lockstep_inference_preemptions_total[5m])"),
+        Recording(TOKENS_RATE, "rate(lockstep_inference_generation_tokens_total[5m])"),
+        # No quantile where no request got its first token in the window (it would be NaN).
+        Recording(
+            TTFT_P95,
+            "histogram_quantile(0.95, rate(lockstep_inference_time_to_first_token_seconds_bucket[5m]))\n"
+            "and rate(lockstep_inference_time_to_first_token_seconds_count[5m]) > 0",
+        ),
+        Recording(FINISHED_RATE, "sum without (reason) (rate(lockstep_inference_requests_finished_total[5m]))"),
+        # Only where the engine counts its successful requests by reason too (vLLM): SGLang, TGI,
+        # Triton and Dynamo count only their failures, whose share of themselves is always 1.
+        Recording(
+            FAILED_RATIO,
+            "(\n"
+            "  sum without (reason) (\n"
+            f'    rate(lockstep_inference_requests_finished_total{{reason=~"{FAILED_REASONS}"}}[5m])\n  )\n'
+            f"  or 0 * {FINISHED_RATE}\n)\n"
+            f"/ ({FINISHED_RATE} > 0)\n"
+            f'and group without (reason) (lockstep_inference_requests_finished_total{{reason=~"{SUCCESS_REASONS}"}})',
+        ),
     ),
 )
 
@@ -479,6 +506,29 @@ GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(
 WORK_30M = f"job_rank:{WORK}:mean{W}"
 GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
 
+
+def _quoted(value: str) -> str:
+    """A PromQL string literal (Go's escapes, which JSON's are for these characters)."""
+    return json.dumps(value)
+
+
+def above_ttft_slo(default: float, by_model: dict[str, float]) -> str:
+    """The p95 time to first token where it is above its SLO: the model's own SLO for the models
+    listed in by_model (thresholds.py INFERENCE_TTFT_SLO_SECONDS_BY_MODEL), the default for the rest."""
+    others = ", ".join(f"model!={_quoted(model)}" for model in by_model)
+    clauses = [f"{TTFT_P95}{{{others}}} > {num(default)}" if others else f"{TTFT_P95} > {num(default)}"]
+    clauses += [f"{TTFT_P95}{{model={_quoted(model)}}} > {num(slo)}" for model, slo in by_model.items()]
+    return "\nor\n".join(clauses)
+
+
+def ttft_slo_text(default: float, by_model: dict[str, float]) -> str:
+    """The alerted model's SLO in seconds, as a Go template."""
+    text = ""
+    for model, slo in by_model.items():
+        text += f"{{{{ {'else ' if text else ''}if eq $labels.model {_quoted(model)} }}}}{num(slo)}"
+    return f"{text}{{{{ else }}}}{num(default)}{{{{ end }}}}" if text else num(default)
+
+
 WORKLOAD_ALERTS = Group(
     "lockstep-workloads.alerts",
     (
@@ -594,6 +644,47 @@ WORKLOAD_ALERTS = Group(
             f"The {label('engine')} endpoint {label('server')} ({label('model')}) on {WHERE} preempts "
             f"{VALUE_2F} requests a minute: it runs out of KV cache blocks mid-generation, evicts requests and "
             "recomputes them later, wasting GPU time and inflating their latency.",
+        ),
+        Alert(
+            "LockstepInferenceThroughputDrop",
+            "warning",
+            "10m",
+            f"{TOKENS_RATE}\n"
+            f"/ (\n  quantile_over_time({num(T.INFERENCE_THROUGHPUT_BASELINE_QUANTILE)}, "
+            f"{TOKENS_RATE}[{T.INFERENCE_THROUGHPUT_BASELINE_WINDOW}])\n  > 0\n)\n"
+            f"< {num(T.INFERENCE_THROUGHPUT_DROP_RATIO)}\n"
+            "and server:lockstep_inference_requests_waiting:avg5m > 0",
+            f"{label('server')} generates far fewer tokens than it did in the last hour",
+            f"The {label('engine')} endpoint {label('server')} ({label('model')}) on {WHERE} generates "
+            f"{VALUE_PERCENT} of the tokens per second it sustained in the last "
+            f"{T.INFERENCE_THROUGHPUT_BASELINE_WINDOW} (5 min rate) while requests wait: it is saturated and "
+            "slower than it was, not less busy. A slow or throttled GPU, a stuck worker, preemptions, or a change "
+            "of request shapes (longer prompts) or of the engine's settings.",
+        ),
+        Alert(
+            "LockstepInferenceTTFTHigh",
+            "warning",
+            "10m",
+            above_ttft_slo(T.INFERENCE_TTFT_SLO_SECONDS, T.INFERENCE_TTFT_SLO_SECONDS_BY_MODEL),
+            f"Time to first token of {label('server')} is above its SLO",
+            f"The p95 time to first token of the {label('engine')} endpoint {label('server')} ({label('model')}) "
+            f"on {WHERE} is {VALUE_2F} s over 5 minutes, above its SLO of "
+            + ttft_slo_text(T.INFERENCE_TTFT_SLO_SECONDS, T.INFERENCE_TTFT_SLO_SECONDS_BY_MODEL)
+            + " s, for 10 minutes. Requests wait in its queue (KV cache full, too few replicas) or its prefill "
+            "is slow (long prompts, a slow GPU).",
+        ),
+        Alert(
+            "LockstepInferenceErrors",
+            "warning",
+            "10m",
+            f"{FAILED_RATIO} > {num(T.INFERENCE_FAILED_REQUESTS_RATIO)}\n"
+            f"and {FINISHED_RATE} * 60 >= {num(T.INFERENCE_MIN_REQUESTS_PER_MINUTE)}",
+            f"{label('server')} aborts or fails many requests",
+            f"{VALUE_PERCENT} of the requests the {label('engine')} endpoint {label('server')} ({label('model')}) "
+            f"on {WHERE} finished in the last 5 minutes were aborted or failed (over "
+            f"{percent(T.INFERENCE_FAILED_REQUESTS_RATIO)} for 10 minutes). Aborts are clients or the server "
+            "giving up (timeouts while requests queue); errors are the engine failing them. The engine's log "
+            "says why.",
         ),
         Alert(
             "LockstepCheckpointStalled",
@@ -854,6 +945,69 @@ def almost_full(local: bool) -> str:
     )
 
 
+def below_maximum(current: str, maximum: str, dimension: str, selector: str = "", indent: str = "") -> str:
+    """Links whose current width or generation is below their maximum, with degraded="<dimension>"
+    so that a link below both is two alerts, each saying what it lost."""
+    lines = ("label_replace(", f"  {current}{selector} < {maximum},", f'  "degraded", "{dimension}", "", ""', ")")
+    return "\n".join(indent + line for line in lines)
+
+
+HCA_KINDS = f'{{kind=~"{regex(T.PCIE_ALERT_KINDS)}"}}'
+PCIE_ALERTS = Group(
+    "lockstep-pcie.alerts",
+    (
+        Alert(
+            "LockstepPCIeLinkDegraded",
+            "warning",
+            T.PCIE_DEGRADED_FOR,
+            # GPUs only while busy: an idle GPU lowers its link generation (and may lower its width)
+            # to save power, which is no fault (thresholds.py).
+            "(\n  (\n"
+            + below_maximum(
+                "lockstep_gpu_pcie_link_width_lanes", "lockstep_gpu_pcie_link_max_width_lanes", "width", indent="    "
+            )
+            + "\n  or\n"
+            + below_maximum(
+                "lockstep_gpu_pcie_link_generation",
+                "lockstep_gpu_pcie_link_max_generation",
+                "generation",
+                indent="    ",
+            )
+            + f"\n  )\n  and {on('uuid')}\n"
+            + f"  lockstep_gpu_utilization_ratio >= {num(T.PCIE_GPU_BUSY_UTILIZATION)}\n)\nor\n"
+            + below_maximum("lockstep_pcie_link_width_lanes", "lockstep_pcie_link_max_width_lanes", "width", HCA_KINDS)
+            + "\nor\n"
+            + below_maximum(
+                "lockstep_pcie_link_generation", "lockstep_pcie_link_max_generation", "generation", HCA_KINDS
+            ),
+            "PCIe link of {{ if $labels.uuid }}GPU "
+            + label("gpu")
+            + "{{ else }}"
+            + label("device")
+            + "{{ end }} on "
+            + WHERE
+            + " runs below its maximum "
+            + label("degraded"),
+            "{{ if $labels.uuid }}GPU "
+            + label("gpu")
+            + " ("
+            + label("uuid")
+            + "){{ else }}"
+            + label("kind")
+            + " device "
+            + label("device")
+            + "{{ end }} on "
+            + WHERE
+            + " has run its PCIe link at "
+            '{{ if eq $labels.degraded "width" }}x{{ $value }}{{ else }}Gen{{ $value }}{{ end }}, below the '
+            "most it and its slot can do, for " + T.PCIE_DEGRADED_FOR + "{{ if $labels.uuid }} while busy{{ end }}: "
+            "it trained down (x8 instead of x16, or one generation down, halves the bandwidth), so its "
+            "{{ if $labels.uuid }}host-to-device copies{{ else }}GPUDirect RDMA and host traffic{{ end }} slow its job "
+            "down. Check the slot, riser and cable; reseat, or reset the device to retrain the link.",
+        ),
+    ),
+)
+
 STORAGE_ALERTS = Group(
     "lockstep-storage.alerts",
     (
@@ -925,7 +1079,7 @@ AGENT_ALERTS = Group(
     ),
 )
 
-ALERT_GROUPS = (WORKLOAD_ALERTS, GPU_ALERTS, FABRIC_ALERTS, STORAGE_ALERTS, AGENT_ALERTS)
+ALERT_GROUPS = (WORKLOAD_ALERTS, GPU_ALERTS, FABRIC_ALERTS, PCIE_ALERTS, STORAGE_ALERTS, AGENT_ALERTS)
 
 
 def alerts() -> list[Alert]:

@@ -110,6 +110,32 @@ KV_CACHE_USAGE_RATIO = 0.9
 # Preemptions (vLLM) / retractions (SGLang) per minute, averaged over 5 minutes.
 KV_PREEMPTIONS_PER_MINUTE = 1.0
 
+# --- Inference throughput, latency and errors ----------------------------------------------
+
+# Throughput drop: an endpoint's generation tokens per second (5-minute rate) below this share
+# of its own level over the last INFERENCE_THROUGHPUT_BASELINE_WINDOW, while requests wait
+# (waiting requests mean the engine is saturated: a fall in demand empties the queue instead).
+# Its level is the 90th percentile of its 5-minute rates in the window: a rate it held for at
+# least a tenth of the window, so a short burst does not set it, and the drop itself does not
+# pull it down until it has lasted most of the window (an average would: a drop to 45 % of the
+# level would never fire, diluting its own baseline within the 'for').
+INFERENCE_THROUGHPUT_DROP_RATIO = 0.5
+INFERENCE_THROUGHPUT_BASELINE_WINDOW = "1h"
+INFERENCE_THROUGHPUT_BASELINE_QUANTILE = 0.9
+# Time to first token: the p95 over 5 minutes above the SLO, in seconds, for 10 minutes.  One
+# number for every endpoint (INFERENCE_TTFT_SLO_SECONDS), or per model: a model listed in
+# INFERENCE_TTFT_SLO_SECONDS_BY_MODEL (the value of its `model` label, exactly) is held to its
+# own SLO instead, e.g. {"meta-llama/Llama-3.1-405B-Instruct": 5.0}.  2 s: a common interactive
+# chat target for p95 TTFT; batch or long-prompt endpoints need their own.
+INFERENCE_TTFT_SLO_SECONDS = 2.0
+INFERENCE_TTFT_SLO_SECONDS_BY_MODEL: dict[str, float] = {}
+# Errors: the share of finished requests that were aborted or failed (reason abort or error),
+# over 5 minutes, above this for 10 minutes ...
+INFERENCE_FAILED_REQUESTS_RATIO = 0.05
+# ... on an endpoint finishing at least this many requests a minute: an idle endpoint with one
+# aborted request out of three is not paged.
+INFERENCE_MIN_REQUESTS_PER_MINUTE = 10.0
+
 # --- Checkpoints -------------------------------------------------------------------------------
 
 # A save in progress for longer than this many expected intervals is stalled ...
@@ -156,6 +182,21 @@ IB_TRANSMIT_WAIT_RATIO = 0.1
 PFC_TX_PAUSE_RATIO = 0.2
 # CNPs ignored per second: congestion notifications arrive and nobody slows down.
 ROCE_CNP_IGNORED_PER_SECOND = 1.0
+
+# --- PCIe links -------------------------------------------------------------------------------
+
+# A GPU's or HCA's PCIe link below its maximum width or generation (the maximum the device and
+# its slot can do together) for this long: a link retrains in milliseconds, so a link still down
+# after 10 minutes trained down and stays there until the device is reset or reseated.
+PCIE_DEGRADED_FOR = "10m"
+# A GPU's link is judged only while the GPU is at least this busy.  NVML lowers an idle GPU's link
+# generation (and may lower its width) to save power and raises it again under load, so an idle
+# GPU at Gen1 is not degraded; a busy one is at its trained maximum.  (Half busy, as for the GPU
+# straggler rules; a GPU without a utilization value, e.g. in MIG mode, is not judged.)
+PCIE_GPU_BUSY_UTILIZATION = 0.5
+# Which devices of the pcie collector (its kind label) the alert judges: the RDMA HCAs, whose
+# links carry GPUDirect RDMA.  Add "nvme" to be told about local drives too.
+PCIE_ALERT_KINDS = ("infiniband",)
 
 # --- Storage and host --------------------------------------------------------------------------
 

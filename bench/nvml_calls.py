@@ -4,8 +4,11 @@
 
 Runs the GPU collector against the simulated node's fake NVML, which counts every call
 per GPU.  The first round enumerates the GPUs and probes what they support; the steady
-state is what every later round costs.  Target (issue 3): at most 12 calls per GPU per
-round.  Also prints the collector's CPU time per round (noisy on shared machines: read
+state is what every later round costs.  Target: at most 12 calls per GPU per round (issue 3),
+plus 2 for the PCIe link's current generation and width (issue 13; its maxima are asked once per
+NVML session, in the first round); GPM activity (a sample, and the metrics between it and the
+last round's) and the NVSwitch fabric info have their own budget of 3 more (issue 13), printed
+apart.  Also prints the collector's CPU time per round (noisy on shared machines: read
 it as an order of magnitude).
 """
 
@@ -26,7 +29,10 @@ from lockstep.collectors.gpu import GpuCollector  # noqa: E402
 from lockstep.simulation.fake_nvml import FakeNvml  # noqa: E402
 from lockstep.simulation.gpu import node_spec  # noqa: E402
 
-TARGET = 12
+TARGET = 12 + 2
+# Issue 13's GPM activity and fabric health calls: their own budget on top of TARGET.
+ADDED = ("nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmMetricsGet", "nvmlDeviceGetGpuFabricInfoV")
+ADDED_TARGET = 3
 
 
 def main() -> int:
@@ -55,9 +61,13 @@ def main() -> int:
         collector.close()
 
     per_gpu = [sum(n for (_, g), n in steady.items() if g == i) / args.rounds for i in range(gpus)]
+    added = [sum(n for (f, g), n in steady.items() if g == i and f in ADDED) / args.rounds for i in range(gpus)]
+    base = [total - extra for total, extra in zip(per_gpu, added)]
     print(f"simulated node: {gpus} GPUs x {links} NVLinks, scenario {args.scenario}, {args.rounds} rounds")
     print(f"first round (enumeration + probing): {sum(first.values()) / gpus:.1f} NVML calls per GPU")
-    print(f"steady state: {max(per_gpu):g} NVML calls per GPU per round (target <= {TARGET})")
+    print(f"steady state: {max(per_gpu):g} NVML calls per GPU per round, of which")
+    print(f"  base set: {max(base):g} (target <= {TARGET})")
+    print(f"  GPM activity and fabric health (issue 13): {max(added):g} (target <= {ADDED_TARGET})")
     by_function = Counter()
     for (function, _), n in steady.items():
         by_function[function] += n
@@ -65,7 +75,7 @@ def main() -> int:
         print(f"  {function:45s} {n / args.rounds / gpus:g}")
     print(f"fields per nvmlDeviceGetFieldValues call: {fields_per_call:g}")
     print(f"collector CPU per round: {cpu_per_round * 1000:.2f} ms")
-    return 0 if max(per_gpu) <= TARGET else 1
+    return 0 if max(base) <= TARGET and max(added) <= ADDED_TARGET else 1
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ heatmap, so the heatmap here is a small Panel subclass that writes the current o
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -156,6 +156,7 @@ def table(
     hide: Sequence[str] = ("Time", "__name__", "job"),
     width: int = 12,
     height: int = 8,
+    rename: Mapping[str, str] | None = None,
 ) -> Cell:
     panel = Table(
         title=title,
@@ -170,7 +171,13 @@ def table(
         # One row per series, its labels as columns; the housekeeping columns hidden.
         transformations=[
             {"id": "merge", "options": {}},
-            {"id": "organize", "options": {"excludeByName": {name: True for name in hide}}},
+            {
+                "id": "organize",
+                "options": {
+                    "excludeByName": {name: True for name in hide},
+                    **({"renameByName": dict(rename)} if rename else {}),
+                },
+            },
         ],
     )
     return Cell(panel, width, height)
@@ -423,6 +430,25 @@ def fleet() -> Board:
     )
 
 
+# The PCIe links table's columns: (GPU metric, HCA/NVMe metric), one query each.
+PCIE_LINK_COLUMNS = (
+    ("lockstep_gpu_pcie_link_generation", "lockstep_pcie_link_generation"),
+    ("lockstep_gpu_pcie_link_max_generation", "lockstep_pcie_link_max_generation"),
+    ("lockstep_gpu_pcie_link_width_lanes", "lockstep_pcie_link_width_lanes"),
+    ("lockstep_gpu_pcie_link_max_width_lanes", "lockstep_pcie_link_max_width_lanes"),
+)
+
+
+def pcie_links(gpu_metric: str, device_metric: str) -> str:
+    """One value per link, named 'GPU <n>' or by its device, so the four columns merge into rows."""
+    return (
+        f"max by (instance, link) (\n"
+        f'  label_replace({gpu_metric}{{{SEL}}}, "link", "GPU $1", "gpu", "(.*)")\n'
+        f'  or label_replace({device_metric}{{{SEL}}}, "link", "$1", "device", "(.*)")\n'
+        f")"
+    )
+
+
 def node() -> Board:
     return Board(
         "lockstep-node",
@@ -499,6 +525,42 @@ def node() -> Board:
                 "GPU utilization",
                 [(f"lockstep_gpu_utilization_ratio{{{SEL}}}", "{{instance}} GPU {{gpu}}")],
                 "percentunit",
+            ),
+            table(
+                "PCIe links",
+                [(pcie_links(gpu_metric, device_metric), "") for gpu_metric, device_metric in PCIE_LINK_COLUMNS],
+                "none",
+                "Every GPU's (NVML) and every HCA's and NVMe drive's (sysfs) PCIe link: the generation and width "
+                "it runs at, and the most it and its slot can do. LockstepPCIeLinkDegraded fires when an HCA, or "
+                f"a GPU at least {T.PCIE_GPU_BUSY_UTILIZATION:.0%} busy, stays below its maximum for "
+                f"{T.PCIE_DEGRADED_FOR}. An idle GPU runs its link at a lower generation to save power: that is "
+                "normal.",
+                hide=("Time",),
+                rename={
+                    "Value #A": "generation",
+                    "Value #B": "max generation",
+                    "Value #C": "width",
+                    "Value #D": "max width",
+                },
+                width=14,
+            ),
+            timeseries(
+                "PCIe AER errors",
+                [
+                    (
+                        f"sum by (instance, device, severity) (rate(lockstep_pcie_aer_errors_total{{{SEL}}}[{RATE}]))",
+                        "{{instance}} {{device}} {{severity}}",
+                    ),
+                    (
+                        f"rate(lockstep_gpu_pcie_replays_total{{{SEL}}}[{RATE}])",
+                        "{{instance}} GPU {{gpu}} replays",
+                    ),
+                ],
+                "short",
+                "PCIe errors per second the HCAs and NVMe drives report through AER, by severity, and the GPUs' "
+                "PCIe replays. Correctable errors rising on a link that trained down point at the slot, riser or "
+                "cable.",
+                width=10,
             ),
             stat(
                 "Collectors failing",
@@ -1133,6 +1195,20 @@ def slurm_job() -> Board:
     )
 
 
+# An inference endpoint's level of generation throughput, as LockstepInferenceThroughputDrop sees it.
+TOKENS_LEVEL = (
+    f"quantile_over_time({num(T.INFERENCE_THROUGHPUT_BASELINE_QUANTILE)}, "
+    f"server:lockstep_inference_generation_tokens:rate5m{{{SEL}}}[{T.INFERENCE_THROUGHPUT_BASELINE_WINDOW}])"
+)
+
+
+def _p95(histogram: str) -> str:
+    return (
+        f"histogram_quantile(0.95, sum by (le, cluster, instance, server, model) "
+        f"(rate({histogram}_bucket{{{SEL}}}[{RATE}])))"
+    )
+
+
 def inference() -> Board:
     return Board(
         "lockstep-inference",
@@ -1172,6 +1248,79 @@ def inference() -> Board:
                 f"LockstepKVCachePreemptions fires above {T.KV_PREEMPTIONS_PER_MINUTE:g} a minute (5 min) "
                 "for 5 minutes.",
                 above((T.KV_PREEMPTIONS_PER_MINUTE, RED)),
+            ),
+            timeseries(
+                "Generation tokens per second",
+                [
+                    (
+                        f"server:lockstep_inference_generation_tokens:rate5m{{{SEL}}}",
+                        "{{instance}} {{server}} {{model}}",
+                    ),
+                    (TOKENS_LEVEL, "{{instance}} {{server}} level of the last hour"),
+                ],
+                "short",
+                "Output tokens per second (5 min rate), and each endpoint's level of the last "
+                f"{T.INFERENCE_THROUGHPUT_BASELINE_WINDOW}: the "
+                f"{num(T.INFERENCE_THROUGHPUT_BASELINE_QUANTILE * 100)}th percentile of its rate, which "
+                "LockstepInferenceThroughputDrop compares with.",
+            ),
+            timeseries(
+                "Generation throughput against its last hour",
+                [
+                    (
+                        f"server:lockstep_inference_generation_tokens:rate5m{{{SEL}}}\n/ {TOKENS_LEVEL}",
+                        "{{instance}} {{server}}",
+                    )
+                ],
+                "percentunit",
+                f"LockstepInferenceThroughputDrop fires below {T.INFERENCE_THROUGHPUT_DROP_RATIO:.0%} while requests "
+                "wait, for 10 minutes (below it with an empty queue: demand fell, not capacity).",
+                below(T.INFERENCE_THROUGHPUT_DROP_RATIO),
+            ),
+            timeseries(
+                "Time to first token (p95)",
+                [
+                    (
+                        f"server:lockstep_inference_time_to_first_token_seconds:p95_5m{{{SEL}}}",
+                        "{{instance}} {{server}} {{model}}",
+                    )
+                ],
+                "s",
+                "p95 over 5 minutes. LockstepInferenceTTFTHigh fires above the SLO "
+                f"({num(T.INFERENCE_TTFT_SLO_SECONDS)} s, the line; models listed in "
+                "INFERENCE_TTFT_SLO_SECONDS_BY_MODEL have their own) for 10 minutes.",
+                above((T.INFERENCE_TTFT_SLO_SECONDS, RED)),
+            ),
+            timeseries(
+                "Aborted or failed requests (share)",
+                [(f"server:lockstep_inference_requests_failed:ratio5m{{{SEL}}}", "{{instance}} {{server}} {{model}}")],
+                "percentunit",
+                f"Share of finished requests with reason abort or error (5 min). LockstepInferenceErrors fires above "
+                f"{T.INFERENCE_FAILED_REQUESTS_RATIO:.0%} for 10 minutes on endpoints finishing at least "
+                f"{num(T.INFERENCE_MIN_REQUESTS_PER_MINUTE)} requests a minute. Only engines that count their "
+                "successes by reason (vLLM) have a share.",
+                above((T.INFERENCE_FAILED_REQUESTS_RATIO, RED)),
+            ),
+            timeseries(
+                "Requests finished per minute by reason",
+                [
+                    (
+                        f"sum by (cluster, instance, server, model, reason) "
+                        f"(rate(lockstep_inference_requests_finished_total{{{SEL}}}[{RATE}])) * 60",
+                        "{{instance}} {{server}} {{reason}}",
+                    )
+                ],
+                "cpm",
+                "stop, length, abort, error: only the reasons the engine tells apart (docs/workloads.md).",
+            ),
+            timeseries(
+                "End-to-end latency and queue time (p95)",
+                [
+                    (_p95("lockstep_inference_e2e_request_latency_seconds"), "{{instance}} {{server}} end to end"),
+                    (_p95("lockstep_inference_request_queue_time_seconds"), "{{instance}} {{server}} queued"),
+                ],
+                "s",
+                "Arrival to last token, and the part spent waiting in the engine's queue.",
             ),
             timeseries(
                 "KV cache usage (5 min average) against queue",

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.simulation import Scenario
+from lockstep.simulation.pcie import link_device, pci_function
 from lockstep.simulation.workloads import SLOW_ONSET
 
 if TYPE_CHECKING:
@@ -149,6 +150,7 @@ def write_hca(
     """One mlx5 device with one port, as the mlx5 driver lays it out in sysfs."""
     device = f"mlx5_{index}"
     root = sysfs / "class" / "infiniband" / device
+    link_device(root, pci_function(sysfs, device))  # device -> its PCI function (the pcie area's files)
     roce = link_layer == "Ethernet"
     write(root / "board_id", "MT_0000000838\n" if not roce else "MT_0000000359\n")
     write(root / "fw_ver", "28.39.1002\n" if not roce else "22.36.1010\n")

@@ -89,6 +89,43 @@ BLACKWELL_NVLINK_FIELDS = {
     "local_link_integrity_errors": "NVML_FI_DEV_NVLINK_COUNT_LOCAL_LINK_INTEGRITY_ERRORS",
 }
 
+RECOVERY_ACTIONS = {
+    "none": pynvml.NVML_GPU_RECOVERY_ACTION_NONE,
+    "gpu_reset": pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET,
+    "node_reboot": pynvml.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT,
+    "drain_p2p": pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_P2P,
+    "drain_and_reset": pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET,
+    "recover_imex_domain": pynvml.NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN,
+    "bus_reset": pynvml.NVML_GPU_RECOVERY_ACTION_BUS_RESET,
+    "system_reboot": pynvml.NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT,
+}
+FABRIC_STATES = {
+    "not_supported": pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED,
+    "not_started": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    "in_progress": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+}
+# Health mask fields the fake reports (the others stay 0, "not supported"): name -> shift.
+FABRIC_HEALTH_FIELDS = {
+    "degraded_bandwidth": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW,
+    "route_recovery": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY,
+    "route_unhealthy": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY,
+    "access_timeout_recovery": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY,
+}
+# GPM pipes: spec name -> (cumulative *_CYCLES_ACTIVE metric, windowed *_UTIL metric), pynvml names.
+GPM_PIPES = {
+    "tensor": ("NVML_GPM_METRIC_MMA_CYCLES_ACTIVE", "NVML_GPM_METRIC_ANY_TENSOR_UTIL"),
+    "tensor_hmma": ("NVML_GPM_METRIC_HMMA_CYCLES_ACTIVE", "NVML_GPM_METRIC_HMMA_TENSOR_UTIL"),
+    "tensor_imma": ("NVML_GPM_METRIC_IMMA_CYCLES_ACTIVE", "NVML_GPM_METRIC_IMMA_TENSOR_UTIL"),
+    "tensor_dmma": ("NVML_GPM_METRIC_DMMA_CYCLES_ACTIVE", "NVML_GPM_METRIC_DMMA_TENSOR_UTIL"),
+    "tensor_dfma": ("NVML_GPM_METRIC_DFMA_CYCLES_ACTIVE", "NVML_GPM_METRIC_DFMA_TENSOR_UTIL"),
+    "fp64": ("NVML_GPM_METRIC_FP64_CYCLES_ACTIVE", "NVML_GPM_METRIC_FP64_UTIL"),
+    "fp32": ("NVML_GPM_METRIC_FP32_CYCLES_ACTIVE", "NVML_GPM_METRIC_FP32_UTIL"),
+    "fp16": ("NVML_GPM_METRIC_FP16_CYCLES_ACTIVE", "NVML_GPM_METRIC_FP16_UTIL"),
+    "integer": ("NVML_GPM_METRIC_INTEGER_CYCLES_ACTIVE", "NVML_GPM_METRIC_INTEGER_UTIL"),
+}
+GPM_ARCHITECTURES = ("hopper", "blackwell")
+
 # What each architecture lacks (pynvml function names, or NVML_FI_* field names).
 _DL_ERROR_FIELDS = (
     "NVML_FI_DEV_NVLINK_ERROR_DL_REPLAY",
@@ -121,8 +158,11 @@ ARCHITECTURE_UNSUPPORTED: dict[str, tuple[str, ...]] = {
         "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN",
         "NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN",
         "nvmlDeviceGetMigMode",
+        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        "nvmlDeviceGetGpuFabricInfoV",
     ),
-    "ampere": (*_RETIRED_PAGES, *_BLACKWELL_ONLY),
+    # GPU fabric info is for Hopper and newer.
+    "ampere": (*_RETIRED_PAGES, *_BLACKWELL_ONLY, "nvmlDeviceGetGpuFabricInfoV"),
     "hopper": (*_RETIRED_PAGES, *_BLACKWELL_ONLY),
     # Blackwell dropped the per-link DL error counters for the NVLINK_COUNT_* fields.
     "blackwell": (*_RETIRED_PAGES, *_DL_ERROR_FIELDS),
@@ -131,6 +171,9 @@ ARCHITECTURE_UNSUPPORTED: dict[str, tuple[str, ...]] = {
 CONSUMER_UNSUPPORTED = (
     "NVML_FI_DEV_ECC_SBE_VOL_TOTAL",
     "NVML_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "NVML_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "NVML_FI_DEV_ECC_DBE_AGG_TOTAL",
+    "nvmlDeviceGetGpuFabricInfoV",
     *_RETIRED_PAGES,
     *_REMAPPED_ROWS,
     "NVML_FI_DEV_MEMORY_TEMP",
@@ -162,6 +205,10 @@ class MigDeviceSpec:
     uuid: str = ""
     memory_total_bytes: int = 10 * 1024 * MIB
     memory_used_bytes: int = 0
+    # GPM of its GPU instance (the first device of a GPU instance speaks for it).
+    sm_count: int = 16
+    sm_active_percent: int = 0
+    tensor_active_percent: int = 0
 
 
 @dataclass(frozen=True)
@@ -208,6 +255,22 @@ class GpuSpec:
     clock_event_duty: Mapping[str, tuple[float, float, float]] = field(default_factory=dict)
     ecc_corrected: int = 0  # volatile counts
     ecc_uncorrected: int = 0
+    # Lifetime counts from before this driver load: NVML's aggregate counts are these plus the volatile ones.
+    ecc_aggregate_corrected: int = 0
+    ecc_aggregate_uncorrected: int = 0
+    recovery_action: str = "none"  # see RECOVERY_ACTIONS
+    # NVSwitch fabric (Hopper and newer): not_supported (no fabric, e.g. a PCIe card), not_started,
+    # in_progress, completed; the health conditions that hold; a registration that completed with an error.
+    fabric_state: str = "completed"
+    fabric_health: tuple[str, ...] = ()
+    fabric_registration_failed: bool = False
+    # GPM (Hopper and newer; not on consumer GPUs): activity in percent, constant over time.
+    gpm_cumulative: bool = True  # False: a driver with only the windowed (*_UTIL) metrics
+    sm_count: int = 132
+    sm_active_percent: float = 0.0
+    sm_occupancy_percent: float = 0.0
+    dram_bandwidth_used_percent: float = 0.0
+    pipe_active_percent: Mapping[str, float] = field(default_factory=dict)  # see GPM_PIPES
     retired_pages_single_bit: int = 0  # pre-Ampere
     retired_pages_double_bit: int = 0
     retired_pages_pending: bool = False
@@ -218,6 +281,12 @@ class GpuSpec:
     pcie_replays: int = 0
     pcie_transmitted_bytes_per_second: float = 0.0
     pcie_received_bytes_per_second: float = 0.0
+    # The PCIe link: what it runs at now, and the most the GPU and its slot can do together.  An
+    # idle GPU runs its link a generation or more down to save power (NVML); a spec says so here.
+    pcie_link_generation: int = 5
+    pcie_link_width: int = 16
+    pcie_max_link_generation: int = 5
+    pcie_max_link_width: int = 16
     nvlink_links: int = 0
     nvlink_down: tuple[int, ...] = ()  # links that are inactive
     nvlink_transmitted_bytes_per_second: float = 0.0  # per active link
@@ -361,7 +430,7 @@ class _Parser:
                 self.fail(source, key, where, f"expected true or false, got {value!r}")
                 return None
             return value
-        if isinstance(default, str):
+        if isinstance(default, str) and key not in ("recovery_action", "fabric_state"):
             if not isinstance(value, str):
                 self.fail(source, key, where, f"expected a string, got {value!r}")
                 return None
@@ -378,6 +447,31 @@ class _Parser:
                 self.fail(source, key, where, f"unknown reasons {bad} (known: {', '.join(CLOCK_EVENT_REASONS)})")
                 return None
             return tuple(reasons)
+        if key in ("recovery_action", "fabric_state"):
+            choices = RECOVERY_ACTIONS if key == "recovery_action" else FABRIC_STATES
+            if value not in choices:
+                self.fail(source, key, where, f"expected one of {', '.join(choices)}, got {value!r}")
+                return None
+            return value
+        if key == "fabric_health":
+            conditions = value if isinstance(value, list) else [value]
+            bad = [c for c in conditions if c not in FABRIC_HEALTH_FIELDS]
+            if bad:
+                self.fail(source, key, where, f"unknown conditions {bad} (known: {', '.join(FABRIC_HEALTH_FIELDS)})")
+                return None
+            return tuple(conditions)
+        if key == "pipe_active_percent":
+            mapping = self.mapping(value, source, key, where)
+            pipes = {}
+            for pipe, percent in mapping.items():
+                number = self.number(percent, mapping, pipe, f"{where}.{pipe}", whole=False)
+                if pipe not in GPM_PIPES:
+                    self.fail(mapping, pipe, f"{where}.{pipe}", f"unknown pipe (known: {', '.join(GPM_PIPES)})")
+                elif number is not None and number > 100:
+                    self.fail(mapping, pipe, f"{where}.{pipe}", f"expected a percentage up to 100, got {number!r}")
+                elif number is not None:
+                    pipes[pipe] = number
+            return pipes
         if key == "clock_event_duty":
             duty = {}
             for reason, numbers in self.mapping(value, source, key, where).items():
@@ -530,6 +624,19 @@ class _EventSet:
 
 
 @dataclass
+class _GpmSample:
+    """A GPM sample buffer: what was sampled (GPU, GPU instance or None), when, and its counters."""
+
+    struct: Any  # the struct_c_nvmlGpmSample_t the handle points at, kept alive here
+    gpu: int | None = None
+    gpu_instance_id: int | None = None
+    t: float = 0.0
+    counters: dict[int, float] = field(default_factory=dict)  # metric id -> integral since boot
+    cumulative: bool = True  # the driver has the cumulative metrics
+    percents: dict[int, float] = field(default_factory=dict)  # windowed metrics' values at this moment
+
+
+@dataclass
 class _Failure:
     error: type[pynvml.NVMLError]
     gpu: int | None
@@ -576,6 +683,8 @@ class FakeNvml:
         self._unsupported = [g.unsupported_names() for g in spec.gpus]
         self._field_names = field_names(spec.driver_version)
         self._slow_call_done = False
+        self._gpm_samples: dict[int, _GpmSample] = {}
+        self._gpm_cumulative_ids = frozenset(getattr(pynvml, name) for name in _GPM_CUMULATIVE)
 
     # --- controls for tests and the simulated node ---
 
@@ -848,6 +957,22 @@ class FakeNvml:
                 mask |= CLOCK_EVENT_REASONS[reason]
             return mask
 
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetCurrPcieLinkGeneration")[1].pcie_link_generation
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetCurrPcieLinkWidth")[1].pcie_link_width
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetMaxPcieLinkGeneration")[1].pcie_max_link_generation
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
+        with self._lock:
+            return self._gpu(handle, "nvmlDeviceGetMaxPcieLinkWidth")[1].pcie_max_link_width
+
     def nvmlDeviceGetNvLinkState(self, handle: Any, link: int) -> int:
         with self._lock:
             _, gpu = self._gpu(handle, "nvmlDeviceGetNvLinkState")
@@ -965,6 +1090,9 @@ class FakeNvml:
         device: dict[str, tuple[int, float]] = {
             "NVML_FI_DEV_ECC_SBE_VOL_TOTAL": (ull, gpu.ecc_corrected),
             "NVML_FI_DEV_ECC_DBE_VOL_TOTAL": (ull, gpu.ecc_uncorrected),
+            "NVML_FI_DEV_ECC_SBE_AGG_TOTAL": (ull, gpu.ecc_aggregate_corrected + gpu.ecc_corrected),
+            "NVML_FI_DEV_ECC_DBE_AGG_TOTAL": (ull, gpu.ecc_aggregate_uncorrected + gpu.ecc_uncorrected),
+            "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION": (uint, RECOVERY_ACTIONS[gpu.recovery_action]),
             "NVML_FI_DEV_RETIRED_SBE": (ull, gpu.retired_pages_single_bit),
             "NVML_FI_DEV_RETIRED_DBE": (ull, gpu.retired_pages_double_bit),
             "NVML_FI_DEV_RETIRED_PENDING": (ull, int(gpu.retired_pages_pending)),
@@ -1011,6 +1139,148 @@ class FakeNvml:
             {name: (kind, round(number)) for name, (kind, number) in t.items()} for t in (device, link_up, link_down)
         )
         return rounded
+
+    # --- NVSwitch fabric ---
+
+    def nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info_ref: Any) -> int:
+        """Fills the caller's c_nvmlGpuFabricInfoV_t (passed by reference), as NVML does."""
+        with self._lock:
+            _, gpu = self._gpu(handle, "nvmlDeviceGetGpuFabricInfoV")
+            info = getattr(info_ref, "_obj", info_ref)  # ctypes.byref(info) or a pointer
+            if getattr(info, "version", None) not in (pynvml.nvmlGpuFabricInfo_v2, pynvml.nvmlGpuFabricInfo_v3):
+                raise pynvml.NVMLError_ArgumentVersionMismatch()
+            info.state = FABRIC_STATES[gpu.fabric_state]
+            info.cliqueId = 0
+            info.status = pynvml.NVML_SUCCESS
+            info.healthMask = 0
+            if gpu.fabric_state == "not_supported":
+                info.status = pynvml.NVML_ERROR_NOT_SUPPORTED
+                return pynvml.NVML_SUCCESS
+            if gpu.fabric_state == "completed" and gpu.fabric_registration_failed:
+                info.status = pynvml.NVML_ERROR_UNKNOWN
+            for condition, shift in FABRIC_HEALTH_FIELDS.items():
+                # Every two-bit field: 1 TRUE, 2 FALSE (0 not supported), like DEGRADED_BW's.
+                holds = condition in gpu.fabric_health
+                value = (
+                    pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_TRUE
+                    if holds
+                    else pynvml.NVML_GPU_FABRIC_HEALTH_MASK_DEGRADED_BW_FALSE
+                )
+                info.healthMask |= value << shift
+            return pynvml.NVML_SUCCESS
+
+    # --- GPM ---
+
+    def nvmlGpmQueryDeviceSupport(self, handle: Any) -> Any:
+        with self._lock:
+            _, gpu = self._gpu(handle, "nvmlGpmQueryDeviceSupport")
+            support = pynvml.c_nvmlGpmSupport_t()
+            support.version = pynvml.NVML_GPM_SUPPORT_VERSION
+            support.isSupportedDevice = int(_has_gpm(gpu))
+            return support
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        with self._lock:
+            self._enter("nvmlGpmSampleAlloc")
+            struct = pynvml.struct_c_nvmlGpmSample_t()
+            sample = pynvml.c_nvmlGpmSample_t(struct)
+            self._gpm_samples[_address(sample)] = _GpmSample(struct)
+            return sample
+
+    def _gpm_sample(self, sample: Any) -> _GpmSample:
+        try:
+            return self._gpm_samples[_address(sample)]
+        except (KeyError, TypeError, ValueError):
+            raise pynvml.NVMLError_InvalidArgument() from None
+
+    def nvmlGpmSampleFree(self, sample: Any) -> None:
+        with self._lock:
+            self._enter("nvmlGpmSampleFree")
+            self._gpm_sample(sample)
+            del self._gpm_samples[_address(sample)]
+
+    def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
+        with self._lock:
+            index, gpu = self._gpu(handle, "nvmlGpmSampleGet")
+            if not _has_gpm(gpu):
+                raise pynvml.NVMLError_NotSupported()
+            self._take(self._gpm_sample(sample), index, None, gpu.sm_count, gpu)
+            return sample
+
+    def nvmlGpmMigSampleGet(self, handle: Any, gpu_instance_id: int, sample: Any) -> Any:
+        with self._lock:
+            index, gpu = self._gpu(handle, "nvmlGpmMigSampleGet")
+            if not _has_gpm(gpu):
+                raise pynvml.NVMLError_NotSupported()
+            device = next((m for m in gpu.mig_devices if m.gpu_instance_id == gpu_instance_id), None)
+            if device is None:
+                raise pynvml.NVMLError_InvalidArgument()  # no such GPU instance (or MIG off)
+            share = GpuSpec(
+                sm_clock_mhz=gpu.sm_clock_mhz,
+                driver_uptime_seconds=gpu.driver_uptime_seconds,
+                gpm_cumulative=gpu.gpm_cumulative,
+                sm_count=device.sm_count,
+                sm_active_percent=device.sm_active_percent,
+                pipe_active_percent={"tensor": device.tensor_active_percent},
+            )
+            self._take(self._gpm_sample(sample), index, gpu_instance_id, device.sm_count, share)
+            return sample
+
+    def _take(self, sample: _GpmSample, index: int, instance: int | None, sm_count: int, gpu: GpuSpec) -> None:
+        """Counters since boot now: cycles (integers, as the hardware counts them) and, for the windowed
+        metrics, percent-seconds, whose difference over the interval is the average."""
+        since_boot = gpu.driver_uptime_seconds + self.t
+        elapsed = round(sm_count * gpu.sm_clock_mhz * 1e6 * since_boot)
+        counters: dict[str, float] = {
+            "NVML_GPM_METRIC_SM_CYCLES_ELAPSED": elapsed,
+            "NVML_GPM_METRIC_SM_CYCLES_ACTIVE": round(elapsed * gpu.sm_active_percent / 100),
+            "NVML_GPM_METRIC_GRAPHICS_UTIL": gpu.utilization_gpu_percent * since_boot,
+            "NVML_GPM_METRIC_SM_UTIL": gpu.sm_active_percent * since_boot,
+            "NVML_GPM_METRIC_SM_OCCUPANCY": gpu.sm_occupancy_percent * since_boot,
+            "NVML_GPM_METRIC_DRAM_BW_UTIL": gpu.dram_bandwidth_used_percent * since_boot,
+        }
+        for pipe, (cycles, util) in GPM_PIPES.items():
+            percent = gpu.pipe_active_percent.get(pipe, 0.0)
+            counters[cycles] = round(elapsed * percent / 100)
+            counters[util] = percent * since_boot
+        sample.gpu, sample.gpu_instance_id, sample.t = index, instance, self.t
+        sample.counters = {getattr(pynvml, name): value for name, value in counters.items()}
+        sample.cumulative = gpu.gpm_cumulative
+        sample.percents = {
+            mid: value / since_boot if since_boot else 0.0
+            for mid, value in sample.counters.items()
+            if mid not in self._gpm_cumulative_ids
+        }
+
+    def nvmlGpmMetricsGet(self, request: Any) -> Any:
+        with self._lock:
+            first, second = self._gpm_sample(request.sample1), self._gpm_sample(request.sample2)
+            if second.gpu is None or (first.gpu, first.gpu_instance_id) != (second.gpu, second.gpu_instance_id):
+                self._enter("nvmlGpmMetricsGet")
+                raise pynvml.NVMLError_InvalidArgument()  # not two samples of the same GPU or instance
+            self._enter("nvmlGpmMetricsGet", second.gpu)
+            if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+                raise pynvml.NVMLError_ArgumentVersionMismatch()
+            if not 0 < request.numMetrics <= pynvml.NVML_GPM_METRIC_MAX:
+                raise pynvml.NVMLError_InvalidArgument()
+            cumulative = self._gpm_cumulative_ids
+            interval = second.t - first.t
+            for i in range(request.numMetrics):
+                metric = request.metrics[i]
+                mid = metric.metricId
+                metric.value = 0.0
+                if mid not in second.counters or (mid in cumulative and not second.cumulative):
+                    metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                elif mid in cumulative:
+                    metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, second.counters[mid]
+                elif interval <= 0:
+                    # Two samples at one moment of the fake's clock (a test that does not move it): the
+                    # average over an empty window is the value at that moment.
+                    metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, second.percents[mid]
+                else:
+                    metric.nvmlReturn = pynvml.NVML_SUCCESS
+                    metric.value = (second.counters[mid] - first.counters[mid]) / interval
+            return request
 
     # --- MIG ---
 
@@ -1140,6 +1410,17 @@ def field_names(driver_version: str) -> dict[int, str]:
 
 # Aliases (CLOCKS_EVENT_REASON_SW_POWER_CAP = PERF_POLICY_POWER, ...): the clock event name wins.
 _FIELD_NAMES.update({getattr(pynvml, name): name for name in CLOCK_EVENT_DURATION_FIELDS.values()})
+
+
+_GPM_CUMULATIVE = (
+    "NVML_GPM_METRIC_SM_CYCLES_ELAPSED",
+    "NVML_GPM_METRIC_SM_CYCLES_ACTIVE",
+    *(cycles for cycles, _ in GPM_PIPES.values()),
+)
+
+
+def _has_gpm(gpu: GpuSpec) -> bool:
+    return gpu.architecture in GPM_ARCHITECTURES and not gpu.consumer
 
 
 def _address(handle: Any) -> int:

@@ -8,6 +8,9 @@ Scenarios:
 - ``gpu-lost``: GPU 5 falls off the bus at t=0 (XID 79); NVML answers GPU_IS_LOST for it.
 - ``gpu-mig``: GPUs 6 and 7 are partitioned with MIG and serve inference (the training job
   runs on GPUs 0-5).
+- ``pcie-degraded`` (defined by the pcie area): GPU 2's PCIe link trained at x8 of x16.
+- ``training-finished`` (defined by the workloads area): the job ended, every GPU idles, and its
+  PCIe link is down at Gen1 as NVML documents for an idle GPU (which is no degraded link).
 - ``gpu-volta``: an older node's GPUs: 8 V100s with NVLink 2 (6 links), page retirement
   instead of row remapping, and the fields Volta lacks probed once and left out.
 - ``straggler-thermal`` (defined by the workloads area): from its onset GPU 3 is held ~10 %
@@ -80,6 +83,10 @@ STRAGGLER_GPU = 3
 LOST_GPU = 5
 FAULT_AT = 10.0  # gpu-nvml-hang, gpu-throttle: the fault begins 10 s into the demo
 XID_AT = 5.0  # gpu-faults: XIDs and uncorrectable ECC errors 5 s into the demo
+PCIE_NARROW_GPU = 2  # pcie-degraded: this GPU's link trained at x8
+# The training job's GPM activity on every GPU of the healthy node.
+SM_ACTIVE_PERCENT = 87.5
+PIPE_ACTIVE_PERCENT = {"tensor": 56.25, "tensor_hmma": 56.25, "fp32": 12.5, "fp16": 6.25, "integer": 9.375}
 
 
 def h100(i: int) -> GpuSpec:
@@ -110,6 +117,11 @@ def h100(i: int) -> GpuSpec:
         nvlink_transmitted_bytes_per_second=14_648_437 * 1024,  # ~15 GB/s per link and direction
         nvlink_received_bytes_per_second=14_648_437 * 1024,
         processes=(training_process(used - 512 * MIB, 96 + i % 3, 58 + i),),
+        # GPM: a BF16 training step, tensor-bound (exact binary fractions, so rates are exact in tests).
+        sm_active_percent=SM_ACTIVE_PERCENT,
+        sm_occupancy_percent=43.75,
+        dram_bandwidth_used_percent=62.5,
+        pipe_active_percent=dict(PIPE_ACTIVE_PERCENT),
     )
 
 
@@ -194,6 +206,24 @@ def mig(gpu: GpuSpec, devices: tuple[tuple[int, str, int, int], ...]) -> GpuSpec
     )
 
 
+def idle(gpu: GpuSpec) -> GpuSpec:
+    """A GPU with no work: no process, idle clocks and power, and its PCIe link down at Gen1, as
+    NVML documents for a GPU not in use (nvidia-smi: "may be reduced when the GPU is not in use")."""
+    return dataclasses.replace(
+        gpu,
+        memory_used_bytes=0,
+        utilization_gpu_percent=0,
+        utilization_memory_percent=0,
+        sm_clock_mhz=345,
+        power_watts=72.0,
+        temperature_celsius=33,
+        memory_temperature_celsius=38,
+        clock_event_reasons=("idle",),
+        processes=(),
+        pcie_link_generation=1,
+    )
+
+
 def v100(i: int) -> GpuSpec:
     used = 29_000 * MIB
     return GpuSpec(
@@ -217,6 +247,8 @@ def v100(i: int) -> GpuSpec:
         memory_temperature_celsius=61,
         clock_event_seconds={"sw_power_cap": 310.0},
         retired_pages_single_bit=2 if i == 2 else 0,
+        pcie_link_generation=3,  # PCIe Gen3 x16
+        pcie_max_link_generation=3,
         nvlink_links=6,
         processes=(training_process(used - 512 * MIB, 94, 51),),
     )
@@ -231,6 +263,10 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
         gpus[STRAGGLER_GPU] = throttled(gpus[STRAGGLER_GPU])
     elif scenario == "gpu-lost":
         gpus[LOST_GPU] = dataclasses.replace(gpus[LOST_GPU], lost_at=0.0)
+    elif scenario == "pcie-degraded":
+        gpus[PCIE_NARROW_GPU] = dataclasses.replace(gpus[PCIE_NARROW_GPU], pcie_link_width=8)
+    elif scenario == "training-finished":
+        gpus = [idle(g) for g in gpus]  # the job ended: every GPU idles, its link at Gen1
     elif scenario == "kv-pressure":
         # The workloads area's vLLM server (pid 3100) runs its engine core, pid 3101, on GPU 7.
         serving = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB)

@@ -31,6 +31,9 @@ PRODUCT_ALERTS = {
     "LockstepTrainingStalled",
     "LockstepKVCachePressure",
     "LockstepKVCachePreemptions",
+    "LockstepInferenceThroughputDrop",
+    "LockstepInferenceTTFTHigh",
+    "LockstepInferenceErrors",
     "LockstepCheckpointStalled",
     "LockstepCheckpointOverdue",
     "LockstepGPUFellOffBus",
@@ -47,6 +50,7 @@ PRODUCT_ALERTS = {
     "LockstepIBCongestion",
     "LockstepPFCStorm",
     "LockstepRoCECongestionControlOff",
+    "LockstepPCIeLinkDegraded",
     "LockstepFilesystemHung",
     "LockstepFilesystemAlmostFull",
     "LockstepIOStall",
@@ -83,7 +87,14 @@ TESTS = sorted((REPO / "alerts" / "tests").glob("*.test.yml"))
 
 
 def declared_metrics() -> set[str]:
-    return {spec.name for specs in declared().values() for spec in specs}
+    """Every series name the agent declares: a histogram's as its samples are named too."""
+    names = set()
+    for specs in declared().values():
+        for spec in specs:
+            names.add(spec.name)
+            if spec.type == "histogram":
+                names |= {f"{spec.name}_bucket", f"{spec.name}_sum", f"{spec.name}_count"}
+    return names
 
 
 def metrics_in(expr: str) -> set[str]:
@@ -260,3 +271,55 @@ def test_the_alertmanager_configuration_is_valid() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "5 inhibit rules" in result.stdout and "2 receivers" in result.stdout, result.stdout
+
+
+def test_a_models_own_ttft_slo_replaces_the_default_for_it_alone(tmp_path: Path) -> None:
+    """thresholds.py INFERENCE_TTFT_SLO_SECONDS_BY_MODEL: a listed model is held to its own SLO,
+    every other model to the default.  Rendered with one override and run by promtool: a p95 of
+    3 s breaks the default (2 s) but not the 405B model's 5 s; 6 s breaks both."""
+    promtool = require_promtool()
+    big = 'meta-llama/Llama-3.1-405B-Instruct"\\'  # quotes and backslashes are escaped, not injected
+    expr = rules.above_ttft_slo(2.0, {big: 5.0})
+    assert expr == (
+        f'{rules.TTFT_P95}{{model!="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}} > 2\n'
+        "or\n"
+        f'{rules.TTFT_P95}{{model="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}} > 5'
+    )
+    assert rules.ttft_slo_text(2.0, {big: 5.0}) == (
+        '{{ if eq $labels.model "meta-llama/Llama-3.1-405B-Instruct\\"\\\\" }}5{{ else }}2{{ end }}'
+    )
+    assert rules.above_ttft_slo(2.0, {}) == f"{rules.TTFT_P95} > 2"
+    (tmp_path / "slo.rules.yml").write_text(
+        yaml.safe_dump({"groups": [{"name": "slo", "rules": [{"alert": "SLO", "expr": expr}]}]})
+    )
+    p95 = rules.TTFT_P95
+    series = [
+        (f'{p95}{{server="a", model="small"}}', "3x10"),
+        (f'{p95}{{server="b", model="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}}', "3x10"),
+        (f'{p95}{{server="c", model="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}}', "6x10"),
+    ]
+    test = {
+        "rule_files": ["slo.rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": [{"series": name, "values": values} for name, values in series],
+                "alert_rule_test": [
+                    {
+                        "eval_time": "5m",
+                        "alertname": "SLO",
+                        "exp_alerts": [
+                            {"exp_labels": {"server": "a", "model": "small"}},
+                            {"exp_labels": {"server": "c", "model": big}},
+                        ],
+                    }
+                ],
+            }
+        ],
+    }
+    (tmp_path / "slo.test.yml").write_text(yaml.safe_dump(test))
+    result = subprocess.run(
+        [promtool, "test", "rules", "slo.test.yml"], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stdout + result.stderr

@@ -37,9 +37,11 @@ def test_series_within_budget(golden: Path) -> None:
 def test_simulated_node_figures() -> None:
     """The figures the budget and docs/performance.md quote, on the healthy node."""
     healthy = cardinality.budget(cardinality.parse((GOLDEN[0].parent / "demo-healthy.prom").read_text()))
-    # Job 4242's share of each GPU (issue 14): 2 series a GPU since 2,108 / 155.
-    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2124, 8, 10, 2)
-    assert (healthy.per_gpu, healthy.per_port, healthy.per_interface) == (157.0, 38.0, 33.0)
+    # Issue 13's GPU activity and verdicts: +29 per GPU (GPM activity counters, recovery action, fabric
+    # state and health, lifetime ECC).
+    # + job 4242's SM and memory-bandwidth share of each GPU (issue 14): 2 a GPU.
+    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2500, 8, 10, 2)
+    assert (healthy.per_gpu, healthy.per_port, healthy.per_interface) == (190.0, 38.0, 33.0)
 
 
 @pytest.mark.parametrize("golden", GOLDEN, ids=lambda p: p.stem)
@@ -66,7 +68,7 @@ def test_the_checks_catch_what_they_are_for() -> None:
         + 'lockstep_event{when="1767312599.2"} 1\n'
     )
     series = cardinality.parse(exposition)
-    assert cardinality.budget(series).over() == [f"series per GPU: {cardinality.BUDGET_PER_GPU + 1} > budget 160"]
+    assert cardinality.budget(series).over() == [f"series per GPU: {cardinality.BUDGET_PER_GPU + 1} > budget 195"]
     assert cardinality.unbounded_labels(series) == [
         'lockstep_checkpoint_saves_total{file="/ckpt/step-100.pt"}',
         'lockstep_event{when="1767312599.2"}',

@@ -121,6 +121,11 @@ FULL = GpuSpec(
     nvlink_received_bytes_per_second=1024 * 500,
     nvlink_errors={"crc_flit": 4, "crc_data": 2, "replay": 5, "recovery": 1},
     processes=(ProcessSpec(pid=2200, used_memory_bytes=30_000 * MIB), ProcessSpec(pid=2300)),
+    ecc_aggregate_corrected=100,
+    ecc_aggregate_uncorrected=2,
+    sm_count=132,
+    sm_active_percent=75,
+    pipe_active_percent={"tensor": 50},
 )
 
 
@@ -161,6 +166,21 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         key("lockstep_gpu_clock_event_seconds_total", **g, reason="hw_power_brake"): 0,
         key("lockstep_gpu_ecc_errors_total", **g, type="corrected"): 7,
         key("lockstep_gpu_ecc_errors_total", **g, type="uncorrected"): 1,
+        # lifetime: earlier driver loads' counts and this one's
+        key("lockstep_gpu_ecc_aggregate_errors_total", **g, type="corrected"): 107,
+        key("lockstep_gpu_ecc_aggregate_errors_total", **g, type="uncorrected"): 3,
+        key("lockstep_gpu_fabric_state", **g, state="not_started"): 0,
+        key("lockstep_gpu_fabric_state", **g, state="in_progress"): 0,
+        key("lockstep_gpu_fabric_state", **g, state="completed"): 1,
+        key("lockstep_gpu_fabric_health", **g, condition="registration_failed"): 0,
+        key("lockstep_gpu_fabric_health", **g, condition="degraded_bandwidth"): 0,
+        key("lockstep_gpu_fabric_health", **g, condition="route_recovery"): 0,
+        key("lockstep_gpu_fabric_health", **g, condition="route_unhealthy"): 0,
+        key("lockstep_gpu_fabric_health", **g, condition="access_timeout_recovery"): 0,
+        # GPM counters since boot, already in the first round (a sample at enumeration, one now):
+        # 132 SMs x 1755 MHz x (100 s + t=10)
+        key("lockstep_gpu_sm_cycles_total", **g, gpu_instance_id=""): 132 * 1755e6 * 110,
+        key("lockstep_gpu_sm_active_cycles_total", **g, gpu_instance_id=""): 0.75 * 132 * 1755e6 * 110,
         key("lockstep_gpu_remapped_rows", **g, cause="correctable"): 3,
         key("lockstep_gpu_remapped_rows", **g, cause="uncorrectable"): 1,
         key("lockstep_gpu_row_remapping_pending", **g): 1,
@@ -168,6 +188,10 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         key("lockstep_gpu_pcie_replays_total", **g): 12,
         key("lockstep_gpu_pcie_transmitted_bytes_total", **g): 110_000,
         key("lockstep_gpu_pcie_received_bytes_total", **g): 330_000,
+        key("lockstep_gpu_pcie_link_generation", **g): 5,  # the fake's default: Gen5 x16 of Gen5 x16
+        key("lockstep_gpu_pcie_link_max_generation", **g): 5,
+        key("lockstep_gpu_pcie_link_width_lanes", **g): 16,
+        key("lockstep_gpu_pcie_link_max_width_lanes", **g): 16,
         key("lockstep_nvlink_up", **g, link="0"): 1,
         key("lockstep_nvlink_up", **g, link="1"): 0,
         key("lockstep_nvlink_transmitted_bytes_total", **g, link="0"): 110_000 * 1024,  # NVML: KiB
@@ -189,6 +213,15 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         expected[key("lockstep_gpu_clock_event_active", **g, reason=reason)] = int(
             reason in ("sw_power_cap", "sync_boost")
         )
+    for action in ("none", "gpu_reset", "node_reboot", "drain_p2p", "drain_and_reset"):
+        expected[key("lockstep_gpu_recovery_action", **g, action=action)] = int(action == "none")
+    for action in ("recover_imex_domain", "bus_reset", "system_reboot"):
+        expected[key("lockstep_gpu_recovery_action", **g, action=action)] = 0
+    for pipe in ("tensor", "tensor_hmma", "tensor_imma", "tensor_dmma", "tensor_dfma", "fp64", "fp32", "fp16"):
+        expected[key("lockstep_gpu_pipe_active_cycles_total", **g, gpu_instance_id="", pipe=pipe)] = (
+            0.5 * 132 * 1755e6 * 110 if pipe == "tensor" else 0
+        )
+    expected[key("lockstep_gpu_pipe_active_cycles_total", **g, gpu_instance_id="", pipe="integer")] = 0
     assert s == expected
     assert published_gpus()[0].processes == (  # no per-process samples: idle (tests/test_gpu_processes.py)
         GpuProcess(2200, 30_000 * MIB, None, None, sm_utilization=0.0, memory_utilization=0.0),
@@ -312,7 +345,10 @@ def test_consumer_gpu_unsupported_calls_and_fields_are_probed_once(collectors: l
         assert absent not in names
     assert s[key("lockstep_gpu_up", gpu="0", uuid=uuid)] == 1
     note = collector.check()
-    assert note.startswith("GPU 0: not supported by the GPU or driver, omitted: lockstep_gpu_ecc_errors_total, ")
+    assert note.startswith(
+        "GPU 0: not supported by the GPU or driver, omitted: lockstep_gpu_ecc_aggregate_errors_total, "
+        "lockstep_gpu_ecc_errors_total, "
+    )
     assert "lockstep_gpu_mig_mode" in note and "lockstep_gpu_remapped_rows" in note
 
 
@@ -336,6 +372,7 @@ def test_each_field_is_checked_by_its_own_return_code(collectors: list[GpuCollec
 def test_lost_gpu_reports_down_and_no_stale_values_while_the_others_go_on(collectors: list[GpuCollector]) -> None:
     fake = fake_from_gpus([FULL, FULL, FULL])
     collector = started(collectors, fake, cls=GpuCollector)  # re-initialisation backoff of 5 s
+    collect(collector)  # the first round: GPM's windowed ratios come from the second on
     before = collect(collector)
     uuid = fake.spec.gpus[1].uuid
     assert before[key("lockstep_gpu_up", gpu="1", uuid=uuid)] == 1
@@ -745,7 +782,13 @@ def test_nvml_calls_per_gpu_per_round_on_8_gpus_with_18_links(collectors: list[G
     for _ in range(rounds):
         collect(collector)
     per_gpu = [fake.calls_for(gpu=i) / rounds for i in range(8)]
-    assert per_gpu == [12] * 8  # 11 + the per-process utilisation of the training process
+    # + the current PCIe link generation and width (collectors/gpu/pcie.py); + GPM (a sample, the
+    # metrics between it and the last round's) and the fabric info (collectors/gpu/gpm.py, issue 13);
+    # + the training process's per-process utilisation (collectors/gpu/processes.py, issue 14).
+    assert per_gpu == [11 + 2 + 3 + 1] * 8
+    assert fake.calls_for(gpu=0, function="nvmlGpmSampleGet") == rounds
+    assert fake.calls_for(gpu=0, function="nvmlGpmMetricsGet") == rounds
+    assert fake.calls_for(gpu=0, function="nvmlDeviceGetGpuFabricInfoV") == rounds
     assert fake.calls_for(gpu=0, function="nvmlDeviceGetFieldValues") == rounds
 
 

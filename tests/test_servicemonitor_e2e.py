@@ -222,9 +222,10 @@ def discovered_target(address: str) -> dict[str, Any]:
 
 
 def relaxed(expr: str) -> str:
-    """An alert expression with every 'greater than a number' made true for any value >= 0, so
-    that the alert fires on the calm scenario and Prometheus renders its annotations."""
-    out = re.sub(r">\s*[0-9][0-9.e+-]*", ">= 0", expr)
+    """An alert expression with every 'greater than a number' (and 'less than a number': a drop
+    below a share of its own level) made true for any value >= 0, so that the alert fires on the
+    calm scenario and Prometheus renders its annotations."""
+    out = re.sub(r"[<>]\s*[0-9][0-9.e+-]*", ">= 0", expr)
     assert out != expr, f"no threshold to relax in {expr!r}"
     return out
 
@@ -277,15 +278,17 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         wait_until(lambda: _ready(f"http://{instance}/healthz", processes[0], demo_log), timeout=60, what="the demo")
 
         (monitor,) = _documents("servicemonitor.yaml")
+        # The recording rules too: the inference alerts read them.
         test_rules = {
             "groups": [
+                *rules.groups_dict(rules.RECORDING_GROUPS),
                 {
                     "name": "workload-alerts-relaxed",
                     "rules": [
                         {**rules.rule_dict(alert), "expr": relaxed(alert.expr), "for": "0s"}
                         for alert in workload_alerts()
                     ],
-                }
+                },
             ]
         }
         (tmp / "relaxed.rules.yml").write_text(yaml.safe_dump(test_rules, sort_keys=False))

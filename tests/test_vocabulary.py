@@ -26,6 +26,8 @@ STATE_LABELS = {
     # Slurm's own node state: a base state with its flags (MIXED+DRAIN), and one series per flag.
     "lockstep_slurm_node_info": re.compile(r"[A-Z_]+(\+[A-Z_]+)*"),
     "lockstep_slurm_node_state": re.compile(r"[a-z_]+"),
+    # NVML's GPU fabric registration state (nvmlDeviceGetGpuFabricInfoV).
+    "lockstep_gpu_fabric_state": re.compile(r"not_started|in_progress|completed"),
 }
 
 

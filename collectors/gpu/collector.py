@@ -1,6 +1,6 @@
 """GPU collector: NVML through pynvml (the official nvidia-ml-py binding).
 
-What it reads per GPU and round (steady state, 12 NVML calls on a busy GPU without MIG): one
+What it reads per GPU and round (steady state; docs/gpu.md "Cost" counts the calls): one
 ``nvmlDeviceGetFieldValues`` batch with every field-based value (energy, memory
 temperature, ECC, row remapping or page retirement, PCIe replays and bytes, clock event
 durations, the GPU's NVLink error totals, and per NVLink link - scopeId = link - its
@@ -39,6 +39,7 @@ from lockstep.agent.config import parse_string
 from lockstep.collectors.gpu.fields import omitted_metrics
 from lockstep.collectors.gpu.metrics import INFO, METRICS, NVML_ERRORS, UP
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE
+from lockstep.collectors.gpu.pcie import PCIE_LINK_METRICS
 from lockstep.collectors.gpu.session import NvmlSessions
 
 
@@ -66,7 +67,7 @@ class GpuCollector(NvmlSessions):
             flag="--gpu.fake-nvml",
         ),
     )
-    metrics = METRICS
+    metrics = METRICS + PCIE_LINK_METRICS
     # How long the first round waits for the XID listener to be registered, so an XID
     # right at start is not missed and the first exposition already has it.
     listener_ready_timeout = 3.0
@@ -136,6 +137,12 @@ class GpuCollector(NvmlSessions):
                         omitted.setdefault(names, []).append(str(gpu.index))
             for names, gpus in omitted.items():
                 notes.append(f"GPU {', '.join(gpus)}: not supported by the GPU or driver, omitted: {', '.join(names)}")
+            no_gpm: dict[str, list[str]] = {}
+            for gpu in session.gpus:
+                if not gpu.lost and gpu.gpm is None and gpu.gpm_absent:
+                    no_gpm.setdefault(gpu.gpm_absent, []).append(str(gpu.index))
+            for why, gpus in no_gpm.items():
+                notes.append(f"GPU {', '.join(gpus)}: no SM, tensor or DRAM activity metrics: {why}")
             return "; ".join(notes)
         finally:
             self.close()

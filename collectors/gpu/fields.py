@@ -11,8 +11,11 @@ from lockstep.agent.collector import MetricSpec
 from lockstep.collectors.gpu.metrics import (
     CLOCK_EVENT_ACTIVE,
     CLOCK_EVENT_SECONDS,
+    ECC_AGGREGATE_ERRORS,
     ECC_ERRORS,
     ENERGY,
+    FABRIC_HEALTH,
+    FABRIC_STATE,
     GPU_NVLINK_ERRORS,
     LAST_XID,
     MEMORY_CLOCK,
@@ -32,6 +35,7 @@ from lockstep.collectors.gpu.metrics import (
     POWER_LIMIT,
     PROCESS_MEMORY,
     PROCESSES,
+    RECOVERY_ACTION,
     REMAPPED_ROWS,
     RETIRED_PAGES,
     ROW_REMAPPING_FAILED,
@@ -42,6 +46,7 @@ from lockstep.collectors.gpu.metrics import (
     UTILIZATION,
     XID_ERRORS,
 )
+from lockstep.collectors.gpu.pcie import PCIE_LINK_CALLS
 
 if TYPE_CHECKING:
     from lockstep.collectors.gpu.reading import GpuState
@@ -52,16 +57,20 @@ class FieldUse:
     """One NVML field and where its value goes: metric, extra label values, scale to base units."""
 
     field: str  # pynvml constant name, e.g. NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
-    spec: MetricSpec | None  # None: handled specially (link state)
+    spec: MetricSpec | None  # None: handled specially (link state, recovery action)
     labels: tuple[str, ...] = ()
     scale: float = 1.0
 
 
+RECOVERY_ACTION_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
 DEVICE_FIELDS = (
     FieldUse("NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION", ENERGY, scale=1e-3),  # mJ
     FieldUse("NVML_FI_DEV_MEMORY_TEMP", MEMORY_TEMPERATURE),
     FieldUse("NVML_FI_DEV_ECC_SBE_VOL_TOTAL", ECC_ERRORS, ("corrected",)),
     FieldUse("NVML_FI_DEV_ECC_DBE_VOL_TOTAL", ECC_ERRORS, ("uncorrected",)),
+    FieldUse("NVML_FI_DEV_ECC_SBE_AGG_TOTAL", ECC_AGGREGATE_ERRORS, ("corrected",)),
+    FieldUse("NVML_FI_DEV_ECC_DBE_AGG_TOTAL", ECC_AGGREGATE_ERRORS, ("uncorrected",)),
+    FieldUse(RECOVERY_ACTION_FIELD, None),  # a state set: decoded in reading.py
     FieldUse("NVML_FI_DEV_REMAPPED_COR", REMAPPED_ROWS, ("correctable",)),
     FieldUse("NVML_FI_DEV_REMAPPED_UNC", REMAPPED_ROWS, ("uncorrectable",)),
     FieldUse("NVML_FI_DEV_REMAPPED_PENDING", ROW_REMAPPING_PENDING),
@@ -121,7 +130,9 @@ CALL_METRICS: dict[str, tuple[MetricSpec, ...]] = {
     "nvmlDeviceGetCurrentClocksEventReasons": (CLOCK_EVENT_ACTIVE,),
     "nvmlDeviceGetComputeRunningProcesses": (PROCESSES, PROCESS_MEMORY),
     "nvmlDeviceGetMigMode": (MIG_MODE,),
+    "nvmlDeviceGetGpuFabricInfoV": (FABRIC_STATE, FABRIC_HEALTH),
     "nvmlDeviceRegisterEvents": (XID_ERRORS, LAST_XID),
+    **PCIE_LINK_CALLS,
 }
 
 
@@ -132,6 +143,7 @@ def omitted_metrics(gpu: GpuState) -> set[MetricSpec]:
     for use in uses:
         if use.spec is not None:
             sources.setdefault(use.spec, set()).add(use.field)
+    sources[RECOVERY_ACTION] = {RECOVERY_ACTION_FIELD}
     for call, specs in CALL_METRICS.items():
         for spec in specs:
             sources.setdefault(spec, set()).add(call)

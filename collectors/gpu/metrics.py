@@ -11,6 +11,9 @@ from lockstep.agent.collector import MetricSpec
 GPU = ("gpu", "uuid")
 LINK = ("gpu", "uuid", "link")
 MIG = ("gpu", "uuid", "gpu_instance_id", "compute_instance_id")
+# GPM activity: the whole GPU (gpu_instance_id empty, so the label is absent in Prometheus) or
+# one MIG GPU instance (gpu_instance_id set); sum by (gpu) adds a partitioned GPU's instances.
+GPM = ("gpu", "uuid", "gpu_instance_id")
 
 INFO = MetricSpec(
     "lockstep_gpu_info",
@@ -108,6 +111,89 @@ ECC_ERRORS = MetricSpec(
     "Memory ECC errors since the driver was loaded (volatile counts), by type: corrected (single-bit) or "
     "uncorrected (double-bit).",
     (*GPU, "type"),
+)
+ECC_AGGREGATE_ERRORS = MetricSpec(
+    "lockstep_gpu_ecc_aggregate_errors_total",
+    "counter",
+    "Memory ECC errors over the GPU's lifetime (NVML aggregate counts, kept in the GPU's InfoROM across "
+    "reboots and driver reloads), by type: corrected (single-bit) or uncorrected (double-bit).",
+    (*GPU, "type"),
+)
+RECOVERY_ACTION = MetricSpec(
+    "lockstep_gpu_recovery_action",
+    "gauge",
+    "What the driver says must be done for the GPU to be usable again (NVML GPU recovery action), as a "
+    "state set: 1 for the current action among none, gpu_reset, node_reboot, drain_p2p, drain_and_reset, "
+    "recover_imex_domain, bus_reset, system_reboot (docs/gpu.md).",
+    (*GPU, "action"),
+)
+FABRIC_STATE = MetricSpec(
+    "lockstep_gpu_fabric_state",
+    "gauge",
+    "The GPU's NVSwitch fabric registration (NVML GPU fabric info), as a state set: 1 for the current "
+    "state among not_started, in_progress, completed.  Absent on GPUs without an NVSwitch fabric.",
+    (*GPU, "state"),
+)
+FABRIC_HEALTH = MetricSpec(
+    "lockstep_gpu_fabric_health",
+    "gauge",
+    "1 while the condition holds on the GPU's NVSwitch fabric, 0 when not: registration_failed (registration "
+    "completed with an error), degraded_bandwidth, route_recovery (in progress), route_unhealthy, "
+    "access_timeout_recovery (in progress).  Conditions the driver does not report are absent.",
+    (*GPU, "condition"),
+)
+SM_CYCLES = MetricSpec(
+    "lockstep_gpu_sm_cycles_total",
+    "counter",
+    "SM cycles elapsed since boot (NVML GPM, Hopper and newer with a driver that has cumulative GPM metrics): "
+    "the denominator of SM and pipe activity, e.g. rate(lockstep_gpu_sm_active_cycles_total[5m]) / "
+    "rate(lockstep_gpu_sm_cycles_total[5m]).",
+    GPM,
+)
+SM_ACTIVE_CYCLES = MetricSpec(
+    "lockstep_gpu_sm_active_cycles_total",
+    "counter",
+    "SM cycles in which an SM had at least one warp assigned, since boot (NVML GPM).",
+    GPM,
+)
+PIPE_ACTIVE_CYCLES = MetricSpec(
+    "lockstep_gpu_pipe_active_cycles_total",
+    "counter",
+    "SM cycles in which the pipe was busy, since boot (NVML GPM), by pipe: tensor (any MMA), tensor_hmma, "
+    "tensor_imma, tensor_dmma, tensor_dfma, fp64, fp32, fp16, integer.",
+    (*GPM, "pipe"),
+)
+SM_ACTIVE = MetricSpec(
+    "lockstep_gpu_sm_active_ratio",
+    "gauge",
+    "Fraction of SM cycles with at least one warp assigned, averaged over the collector's interval (NVML GPM "
+    "SM_UTIL).  Only where the driver lacks the cumulative lockstep_gpu_sm_active_cycles_total.",
+    GPM,
+    unit="ratio",
+)
+PIPE_ACTIVE = MetricSpec(
+    "lockstep_gpu_pipe_active_ratio",
+    "gauge",
+    "Fraction of SM cycles in which the pipe was busy, averaged over the collector's interval (NVML GPM "
+    "*_UTIL), by pipe as in lockstep_gpu_pipe_active_cycles_total.  Only for pipes whose cumulative counter "
+    "the driver lacks.",
+    (*GPM, "pipe"),
+    unit="ratio",
+)
+SM_OCCUPANCY = MetricSpec(
+    "lockstep_gpu_sm_occupancy_ratio",
+    "gauge",
+    "Resident warps as a fraction of the SMs' maximum, averaged over the collector's interval (NVML GPM SM_OCCUPANCY).",
+    GPM,
+    unit="ratio",
+)
+DRAM_BANDWIDTH_USED = MetricSpec(
+    "lockstep_gpu_dram_bandwidth_used_ratio",
+    "gauge",
+    "Device memory bandwidth used as a fraction of its maximum, averaged over the collector's interval (NVML "
+    "GPM DRAM_BW_UTIL).",
+    GPM,
+    unit="ratio",
 )
 REMAPPED_ROWS = MetricSpec(
     "lockstep_gpu_remapped_rows",
@@ -238,6 +324,17 @@ METRICS = (
     XID_ERRORS,
     LAST_XID,
     ECC_ERRORS,
+    ECC_AGGREGATE_ERRORS,
+    RECOVERY_ACTION,
+    FABRIC_STATE,
+    FABRIC_HEALTH,
+    SM_CYCLES,
+    SM_ACTIVE_CYCLES,
+    PIPE_ACTIVE_CYCLES,
+    SM_ACTIVE,
+    PIPE_ACTIVE,
+    SM_OCCUPANCY,
+    DRAM_BANDWIDTH_USED,
     REMAPPED_ROWS,
     ROW_REMAPPING_PENDING,
     ROW_REMAPPING_FAILED,
@@ -260,3 +357,8 @@ METRICS = (
     PROCESS_MEMORY,
     NVML_ERRORS,
 )
+
+# Averages between two rounds' GPM samples: a collector's first round (``lockstep once``, the
+# one-round golden expositions) cannot have them.  tests/test_exposition.py checks them on a
+# second round instead.
+SECOND_ROUND_ONLY = (SM_ACTIVE, PIPE_ACTIVE, SM_OCCUPANCY, DRAM_BANDWIDTH_USED)

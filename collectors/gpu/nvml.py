@@ -41,6 +41,46 @@ RENUMBERED_IN_R590 = {
 }
 
 
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION's values (nvmlDeviceGpuRecoveryAction_t), by the names
+# exported as lockstep_gpu_recovery_action{action}.  From nvml.h; bindings before 12.560 lack
+# the constants, hence the numbers.
+RECOVERY_ACTIONS: dict[str, int] = {
+    "none": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_NONE", 0),
+    "gpu_reset": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_GPU_RESET", 1),
+    "node_reboot": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_NODE_REBOOT", 2),
+    "drain_p2p": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_DRAIN_P2P", 3),
+    "drain_and_reset": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET", 4),
+    "recover_imex_domain": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_RECOVER_IMEX_DOMAIN", 5),
+    "bus_reset": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_BUS_RESET", 6),
+    "system_reboot": getattr(pynvml, "NVML_GPU_RECOVERY_ACTION_SYSTEM_REBOOT", 7),
+}
+
+# nvmlDeviceGetGpuFabricInfoV: the registration state, and the health mask's two-bit fields
+# (shift; the TRUE value; each field is 0 when the driver does not report it).
+FABRIC_STATES: dict[str, int] = {
+    "not_started": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED,
+    "in_progress": pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS,
+    "completed": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED,
+}
+FABRIC_HEALTH_BITS: dict[str, int] = {
+    "degraded_bandwidth": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_DEGRADED_BW,
+    "route_recovery": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_RECOVERY,
+    "route_unhealthy": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ROUTE_UNHEALTHY,
+    "access_timeout_recovery": pynvml.NVML_GPU_FABRIC_HEALTH_MASK_SHIFT_ACCESS_TIMEOUT_RECOVERY,
+}
+FABRIC_HEALTH_NOT_SUPPORTED, FABRIC_HEALTH_TRUE, FABRIC_HEALTH_FALSE = 0, 1, 2  # the same for every field above
+
+
+def fabric_health(mask: int) -> dict[str, int]:
+    """The health mask's conditions the driver reports: name -> 1 (holds) or 0."""
+    out = {}
+    for name, shift in FABRIC_HEALTH_BITS.items():
+        value = (mask >> shift) & 0x3
+        if value in (FABRIC_HEALTH_TRUE, FABRIC_HEALTH_FALSE):
+            out[name] = 1 if value == FABRIC_HEALTH_TRUE else 0
+    return out
+
+
 def driver_major(version: str) -> int | None:
     """'550.90.07' -> 550."""
     match = re.match(r"\s*(\d+)", version)

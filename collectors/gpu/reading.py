@@ -5,6 +5,7 @@ A lost GPU or an unusable NVML raises, so a round never serves a GPU's values pa
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -13,9 +14,12 @@ import pynvml
 
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec
 from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
-from lockstep.collectors.gpu.fields import LINK_STATE_FIELD, LINK_USES, FieldUse
+from lockstep.collectors.gpu.fields import LINK_STATE_FIELD, LINK_USES, RECOVERY_ACTION_FIELD, FieldUse
+from lockstep.collectors.gpu.gpm import GpmState, read_gpm
 from lockstep.collectors.gpu.metrics import (
     CLOCK_EVENT_ACTIVE,
+    FABRIC_HEALTH,
+    FABRIC_STATE,
     MEMORY_CLOCK,
     MEMORY_TOTAL,
     MEMORY_USED,
@@ -26,6 +30,7 @@ from lockstep.collectors.gpu.metrics import (
     POWER_LIMIT,
     PROCESS_MEMORY,
     PROCESSES,
+    RECOVERY_ACTION,
     SM_CLOCK,
     SM_CLOCK_MAX,
     TEMPERATURE,
@@ -34,13 +39,17 @@ from lockstep.collectors.gpu.metrics import (
 from lockstep.collectors.gpu.mig import read_mig
 from lockstep.collectors.gpu.nvml import (
     CLOCK_EVENT_REASONS,
+    FABRIC_STATES,
     GPU_GONE,
     LIFECYCLE,
     NO_INSTANCE_ID,
+    RECOVERY_ACTIONS,
     UNSUPPORTED,
     error_name,
+    fabric_health,
     field_number,
 )
+from lockstep.collectors.gpu.pcie import read_pcie_link
 from lockstep.collectors.gpu.processes import with_utilization
 
 
@@ -63,6 +72,10 @@ class GpuState:
     unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
     link_state_by_call: bool = False  # the link state field is unsupported: ask per link
     mig_cache: dict[str, MigDevice] = field(default_factory=dict)
+    gpm: GpmState | None = None  # None: no GPM (gpm_absent says why)
+    gpm_absent: str = ""
+    pcie_max_generation: int | None = None  # asked once per session (collectors/gpu/pcie.py)
+    pcie_max_width: int | None = None
 
     @property
     def labels(self) -> tuple[str, str]:
@@ -120,20 +133,49 @@ class GpuReader(Collector):
         if reasons is not None:
             for reason, bit in CLOCK_EVENT_REASONS.items():
                 put(CLOCK_EVENT_ACTIVE, 1 if reasons & bit else 0, reason)
+        out += read_pcie_link(self, nvml, gpu)
         processes = self._processes(nvml, gpu)
         if processes is not None:
             processes = with_utilization(self, nvml, gpu, processes)
         if processes is not None:
             put(PROCESSES, len(processes))
             put(PROCESS_MEMORY, sum(p.used_memory_bytes or 0 for p in processes))
+        out += self._read_fabric(nvml, gpu)
         migs: tuple[MigDevice, ...] = ()
+        mig_enabled = False
         mode = call(gpu, "nvmlDeviceGetMigMode", nvml.nvmlDeviceGetMigMode, h)
         if mode is not None:
-            enabled = mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
-            put(MIG_MODE, 1 if enabled else 0)
-            if enabled:
+            mig_enabled = mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
+            put(MIG_MODE, 1 if mig_enabled else 0)
+            if mig_enabled:
                 migs = read_mig(self, nvml, gpu, out, processes or ())
+        if gpu.gpm is not None:
+            instances = sorted({m.gpu_instance_id for m in migs}) if mig_enabled else None
+            out += read_gpm(self, nvml, gpu, instances)
         return out, processes or (), migs
+
+    def _read_fabric(self, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+        """NVSwitch fabric registration state and health (one call); nothing on GPUs without a fabric."""
+        name = "nvmlDeviceGetGpuFabricInfoV"
+        if name in gpu.unsupported:
+            return []
+        info = pynvml.c_nvmlGpuFabricInfoV_t()  # sets its own version (v2: state, status, health mask)
+        if self._optional(gpu, name, nvml.nvmlDeviceGetGpuFabricInfoV, gpu.handle, ctypes.byref(info)) is None:
+            return []
+        if info.state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
+            # A GPU without an NVSwitch fabric (PCIe cards, pre-Hopper): not asked again.
+            self._unsupported(gpu, name, ValueError("fabric state: not supported"))
+            return []
+        out: list[tuple[MetricSpec, tuple[str, ...], float]] = [
+            (FABRIC_STATE, (*gpu.labels, state), 1 if info.state == value else 0)
+            for state, value in FABRIC_STATES.items()
+        ]
+        if info.state == pynvml.NVML_GPU_FABRIC_STATE_COMPLETED:
+            failed = 1 if info.status != pynvml.NVML_SUCCESS else 0
+            out.append((FABRIC_HEALTH, (*gpu.labels, "registration_failed"), failed))
+        for condition, holds in fabric_health(info.healthMask).items():
+            out.append((FABRIC_HEALTH, (*gpu.labels, condition), holds))
+        return out
 
     def _read_fields(self, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
         """The batched fields: one call; each field checked by its own return code."""
@@ -174,7 +216,12 @@ class GpuReader(Collector):
                 self._count_error(gpu, ValueError(f"{use.field}: unknown value type {fv.valueType}"), "bad_value")
                 continue
             link = (str(scope),) if use in LINK_USES else ()
-            if use.spec is None:  # link state
+            if use.field == RECOVERY_ACTION_FIELD:
+                # A state set; a value this table does not know (a newer driver) leaves every state
+                # at 0, so "none" is 0 and the alert still fires.
+                for action, action_value in RECOVERY_ACTIONS.items():
+                    out.append((RECOVERY_ACTION, (*gpu.labels, action), 1 if number == action_value else 0))
+            elif use.spec is None:  # link state
                 up = number in (pynvml.NVML_NVLINK_STATE_ACTIVE, pynvml.NVML_NVLINK_STATE_SLEEP)
                 out.append((NVLINK_UP, (*gpu.labels, *link), 1 if up else 0))
             else:

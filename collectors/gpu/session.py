@@ -16,6 +16,7 @@ import pynvml
 from lockstep.agent.collector import CollectorContext, NothingHere
 from lockstep.agent.files import read_text
 from lockstep.collectors.gpu.fields import DEVICE_FIELDS, LINK_FIELDS, NVLINK_TOTAL_FIELDS
+from lockstep.collectors.gpu.gpm import first_sample, free_gpm, start_gpm
 from lockstep.collectors.gpu.nvml import (
     GPU_GONE,
     LIFECYCLE,
@@ -144,6 +145,8 @@ class NvmlSessions(GpuReader):
             )
             gpu.sm_clock_max_hz = None if max_mhz is None else max_mhz * 1e6
             gpu.links = self._link_count(nvml, gpu)
+            start_gpm(self, nvml, gpu)
+            first_sample(self, nvml, gpu)
         except GPU_GONE as exc:
             self._lose(gpu, exc, known)
         except pynvml.NVMLError as exc:
@@ -193,6 +196,8 @@ class NvmlSessions(GpuReader):
         if session.listener is not None and not session.listener.stop(timeout=2 * self.listener_wait_ms / 1000 + 1):
             self.log.warning("XID listener still blocked in NVML: re-initialisation postponed")
             return False
+        for gpu in session.gpus:
+            free_gpm(session.nvml, gpu)
         self._shutdown(session.nvml)
         self._session = None
         return True

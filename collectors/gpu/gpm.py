@@ -1,0 +1,263 @@
+"""GPU Performance Monitoring (GPM, Hopper and newer): SM, tensor and other pipe activity, SM
+occupancy and DRAM bandwidth, for a whole GPU or per MIG GPU instance.
+
+NVML computes GPM metrics from two samples (``nvmlGpmMetricsGet`` on ``sample1`` and
+``sample2``).  Each GPU (or GPU instance) has two sample buffers, allocated once per NVML
+session: every round takes one sample into the older buffer and asks for the metrics between
+the previous round's sample and this one, so a round costs two calls (``nvmlGpmSampleGet`` or
+``nvmlGpmMigSampleGet``, and ``nvmlGpmMetricsGet``) and never sleeps.
+
+- Cumulative metrics (``*_CYCLES_ELAPSED``/``*_CYCLES_ACTIVE``, drivers that have them) are
+  counts since boot at ``sample2``: exported as counters, and already in the first round, from
+  a sample taken when the GPU was enumerated.  ``rate()`` of them gives exact activity over any
+  window.
+- Windowed metrics (``*_UTIL``, ``SM_OCCUPANCY``) are averages between the two samples: exported
+  as ratio gauges, averaged over the collector's interval, from the second round on (NVML wants
+  the samples at least 100 ms apart).  A windowed metric whose cumulative counterpart the
+  driver has is asked for once and then no more (the counter says the same, exactly).
+- Each metric has its own return code: one the driver does not support is dropped for good.
+
+PCIe and NVLink traffic are not read from GPM: the field counters
+(``lockstep_gpu_pcie_*_bytes_total``, ``lockstep_nvlink_*_bytes_total``) already give exact
+byte counts on every GPU that has GPM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pynvml
+
+from lockstep.agent.collector import MetricSpec
+from lockstep.collectors.gpu.metrics import (
+    DRAM_BANDWIDTH_USED,
+    PIPE_ACTIVE,
+    PIPE_ACTIVE_CYCLES,
+    SM_ACTIVE,
+    SM_ACTIVE_CYCLES,
+    SM_CYCLES,
+    SM_OCCUPANCY,
+)
+from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, UNSUPPORTED
+
+if TYPE_CHECKING:
+    from lockstep.collectors.gpu.reading import GpuReader, GpuState
+
+ELAPSED = "NVML_GPM_METRIC_SM_CYCLES_ELAPSED"
+
+
+@dataclass(frozen=True)
+class GpmUse:
+    """One GPM metric and where its value goes."""
+
+    metric: str  # pynvml constant name, e.g. NVML_GPM_METRIC_SM_CYCLES_ACTIVE
+    spec: MetricSpec
+    labels: tuple[str, ...] = ()
+    cumulative: bool = False  # a count since boot at sample2; else an average between the samples
+    # A windowed metric that says the same as a cumulative one: not needed once that one answers.
+    covered_by: str = ""
+
+    def value(self, number: float) -> float:
+        return number if self.cumulative else number / 100  # windowed metrics are percentages
+
+
+def _pipe(name: str, pipe: str, util: str) -> tuple[GpmUse, GpmUse]:
+    cycles = f"NVML_GPM_METRIC_{name}_CYCLES_ACTIVE"
+    return (
+        GpmUse(cycles, PIPE_ACTIVE_CYCLES, (pipe,), cumulative=True),
+        GpmUse(f"NVML_GPM_METRIC_{util}", PIPE_ACTIVE, (pipe,), covered_by=cycles),
+    )
+
+
+GPM_USES: tuple[GpmUse, ...] = (
+    GpmUse(ELAPSED, SM_CYCLES, cumulative=True),
+    GpmUse("NVML_GPM_METRIC_SM_CYCLES_ACTIVE", SM_ACTIVE_CYCLES, cumulative=True),
+    GpmUse("NVML_GPM_METRIC_SM_UTIL", SM_ACTIVE, covered_by="NVML_GPM_METRIC_SM_CYCLES_ACTIVE"),
+    *_pipe("MMA", "tensor", "ANY_TENSOR_UTIL"),
+    *_pipe("HMMA", "tensor_hmma", "HMMA_TENSOR_UTIL"),
+    *_pipe("IMMA", "tensor_imma", "IMMA_TENSOR_UTIL"),
+    *_pipe("DMMA", "tensor_dmma", "DMMA_TENSOR_UTIL"),
+    *_pipe("DFMA", "tensor_dfma", "DFMA_TENSOR_UTIL"),
+    *_pipe("FP64", "fp64", "FP64_UTIL"),
+    *_pipe("FP32", "fp32", "FP32_UTIL"),
+    *_pipe("FP16", "fp16", "FP16_UTIL"),
+    *_pipe("INTEGER", "integer", "INTEGER_UTIL"),
+    GpmUse("NVML_GPM_METRIC_SM_OCCUPANCY", SM_OCCUPANCY),
+    GpmUse("NVML_GPM_METRIC_DRAM_BW_UTIL", DRAM_BANDWIDTH_USED),
+)
+GPM_SPECS = tuple(dict.fromkeys(use.spec for use in GPM_USES))
+# What a GPU without GPM lacks, for doctor's note.
+WHY_NO_GPM_DEVICE = "the GPU has no GPM (Hopper and newer have it)"
+WHY_NO_GPM_DRIVER = "the driver has no GPM (R520 and newer have it)"
+
+
+@dataclass
+class GpmTarget:
+    """The whole GPU (gpu_instance_id None) or one MIG GPU instance: its two sample buffers."""
+
+    gpu_instance_id: int | None
+    previous: Any  # c_nvmlGpmSample_t holding the last round's sample (or the enumeration's)
+    current: Any
+    sampled: bool = False  # previous holds a sample
+    rounds: int = 0  # metrics computed so far: windowed ones only from the second on
+
+
+@dataclass
+class GpmState:
+    """One GPU's GPM: the metrics still asked for, and its sample buffers."""
+
+    uses: list[tuple[GpmUse, int]]  # (use, metric id) still asked for
+    targets: dict[int | None, GpmTarget] = field(default_factory=dict)
+
+    def buffers(self) -> list[Any]:
+        return [b for t in self.targets.values() for b in (t.previous, t.current)]
+
+
+def start_gpm(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
+    """At enumeration: does the GPU have GPM?  If so, allocate its buffers and take a first sample."""
+    support = reader._optional(gpu, "nvmlGpmQueryDeviceSupport", nvml.nvmlGpmQueryDeviceSupport, gpu.handle)
+    if support is None:
+        gpu.gpm_absent = WHY_NO_GPM_DRIVER
+        return
+    if not support.isSupportedDevice:
+        gpu.gpm_absent = WHY_NO_GPM_DEVICE
+        return
+    ids = [(use, getattr(pynvml, use.metric, None)) for use in GPM_USES]
+    gpu.gpm = GpmState(uses=[(use, mid) for use, mid in ids if mid is not None])  # the binding may lack some
+
+
+def _target(reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, instance: int | None) -> GpmTarget | None:
+    target = state.targets.get(instance)
+    if target is None:
+        try:
+            target = GpmTarget(instance, nvml.nvmlGpmSampleAlloc(), nvml.nvmlGpmSampleAlloc())
+        except GPU_GONE + LIFECYCLE:
+            raise
+        except pynvml.NVMLError as exc:
+            reader._count_error(gpu, exc)
+            return None
+        state.targets[instance] = target
+    return target
+
+
+def _sample(reader: GpuReader, nvml: Any, gpu: GpuState, target: GpmTarget, into: Any) -> bool:
+    """A sample of the GPU or instance into the buffer; False if there is none this time."""
+    name = "nvmlGpmSampleGet" if target.gpu_instance_id is None else "nvmlGpmMigSampleGet"
+    try:
+        if target.gpu_instance_id is None:
+            nvml.nvmlGpmSampleGet(gpu.handle, into)
+        else:
+            nvml.nvmlGpmMigSampleGet(gpu.handle, target.gpu_instance_id, into)
+    except UNSUPPORTED as exc:
+        reader._unsupported(gpu, name, exc)
+        free_gpm(nvml, gpu)
+        gpu.gpm, gpu.gpm_absent = None, f"{name}: {exc}"
+        return False
+    except GPU_GONE + LIFECYCLE:
+        raise
+    except pynvml.NVMLError as exc:
+        reader._count_error(gpu, exc)
+        return False
+    return True
+
+
+def first_sample(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
+    """The whole GPU's first sample, taken at enumeration, so the first round has the counters."""
+    if gpu.gpm is None:
+        return
+    target = _target(reader, nvml, gpu, gpu.gpm, None)
+    if target is not None:
+        target.sampled = _sample(reader, nvml, gpu, target, target.previous)
+
+
+def read_gpm(
+    reader: GpuReader, nvml: Any, gpu: GpuState, instances: list[int] | None
+) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    """This round's GPM values of the GPU (``instances`` None) or of its MIG GPU instances."""
+    state = gpu.gpm
+    if state is None:
+        return []
+    wanted: list[int | None] = [None] if instances is None else list(instances)
+    for gone in [k for k in state.targets if k not in wanted]:  # an instance destroyed, or MIG toggled
+        ended = state.targets.pop(gone)
+        _free(nvml, (ended.previous, ended.current))
+    out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
+    for instance in wanted:
+        target = _target(reader, nvml, gpu, state, instance)
+        if target is None:
+            continue
+        if not target.sampled:  # a new instance: its first sample now, its counters from this round on
+            target.sampled = _sample(reader, nvml, gpu, target, target.previous)
+            if gpu.gpm is None:
+                return []
+            if not target.sampled:
+                continue
+        if not _sample(reader, nvml, gpu, target, target.current):
+            if gpu.gpm is None:
+                return []
+            continue
+        out += _metrics(reader, nvml, gpu, state, target)
+        target.previous, target.current = target.current, target.previous
+        target.rounds += 1
+    return out
+
+
+def _metrics(
+    reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, target: GpmTarget
+) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    # Windowed metrics only between two rounds' samples; the first pair spans the enumeration.
+    asked = [(use, mid) for use, mid in state.uses if use.cumulative or target.rounds > 0]
+    if not asked:
+        return []
+    request = pynvml.c_nvmlGpmMetricsGet_t()
+    request.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+    request.numMetrics = len(asked)
+    request.sample1, request.sample2 = target.previous, target.current
+    for i, (_, mid) in enumerate(asked):
+        request.metrics[i].metricId = mid
+    try:
+        nvml.nvmlGpmMetricsGet(request)
+    except GPU_GONE + LIFECYCLE:
+        raise
+    except pynvml.NVMLError as exc:
+        reader._count_error(gpu, exc)
+        return []
+    instance = "" if target.gpu_instance_id is None else str(target.gpu_instance_id)
+    labels = (*gpu.labels, instance)
+    answered: dict[str, tuple[GpmUse, float]] = {}
+    dropped: set[str] = set()
+    for i, (use, _) in enumerate(asked):
+        metric = request.metrics[i]
+        if metric.nvmlReturn in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
+            dropped.add(use.metric)
+            reader.log.debug("GPU %d: GPM %s not supported, no longer asked for", gpu.index, use.metric)
+        elif metric.nvmlReturn != pynvml.NVML_SUCCESS:
+            reader._count_error(gpu, pynvml.NVMLError(metric.nvmlReturn))
+        else:
+            answered[use.metric] = (use, metric.value)
+    out = []
+    for name, (use, value) in answered.items():
+        covered = use.covered_by and use.covered_by in answered and ELAPSED in answered
+        if covered:
+            dropped.add(name)  # the counter says it exactly: no need to ask again
+        else:
+            out.append((use.spec, (*labels, *use.labels), use.value(value)))
+    if dropped:
+        state.uses = [(use, mid) for use, mid in state.uses if use.metric not in dropped]
+    return out
+
+
+def _free(nvml: Any, buffers: tuple[Any, ...] | list[Any]) -> None:
+    for buffer in buffers:
+        try:
+            nvml.nvmlGpmSampleFree(buffer)
+        except pynvml.NVMLError:
+            pass  # freeing at the end of a session or of an instance: nothing more to do
+
+
+def free_gpm(nvml: Any, gpu: GpuState) -> None:
+    """Free the GPU's sample buffers (before NVML is shut down)."""
+    if gpu.gpm is not None:
+        _free(nvml, gpu.gpm.buffers())
+        gpu.gpm.targets.clear()
