@@ -39,7 +39,7 @@ from lockstep.simulation.fake_nvml import (
     default_uuid,
     with_defaults,
 )
-from lockstep.simulation.workloads import slow
+from lockstep.simulation.workloads import INFERENCE_SCENARIOS, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -82,7 +82,7 @@ GPU_UUIDS = tuple(default_uuid(i) for i in range(GPUS))
 STRAGGLER_GPU = 3
 LOST_GPU = 5
 FAULT_AT = 10.0  # gpu-nvml-hang, gpu-throttle: the fault begins 10 s into the demo
-XID_AT = 5.0  # gpu-faults: XIDs and uncorrectable ECC errors 5 s into the demo
+XID_AT = 20.0  # gpu-faults: XIDs and uncorrectable ECC errors 20 s into the demo (after the first scrapes)
 PCIE_NARROW_GPU = 2  # pcie-degraded: this GPU's link trained at x8
 # The training job's GPM activity on every GPU of the healthy node.
 SM_ACTIVE_PERCENT = 87.5
@@ -267,7 +267,7 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
         gpus[PCIE_NARROW_GPU] = dataclasses.replace(gpus[PCIE_NARROW_GPU], pcie_link_width=8)
     elif scenario == "training-finished":
         gpus = [idle(g) for g in gpus]  # the job ended: every GPU idles, its link at Gen1
-    elif scenario == "kv-pressure":
+    elif scenario in ("kv-pressure", *INFERENCE_SCENARIOS):
         # The workloads area's vLLM server (pid 3100) runs its engine core, pid 3101, on GPU 7.
         serving = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB)
         gpus[7] = dataclasses.replace(gpus[7], processes=(*gpus[7].processes, serving))

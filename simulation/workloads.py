@@ -22,6 +22,12 @@ Its KV-cache usage climbs towards 0.97 (0.949 at the demo's start), with preempt
 a growing queue.
 ``kubernetes``: the same server, calm (KV cache at 42 %, nothing waiting or preempted), as the
 ``inference`` pod's ``vllm`` container.
+``inference-slow``, ``inference-errors``, ``inference-quiet``: the same server, calm (p95 time
+to first token ~0.5 s, 12 requests and 2,400 tokens a second, 1 % aborted) until
+INFERENCE_ONSET (75 s), then slowed (30 % of its tokens a second, a growing queue, p95 time to
+first token ~9 s), failing (8 % aborted, 12 % failed), or quiet (demand falls to 6 requests a
+minute, 40 % of them aborted, nothing waits: a near miss).  Each phase's traffic (PHASES) adds
+to the counters and histograms from its start.
 
 Logs are appended to (never replaced, which the collector would take for a rotation),
 and their content is a pure function of (scenario, t).
@@ -33,6 +39,7 @@ import hashlib
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +55,20 @@ SCENARIOS = (
         "kv-pressure",
         "A vLLM server on the node runs out of KV cache: usage climbs to ~0.97, requests are "
         "preempted and the queue grows.",
+    ),
+    Scenario(
+        "inference-slow",
+        "75 s in, the node's vLLM server generates 30 % of the tokens a second it did, requests queue and "
+        "the p95 time to first token rises to ~9 s.",
+    ),
+    Scenario(
+        "inference-errors",
+        "75 s in, the node's vLLM server aborts 8 % of its requests and fails 12 %.",
+    ),
+    Scenario(
+        "inference-quiet",
+        "75 s in, demand on the node's vLLM server falls to 6 requests a minute (tokens a second fall to 1 %, "
+        "nothing waits), and 40 % of those few are aborted: a near miss that fires nothing.",
     ),
     Scenario(
         "slow-rank",
@@ -114,8 +135,14 @@ VLLM_PID, VLLM_ENGINE_CORE_PID, VLLM_PORT, VLLM_SOCKET_INODE = 3100, 3101, 8000,
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 VLLM_URL = f"http://127.0.0.1:{VLLM_PORT}/metrics"
 PRESSURE_ONSET = -120.0  # the KV-cache episode began two minutes before the demo
-# Where a vLLM server runs: under KV-cache pressure, or (kubernetes) calm, in the inference pod.
-VLLM_SCENARIOS = ("kv-pressure", "kubernetes")
+# The inference scenarios: a calm server whose fault begins at INFERENCE_ONSET, after a minute
+# and a quarter of calm (its level, which LockstepInferenceThroughputDrop compares with).
+INFERENCE_SCENARIOS = ("inference-slow", "inference-errors", "inference-quiet")
+INFERENCE_ONSET = 75.0
+SERVER_START = -3600.0  # their server has served an hour when the demo starts
+# Where a vLLM server runs: under KV-cache pressure, (kubernetes) calm in the inference pod, and
+# the inference scenarios.
+VLLM_SCENARIOS = ("kv-pressure", "kubernetes", *INFERENCE_SCENARIOS)
 HEALTHY_KV_CACHE_USAGE = 0.42
 
 # Steps of the job so far, per scenario: (start, end) relative to t=0.
@@ -132,7 +159,7 @@ def build(node: SimulatedNode, t: float) -> None:
         endpoints = node.seams.inference_http
         if not isinstance(endpoints, SimulatedEndpoints):  # one for the node's life, like every seam
             endpoints = node.seams.inference_http = SimulatedEndpoints()
-        endpoints.pages = {VLLM_URL: vllm_exposition(t, pressure=node.scenario == "kv-pressure")}
+        endpoints.pages = {VLLM_URL: vllm_exposition(t, node.scenario)}
 
 
 # --- training ---
@@ -340,25 +367,87 @@ _ITL_BOUNDS = ("0.01", "0.025", "0.05", "0.075", "0.1", "0.15", "0.2", "0.3", "0
 _E2E_BOUNDS = ("1.0", "2.5", "5.0", "10.0", "15.0", "20.0", "30.0", "40.0", "50.0", "60.0", "120.0")
 _E2E_CDF = (0.02, 0.08, 0.25, 0.55, 0.75, 0.86, 0.94, 0.97, 0.985, 0.995, 1.0)
 _ITL_CDF = (0.05, 0.3, 0.6, 0.75, 0.85, 0.92, 0.96, 0.98, 0.99, 0.995, 0.998, 0.999, 1.0)
+_TTFT_CALM_CDF = (0.05, 0.15, 0.3, 0.45, 0.6, 0.85, 0.95, 0.98, 0.99, 0.998, 1.0, 1.0, 1.0)
+_TTFT_SLOW_CDF = (0.0, 0.0, 0.01, 0.02, 0.03, 0.06, 0.1, 0.15, 0.2, 0.4, 0.7, 0.9, 0.97)
+_TTFT_IDLE_CDF = (0.3, 0.7, 0.9, 0.97, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0)
 
 
-def vllm_exposition(t: float, pressure: bool = True) -> str:
-    """What vLLM's /metrics says at time t, in its own names (current vLLM, V1 engine); without
-    pressure its KV cache stays at 42 %, nothing waits and nothing is preempted."""
+@dataclass(frozen=True)
+class Traffic:
+    """What the simulated vLLM server does during one phase: per second, and its latencies."""
+
+    requests: float  # finished a second
+    tokens: float  # generated a second
+    ttft_cdf: tuple[float, ...]  # over _TTFT_BOUNDS (queue time follows the same shape)
+    mean_ttft: float
+    aborted: float = 0.01  # shares of the finished requests
+    errored: float = 0.0
+    length: float = 0.1
+    running: int = 48
+
+
+# Requests wait for a KV-cache slot (kv-pressure): time to first token p95 ~5 s.
+QUEUED = Traffic(12.0, 2400.0, _TTFT_CDF, 1.2)
+# A calm server: p95 time to first token ~0.5 s.
+CALM = Traffic(12.0, 2400.0, _TTFT_CALM_CDF, 0.3)
+# inference-slow: generation at 30 % of its level, requests queue, p95 time to first token ~9 s.
+SLOWED = Traffic(3.6, 720.0, _TTFT_SLOW_CDF, 6.5)
+# inference-errors: 8 % of the requests aborted, 12 % failed.
+FAILING = Traffic(12.0, 2400.0, _TTFT_CALM_CDF, 0.3, aborted=0.08, errored=0.12)
+# inference-quiet: demand fell to 6 requests a minute, 40 % of them aborted by their clients.
+QUIET = Traffic(0.1, 20.0, _TTFT_IDLE_CDF, 0.04, aborted=0.4, running=1)
+
+# Each server's phases: (from time t, traffic), the first from when its counters started.
+PHASES = {
+    "kv-pressure": ((PRESSURE_ONSET, QUEUED),),
+    "kubernetes": ((PRESSURE_ONSET, CALM),),
+    "inference-slow": ((SERVER_START, CALM), (INFERENCE_ONSET, SLOWED)),
+    "inference-errors": ((SERVER_START, CALM), (INFERENCE_ONSET, FAILING)),
+    "inference-quiet": ((SERVER_START, CALM), (INFERENCE_ONSET, QUIET)),
+}
+
+
+def _per_phase(scenario: str, t: float) -> list[tuple[Traffic, float]]:
+    """(traffic, seconds of it) of each phase begun by time t."""
+    phases = PHASES[scenario]
+    found = []
+    for k, (begin, traffic) in enumerate(phases):
+        end = min(t, phases[k + 1][0]) if k + 1 < len(phases) else t
+        if end > begin:
+            found.append((traffic, end - begin))
+    return found
+
+
+def vllm_exposition(t: float, scenario: str = "kv-pressure") -> str:
+    """What vLLM's /metrics says at time t, in its own names (current vLLM, V1 engine): counters
+    and histograms grow by each phase's traffic (PHASES); only kv-pressure fills its KV cache,
+    queues requests and preempts them, and inference-slow queues them once slowed."""
     elapsed = t - PRESSURE_ONSET
     labels = f'engine="0",model_name="{VLLM_MODEL}"'
     created = DEMO_EPOCH - 3600.0
+    phases = _per_phase(scenario, t)
+    traffic = phases[-1][0]
+    pressure = scenario == "kv-pressure"
     waiting = min(96, 4 + int(0.2 * elapsed)) if pressure else 0
+    if traffic is SLOWED:
+        waiting = min(96, 4 + int(0.2 * (t - INFERENCE_ONSET)))
     preemptions = int(max(0.0, elapsed - 30.0) * 0.8) if pressure else 0
     kv_cache = round(kv_cache_usage(t), 6) if pressure else HEALTHY_KV_CACHE_USAGE
-    queries = 1_200_000 + 9_000 * int(elapsed)
+    counts = [(phase, int(phase.requests * seconds)) for phase, seconds in phases]
+    requests = 20_000 + sum(n for _, n in counts)
+    finished = {"stop": 20_000 - 2_000 - 200, "length": 2_000, "abort": 200, "error": 0}
+    for phase, n in counts:
+        split = {"length": int(n * phase.length), "abort": int(n * phase.aborted), "error": int(n * phase.errored)}
+        finished["stop"] += n - sum(split.values())
+        for reason, count in split.items():
+            finished[reason] += count
+    queries = 1_200_000 + 750 * (requests - 20_000)  # 750 prompt tokens a request
     hits = int(queries * 0.35)
-    requests = 20_000 + 12 * int(elapsed)
-    tokens = 3_000_000 + 2_400 * int(elapsed)
+    tokens = 3_000_000 + sum(int(phase.tokens * seconds) for phase, seconds in phases)
     lines = [
         "# HELP vllm:num_requests_running Number of requests in model execution batches.",
         "# TYPE vllm:num_requests_running gauge",
-        f"vllm:num_requests_running{{{labels}}} 48.0",
+        f"vllm:num_requests_running{{{labels}}} {float(traffic.running)}",
         "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
         "# TYPE vllm:num_requests_waiting gauge",
         f"vllm:num_requests_waiting{{{labels}}} {float(waiting)}",
@@ -388,30 +477,41 @@ def vllm_exposition(t: float, pressure: bool = True) -> str:
         "# HELP vllm:request_success_total Count of successfully processed requests.",
         "# TYPE vllm:request_success_total counter",
     ]
-    # Of the finished requests, most stop, some reach their length limit, a few are aborted.
-    length, aborted = requests // 10, requests // 100
-    for reason, count in (("stop", requests - length - aborted), ("length", length), ("abort", aborted)):
-        lines += [
-            f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {float(count)}',
-            f'vllm:request_success_created{{{labels},finished_reason="{reason}"}} {created}',
-        ]
-    for name, help_text, bounds, cdf, count, mean in (
-        ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BOUNDS,
-         _TTFT_CDF, requests, 1.2),
-        ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BOUNDS,
-         _ITL_CDF, tokens, 0.062),
-        ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BOUNDS,
-         _E2E_CDF, requests, 9.5),
+    # Of the finished requests, most stop, some reach their length limit, a few are aborted
+    # (and, when failing, some fail).  vLLM counts a reason once it has happened.
+    for reason, count in finished.items():
+        if count or reason != "error":
+            lines += [
+                f'vllm:request_success_total{{{labels},finished_reason="{reason}"}} {float(count)}',
+                f'vllm:request_success_created{{{labels},finished_reason="{reason}"}} {created}',
+            ]
+    # Histograms: (shares of each phase's observations by bucket, observations, their mean) per phase,
+    # the 20,000 requests before the first phase observed as in it.
+    ttft: list[tuple[tuple[float, ...], int, float]] = []
+    for phase, n in [(phases[0][0], 20_000), *counts]:
+        if ttft and ttft[-1][0] is phase.ttft_cdf:  # one traffic's observations are bucketed at once
+            ttft[-1] = (phase.ttft_cdf, ttft[-1][1] + n, phase.mean_ttft)
+        else:
+            ttft.append((phase.ttft_cdf, n, phase.mean_ttft))
+    queue = [(cdf, n, 0.75 * mean) for cdf, n, mean in ttft]
+    e2e = [(_E2E_CDF, requests, 9.5)]
+    itl = [(_ITL_CDF, tokens, 0.062)]
+    for name, help_text, bounds, observed in (
+        ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", _TTFT_BOUNDS, ttft),
+        ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", _ITL_BOUNDS, itl),
+        ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", _E2E_BOUNDS, e2e),
         ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", _TTFT_BOUNDS,
-         _TTFT_CDF, requests, 0.9),
+         queue),
     ):  # fmt: skip
+        count = sum(n for _, n, _ in observed)
         lines += [f"# HELP {name} {help_text}", f"# TYPE {name} histogram"]
-        for bound, share in zip(bounds, cdf):
-            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {float(round(count * share))}')
+        for k, bound in enumerate(bounds):
+            in_bucket = sum(round(n * cdf[k]) for cdf, n, _ in observed)
+            lines.append(f'{name}_bucket{{{labels},le="{bound}"}} {float(in_bucket)}')
         lines += [
             f'{name}_bucket{{{labels},le="+Inf"}} {float(count)}',
             f"{name}_count{{{labels}}} {float(count)}",
-            f"{name}_sum{{{labels}}} {round(count * mean, 3)}",
+            f"{name}_sum{{{labels}}} {round(sum(n * mean for _, n, mean in observed), 3)}",
             f"{name}_created{{{labels}}} {created}",
         ]
     lines += [

@@ -36,6 +36,7 @@ from lockstep.agent.collector import Collector, CollectorContext, NothingHere
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.registry import discover
 from lockstep.simulation import areas, temporary_node
+from lockstep.simulation.workloads import INFERENCE_ONSET
 from tests.conftest import REPO, require_promtool
 
 # The default run covers 25 simulated minutes: two evaluation passes, a checkpoint pause and
@@ -54,14 +55,14 @@ TARGET = {"cluster": "sim", "instance": "node001:12400", "job": "lockstep"}
 Series = dict[frozenset[tuple[str, str]], dict[int, float]]
 
 
-def _collectors(scenario: str) -> tuple[list[tuple[str, Collector]], Any, Any]:
+def _collectors(scenario: str, wanted: tuple[str, ...] = COLLECTORS) -> tuple[list[tuple[str, Collector]], Any, Any]:
     node, directory = temporary_node(scenario)
     available = {name: r.cls for name, r in discover().collectors.items() if r.builtin}
     paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
     config = load_config(None, available, Overrides(paths=paths, options=node.options))
     needed = {n for name in config.enabled_collectors for n in available[name].needs}
     collectors = []
-    enabled = [name for name in config.enabled_collectors if name in COLLECTORS]
+    enabled = [name for name in config.enabled_collectors if name in wanted]
     for name in sorted(enabled, key=lambda n: (n not in needed, n)):
         context = CollectorContext(
             config.paths, dict(config.collectors[name].options), logging.getLogger(f"replay.{name}"), node.seams
@@ -94,14 +95,22 @@ def _scrape(collectors: list[tuple[str, Collector]]) -> Iterator[tuple[dict[str,
         yield {"__name__": "lockstep_collector_state", "collector": name, "state": state}, 1.0
 
 
-def replay(scenario: str) -> Series:
-    collectors, node, directory = _collectors(scenario)
+def replay(
+    scenario: str,
+    replayed: tuple[str, ...] = AREAS,
+    collectors_wanted: tuple[str, ...] = COLLECTORS,
+    start: int = 0,
+    minutes: int = MINUTES,
+) -> Series:
+    """Scrapes every STEP seconds of simulated time from start for minutes; point i of each
+    series is the scrape at start + i * STEP."""
+    collectors, node, directory = _collectors(scenario, collectors_wanted)
     series: Series = {}
     try:
-        for index, t in enumerate(range(0, MINUTES * 60 + 1, STEP)):
+        for index, t in enumerate(range(start, start + minutes * 60 + 1, STEP)):
             node.t = float(t)
             for area in areas():
-                if area.__name__.rsplit(".", 1)[-1] in AREAS:
+                if area.__name__.rsplit(".", 1)[-1] in replayed:
                     area.build(node, float(t))
             for labels, value in _scrape(collectors):
                 series.setdefault(frozenset({**labels, **TARGET}.items()), {})[index] = value
@@ -125,9 +134,28 @@ def _values(points: dict[int, float], steps: int) -> str:
     return " ".join(repr(points[i]) if i in points else "_" for i in range(steps))
 
 
-def promtool_test(series: Series, tmp: Path) -> Path:
-    steps = MINUTES * 60 // STEP + 1
-    end = f"{MINUTES * 60}s"
+def promtool_test(
+    series: Series, tmp: Path, checks: list[dict[str, Any]] | None = None, minutes: int = MINUTES
+) -> Path:
+    """A promtool test of the production rules over the replayed scrapes, with checks (by default:
+    nothing fired, and the training job stepped throughout)."""
+    steps = minutes * 60 // STEP + 1
+    end = f"{minutes * 60}s"
+    if checks is None:
+        checks = [
+            # Nothing fired at any evaluation of the run.
+            {
+                "expr": f'max_over_time(ALERTS{{alertstate="firing"}}[{end}])',
+                "eval_time": end,
+                "exp_samples": [],
+            },
+            # The job trained throughout: 16 ranks, and the steps of the last 5 minutes.
+            {
+                "expr": 'count(increase(lockstep_training_steps_total{job_id="4242"}[5m]) > 10)',
+                "eval_time": end,
+                "exp_samples": [{"labels": "{}", "value": 16}],
+            },
+        ]
     test = {
         "rule_files": [str(REPO / path) for path in rules.RULE_FILES.values()],
         "evaluation_interval": f"{STEP}s",
@@ -138,20 +166,7 @@ def promtool_test(series: Series, tmp: Path) -> Path:
                     {"series": _selector(labels), "values": _values(points, steps)}
                     for labels, points in sorted(series.items(), key=lambda item: sorted(item[0]))
                 ],
-                "promql_expr_test": [
-                    # Nothing fired at any evaluation of the run.
-                    {
-                        "expr": f'max_over_time(ALERTS{{alertstate="firing"}}[{end}])',
-                        "eval_time": end,
-                        "exp_samples": [],
-                    },
-                    # The job trained throughout: 16 ranks, and the steps of the last 5 minutes.
-                    {
-                        "expr": 'count(increase(lockstep_training_steps_total{job_id="4242"}[5m]) > 10)',
-                        "eval_time": end,
-                        "exp_samples": [{"labels": "{}", "value": 16}],
-                    },
-                ],
+                "promql_expr_test": checks,
             }
         ],
     }
@@ -165,5 +180,48 @@ def promtool_test(series: Series, tmp: Path) -> Path:
 def test_a_healthy_node_stays_silent_through_its_training_noise(scenario: str, tmp_path: Path) -> None:
     promtool = require_promtool()
     path = promtool_test(replay(scenario), tmp_path)
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+
+
+# --- The inference scenarios under the production rules ---------------------------------------
+# The end-to-end test sees their alerts with every window compressed; here the inference
+# collector reads the simulated vLLM server through INFERENCE_HISTORY minutes of calm and
+# INFERENCE_AFTER minutes after the fault (INFERENCE_ONSET), so LockstepInferenceThroughputDrop
+# compares with a real half hour of its level, and the others run on their real 5-minute windows
+# and 10-minute 'for'.  Each scenario fires exactly these alerts (at any moment of the run),
+# none before 'for' is over.
+INFERENCE_HISTORY, INFERENCE_AFTER = 30, 20
+INFERENCE_FIRES = {
+    "inference-slow": ["LockstepInferenceThroughputDrop", "LockstepInferenceTTFTHigh"],
+    "inference-errors": ["LockstepInferenceErrors"],
+    "inference-quiet": [],
+}
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("scenario", sorted(INFERENCE_FIRES))
+def test_the_inference_scenarios_fire_their_alerts_under_the_production_rules(scenario: str, tmp_path: Path) -> None:
+    promtool = require_promtool()
+    start = int(INFERENCE_ONSET) - INFERENCE_HISTORY * 60
+    minutes = INFERENCE_HISTORY + INFERENCE_AFTER
+    series = replay(scenario, ("workloads",), ("inference",), start=start, minutes=minutes)
+    end = f"{minutes * 60}s"
+    # The fault is at minute INFERENCE_HISTORY of the run: 10 minutes later no alert has fired yet
+    # (a 5-minute window and a 10-minute 'for').
+    quiet_until = f"{(INFERENCE_HISTORY + 10) * 60}s"
+    checks = [
+        {
+            "expr": f'count by (alertname) (max_over_time(ALERTS{{alertstate="firing"}}[{end}]))',
+            "eval_time": end,
+            "exp_samples": [{"labels": f'{{alertname="{name}"}}', "value": 1} for name in INFERENCE_FIRES[scenario]],
+        },
+        {
+            "expr": f'max_over_time(ALERTS{{alertstate="firing"}}[{quiet_until}])',
+            "eval_time": quiet_until,
+            "exp_samples": [],
+        },
+    ]
+    path = promtool_test(series, tmp_path, checks, minutes)
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
