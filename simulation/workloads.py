@@ -329,7 +329,10 @@ class SimulatedEndpoints:
 
 
 def _vllm_process(node: SimulatedNode) -> None:
+    from lockstep.simulation import kubernetes  # here: kubernetes -> gpu -> workloads at import
+
     proc = node.paths.procfs
+    pid_cgroup = kubernetes.pid_cgroup if node.scenario == "kubernetes" else lambda pid: None
     processes = {
         VLLM_PID: ("vllm", 1, ["vllm", "serve", VLLM_MODEL, "--port", str(VLLM_PORT)]),
         VLLM_ENGINE_CORE_PID: ("VLLM::EngineCor", VLLM_PID, ["VLLM::EngineCore"]),
@@ -339,7 +342,8 @@ def _vllm_process(node: SimulatedNode) -> None:
         node.write(proc / str(pid) / "stat", stat)
         node.write(proc / str(pid) / "task" / str(pid) / "stat", stat)
         node.write(proc / str(pid) / "cmdline", "\0".join(argv) + "\0")
-        node.write(proc / str(pid) / "cgroup", "0::/system.slice/vllm.service\n")
+        # Under Kubernetes the server is the inference pod's vllm container (simulation/kubernetes.py).
+        node.write(proc / str(pid) / "cgroup", pid_cgroup(pid) or "0::/system.slice/vllm.service\n")
     fd = proc / str(VLLM_PID) / "fd" / "17"
     if not fd.is_symlink():
         fd.parent.mkdir(parents=True, exist_ok=True)
