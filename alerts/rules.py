@@ -611,13 +611,19 @@ WORKLOAD_ALERTS = Group(
             # for its idle_timeout, so a hung job's series vanish just when "no step in 10
             # minutes" becomes true.  last_over_time keeps the last value seen; changes() over
             # the window tells whether a step came in it.  A hung job and a finished one both
-            # stop logging: Slurm still running the job tells them apart.
+            # stop logging: Slurm still running the job tells them apart.  A job that logged
+            # its first step less than the window ago has had no change in the window yet
+            # either: only a job seen stepping before the window (offset) can have stopped.
             f"time() - max {job_by()} (\n"
             f"  last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
             ")\n"
             f"unless {JOB_ON} max {job_by()} (\n"
             f"  changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_WINDOW}])\n"
             ") > 0\n"
+            f"and {JOB_ON} group {job_by()} (\n"
+            "  last_over_time(lockstep_training_last_step_timestamp_seconds"
+            f"[{T.TRAINING_STALL_LOOKBACK}] offset {T.TRAINING_STALL_WINDOW})\n"
+            ")\n"
             f"and {JOB_ON} group {job_by()} (lockstep_slurm_job_info)",
             f"Training job {label('job_id')} makes no progress",
             f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and Slurm still "

@@ -5,6 +5,13 @@ socket, ``/var/lib/kubelet/pod-resources/kubelet.sock``, and exports one
 ``lockstep_k8s_pod_gpu_info{k8s_namespace,k8s_pod,k8s_container,resource,gpu,uuid} 1`` per GPU held by a
 container, so any per-GPU series can be attributed to a pod by a join on ``uuid``.
 
+On a GPU shared by several pods that join gives each pod the whole GPU's utilisation, so each
+container's own share is exported too: ``lockstep_k8s_container_gpu_sm_utilization_ratio`` and
+``..._memory_utilization_ratio``, summed over its processes' NVML per-process samples (published
+by the GPU collector), each host PID mapped to its container through ``/proc/<pid>/cgroup`` and
+the kubelet's log links (collectors/containers.py).  Series are per container and GPU, never per
+PID, so they are bounded by the containers running on the node's GPUs.
+
 The kubelet names devices as the device plugin does.  NVIDIA's plugin uses GPU UUIDs
 (``GPU-...``), MIG device UUIDs (``MIG-...``) and, with time-slicing, a UUID plus ``::N``
 for the replica; GKE's plugin uses device file names (``nvidia0``), which are mapped to UUIDs
@@ -34,6 +41,7 @@ from lockstep.agent import gpus
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
+from lockstep.collectors.containers import LOG_LINKS, Container, containers_by_id, process_container_id
 
 if TYPE_CHECKING:
     from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
@@ -45,6 +53,25 @@ POD_GPU_INFO = MetricSpec(
     "container. resource is the device-plugin resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...); "
     "uuid the GPU's or MIG device's UUID; gpu the NVML index where known. Join on uuid.",
     ("k8s_namespace", "k8s_pod", "k8s_container", "resource", "gpu", "uuid"),
+)
+
+_CONTAINER_GPU = ("k8s_namespace", "k8s_pod", "k8s_container", "gpu", "uuid")
+CONTAINER_GPU_SM = MetricSpec(
+    "lockstep_k8s_container_gpu_sm_utilization_ratio",
+    "gauge",
+    "Share of the GPU's SM time used by the container's processes in NVML's latest per-process sample: "
+    "on a GPU shared by several pods (time-slicing, MPS), each one's part. One series per container and GPU "
+    "it runs a process on.",
+    _CONTAINER_GPU,
+    unit="ratio",
+)
+CONTAINER_GPU_MEMORY = MetricSpec(
+    "lockstep_k8s_container_gpu_memory_utilization_ratio",
+    "gauge",
+    "Share of the GPU's memory bandwidth (time device memory was read or written) used by the container's "
+    "processes in NVML's latest per-process sample.",
+    _CONTAINER_GPU,
+    unit="ratio",
 )
 
 # Under --path.rootfs, so a containerised agent with the host's root mounted finds it there.
@@ -131,7 +158,7 @@ class KubernetesCollector(Collector):
     help = "Which pod and container hold which GPU, from the kubelet's pod-resources API."
     default_enabled = True
     default_interval = 15.0
-    metrics = (POD_GPU_INFO,)
+    metrics = (POD_GPU_INFO, CONTAINER_GPU_SM, CONTAINER_GPU_MEMORY)
     needs = ("gpu",)  # the GPU inventory (agent/gpus.py) gives each UUID its NVML index
     options = (
         Option(
@@ -178,7 +205,30 @@ class KubernetesCollector(Collector):
             series.add((a.namespace, a.pod, a.container, a.resource, gpus.index_of(uuid) or "", uuid))
         for labels in sorted(series):  # replicas of one time-sliced GPU are one series
             families[POD_GPU_INFO].add_metric(list(labels), 1)
+        for (container, gpu, uuid), (sm, memory) in sorted(self._utilization_by_container().items()):
+            of = [container.namespace, container.pod, container.name, gpu, uuid]
+            families[CONTAINER_GPU_SM].add_metric(of, sm)
+            families[CONTAINER_GPU_MEMORY].add_metric(of, memory)
         yield from families.all()
+
+    def _utilization_by_container(self) -> dict[tuple[Container, str, str], tuple[float, float]]:
+        """(container, gpu, uuid) -> the SM and memory-bandwidth shares of its processes on that
+        GPU, summed: per-process samples from the GPU collector (agent/gpus.py), each PID mapped
+        to its container through its cgroup (collectors/containers.py).  No PID is exported."""
+        measured = [(gpu, p) for gpu in gpus.published() for p in gpu.processes if p.sm_utilization is not None]
+        if not measured:
+            return {}
+        names = containers_by_id(self.paths.rootfs / LOG_LINKS)
+        out: dict[tuple[Container, str, str], tuple[float, float]] = {}
+        for gpu, process in measured:
+            cid = process_container_id(self.paths.procfs, process.pid)
+            container = names.get(cid) if cid else None
+            if container is None:
+                continue  # not in a pod (the host's, a Slurm job's), or its container is gone
+            key = (container, str(gpu.index), gpu.uuid)
+            sm, memory = out.get(key, (0.0, 0.0))
+            out[key] = (sm + (process.sm_utilization or 0.0), memory + (process.memory_utilization or 0.0))
+        return out
 
     def _list(self) -> ListPodResourcesResponse:
         fake = self.context.seams.kubelet_pod_resources

@@ -15,8 +15,9 @@ labelled cluster=<case>:
 - leaf-switch: four demos of leaf-switch-down (a port down on every node behind a dead leaf
   switch), only the InfiniBand collector enabled.
 
-The cases at 60x run only with LOCKSTEP_E2E_LONG=1 (about two minutes; see LONG below); by
-default gpu-lost and leaf-switch, at speed 1, prove the grouping and inhibition in 30 s or so.
+The whole run takes about a minute and a half.  LOCKSTEP_E2E_SHORT=1 keeps only gpu-lost and
+leaf-switch, at speed 1 (grouping and inhibition in 30 s or so), for a machine too busy for 60x
+(see LONG below).
 
 The rules are rendered with every `for:` and range window divided by the speed (alerts/rules.py
 Compression), so their durations are simulated time.  The Alertmanager runs the shipped
@@ -48,11 +49,12 @@ from tests.test_alerts_e2e import PROMETHEUS, _alerts, _ready, _start
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 SPEED = 60  # simulated seconds per real second
-# The cases at SPEED (an hour of simulated time) run only with LOCKSTEP_E2E_LONG=1: on a machine
-# shared by many test runs a demo a few seconds late is minutes of simulated time late.  The
-# default run keeps the speed-1 cases (Alertmanager grouping and inhibition); the detection times
-# and suspects are proven in the default run by promtool on alerts/tests/stragglers.test.yml.
-LONG = os.environ.get("LOCKSTEP_E2E_LONG") == "1"
+# The cases at SPEED (an hour of simulated time) need a machine that is not saturated: a demo a
+# few seconds late is minutes of simulated time late.  They pass on an idle 2-core machine (CI)
+# and on a loaded one with the test at `nice -n -10`.  LOCKSTEP_E2E_SHORT=1 leaves them out (the
+# detection times and suspects are then proven by promtool on alerts/tests/stragglers.test.yml
+# alone) and keeps the speed-1 cases (Alertmanager grouping and inhibition).
+LONG = os.environ.get("LOCKSTEP_E2E_SHORT") != "1"
 DETECTION_LIMIT = 35 * 60  # simulated seconds from the onset within which the sustained alert must fire
 DEADLINE = 150  # real seconds for every expected alert to fire
 SETTLE = 8  # real seconds to go on after that, for late alerts and notifications
@@ -377,7 +379,7 @@ def test_each_case_fires_its_alerts_naming_the_suspect_and_no_others(run: Run, c
 
 
 @pytest.mark.real
-@pytest.mark.skipif(not LONG, reason="set LOCKSTEP_E2E_LONG=1: an hour of simulated time at 60x")
+@pytest.mark.skipif(not LONG, reason="LOCKSTEP_E2E_SHORT=1 leaves out the hour of simulated time at 60x")
 def test_a_ten_percent_straggler_is_caught_within_35_simulated_minutes(run: Run) -> None:
     """The 1.25x alert (LockstepTrainingStraggler) stays silent meanwhile (the case test: nothing
     else fired).  Prometheus must have scraped at least 15 minutes of healthy history before the

@@ -64,12 +64,12 @@ EVERY_POD_GPU = {pod for pods in PODS_BY_GPU.values() for pod in pods}
 # What each query of docs/deploy.md must return, as (k8s_namespace, k8s_pod, k8s_container)
 # of its series.  A query added to the docs fails the test until its expected answer is here.
 DOCS_QUERIES: dict[str, set[tuple[str, str, str]]] = {
-    'lockstep_k8s_pod_gpu_info{instance="NODE:12400", gpu="3"} * on(instance, uuid) group_left() '
-    "lockstep_gpu_utilization_ratio": PODS_BY_GPU[3],
+    'lockstep_k8s_container_gpu_sm_utilization_ratio{instance="NODE:12400", gpu="3"}': PODS_BY_GPU[3],
     "lockstep_k8s_pod_gpu_info * on(uuid) group_left(gpu) lockstep_gpu_utilization_ratio": EVERY_POD_GPU,
     'lockstep_k8s_pod_gpu_info * on(uuid) group_left(gpu) (lockstep_gpu_clock_event_active{reason="hw_slowdown"} '
     "== 1)": set(),  # no GPU of the scenario is throttled: runs, returns nothing
 }
+GPU_3_QUERY = 'lockstep_k8s_container_gpu_sm_utilization_ratio{instance="NODE:12400", gpu="3"}'
 
 
 # --- prometheus-operator's scrape job for a ServiceMonitor ------------------------------------
@@ -382,6 +382,14 @@ def test_each_docs_query_names_the_workload(run: Run, query: str) -> None:
     result = run.query(query.replace("NODE:12400", run.instance))
     assert {workload(s["metric"]) for s in result} == DOCS_QUERIES[query]
     assert [k for s in result for k in s["metric"] if k.startswith("exported_")] == []
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("gpu", "expected"), [("3", {TRAINER: 0.96}), ("7", {ALICE: 0.55, BOB: 0.2})])
+def test_which_pod_uses_a_gpu_and_how_much(run: Run, gpu: str, expected: dict[tuple[str, str, str], float]) -> None:
+    """docs/deploy.md's answer, as written, for the trainer's GPU 3 and for GPU 7 shared by two notebooks."""
+    query = GPU_3_QUERY.replace("NODE:12400", run.instance).replace('gpu="3"', f'gpu="{gpu}"')
+    assert {workload(s["metric"]): float(s["value"][1]) for s in run.query(query)} == expected
 
 
 @pytest.mark.real

@@ -9,15 +9,23 @@ no call, worker or listener left half-registered by a thread that never started.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
+import threading
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, samples, wait_until
+from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.seams import Seams
+from lockstep.agent.webconfig import WebConfig
+from lockstep.simulation.fake_nvml import fake_from_gpus
+from tests.conftest import LOCKSTEP, REPO, collected, free_port, http_get, require_real, samples, wait_until
 
 PIDS_ROOT = Path("/sys/fs/cgroup/pids")  # cgroup v1; v2 has the pids controller at the root
 
@@ -119,3 +127,68 @@ def test_collectors_and_scrapes_survive_thread_exhaustion(pids_cgroup: Path, tmp
         _, stderr = agent.communicate(timeout=20)
     assert agent.returncode == 0, stderr
     assert "cannot start the collector's thread" in stderr
+
+
+# --- The other threads the agent starts, each refused once ----------------------------------
+# A pids cgroup cannot aim at one thread, so these refuse exactly one thread by its name
+# (Thread.start raises RuntimeError, as CPython does at the task limit) and show the owner
+# recovering once threads can be created again.
+
+
+@pytest.fixture
+def refuse_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
+    """Thread names whose start fails with CPython's "can't start new thread" while listed."""
+    refused: set[str] = set()
+    real_start = threading.Thread.start
+
+    def start(self: threading.Thread) -> None:
+        if self.name in refused:
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    yield refused
+
+
+def test_a_gpu_session_whose_xid_listener_cannot_start_is_opened_whole_later(refuse_thread: set[str]) -> None:
+    from tests.test_gpu import FULL, make, xids
+
+    fake = fake_from_gpus([FULL])
+    collector = make(fake)
+    try:
+        refuse_thread.add("gpu-xid-listener")
+        with pytest.raises(RuntimeError, match="can't start new thread"):
+            list(collector.collect())  # the round fails: no session without its XID listener
+        assert collector._session is None
+        assert fake.calls[("nvmlShutdown", None)] == 1  # NVML closed again, nothing half-open
+
+        refuse_thread.clear()
+        values = collected(collector)
+        assert values[("lockstep_gpu_up", frozenset({("gpu", "0"), ("uuid", fake.spec.gpus[0].uuid)}))] == 1.0
+        assert collector._session is not None and collector._session.listener is not None
+        wait_until(collector._session.listener.ready.is_set, what="the XID listener registered")
+        fake.inject_xid(0, 48)
+        wait_until(lambda: xids(collector) == {("0", "48"): 1}, what="XID 48 counted by the new listener")
+    finally:
+        collector.close()
+
+
+def test_hotplug_events_resume_when_the_listener_thread_can_start(refuse_thread: set[str]) -> None:
+    require_real("root and iproute2 (to create a veth pair)", os.geteuid() == 0 and shutil.which("ip") is not None)
+    from tests.test_hotplug import NetWatch
+
+    available = {"netwatch": NetWatch}
+    setup = Setup(None, available, Overrides(disable_defaults=True, enable=frozenset({"netwatch"})), Seams())
+    refuse_thread.add("hotplug")
+    agent = Agent(setup, load_config(None, available, setup.overrides), WebConfig())
+    name = "lsv" + uuid.uuid4().hex[:8]
+    try:
+        assert agent.hotplug is not None and agent.hotplug.thread_failed  # refused, and known to be
+        refuse_thread.clear()
+        agent.restart_what_failed_to_start()  # what the agent's main loop does every tick
+        assert not agent.hotplug.thread_failed
+        subprocess.run(["ip", "link", "add", name, "type", "veth", "peer", "name", name + "p"], check=True)
+        wait_until(lambda: ("add", "net", f"/sys/devices/virtual/net/{name}") in NetWatch.events, what="add uevent")
+    finally:
+        subprocess.run(["ip", "link", "del", name], capture_output=True)
+        agent.stop()
