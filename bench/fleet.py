@@ -358,10 +358,12 @@ class Prometheus:
     def rule_groups(self) -> list[dict]:
         return self.get("/api/v1/rules")["data"]["groups"]
 
-    def wait_evaluated(self, rounds: int, timeout: float) -> dict[str, float]:
-        """Each group's largest evaluation duration (s) once every group ran `rounds` times."""
+    def wait_evaluated(self, rounds: int, timeout: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Each group's and each rule's largest evaluation duration (s) once every group ran
+        `rounds` times."""
         seen: dict[str, set[str]] = {}
         durations: dict[str, float] = {}
+        rules: dict[str, float] = {}  # "group / alert or record name"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for group in self.rule_groups():
@@ -369,10 +371,13 @@ class Prometheus:
                 if stamp and not stamp.startswith("0001-"):
                     seen.setdefault(group["name"], set()).add(stamp)
                     durations[group["name"]] = max(durations.get(group["name"], 0.0), group["evaluationTime"])
+                    for rule in group["rules"]:
+                        name = f"{group['name']} / {rule['name']}"
+                        rules[name] = max(rules.get(name, 0.0), rule.get("evaluationTime", 0.0))
             groups = {g["name"] for g in self.rule_groups()}
             if groups and all(len(seen.get(name, ())) >= rounds for name in groups):
                 # the same figure Prometheus exports as prometheus_rule_group_last_duration_seconds
-                return durations
+                return durations, rules
             time.sleep(0.5)
         raise RuntimeError(f"rule groups not evaluated {rounds} times in {timeout} s: {seen}")
 
@@ -461,6 +466,7 @@ class Result:
     groups: dict[str, float]
     queries: list[tuple[str, str, float, float, int]]  # panel, expr, first, best, series
     memory: dict[str, float]
+    rules: dict[str, float]  # "group / rule name" -> its largest evaluation (s)
 
 
 def run(
@@ -499,7 +505,7 @@ def run(
     prometheus = Prometheus(directory, tsdb, evaluation_interval)
     try:
         prometheus.wait_ready()
-        groups = prometheus.wait_evaluated(rounds=2, timeout=600)
+        groups, rule_seconds = prometheus.wait_evaluated(rounds=2, timeout=600)
         now = time.time()
         query_step = max(step, DASHBOARD_RANGE // GRAFANA_MAX_POINTS)
         queries = []
@@ -512,7 +518,15 @@ def run(
         prometheus.stop()
         raise
     result = Result(
-        nodes, len(fleet_tracks), samples, generated - began, backfilled - generated, groups, queries, memory
+        nodes,
+        len(fleet_tracks),
+        samples,
+        generated - began,
+        backfilled - generated,
+        groups,
+        queries,
+        memory,
+        rule_seconds,
     )
     return result, prometheus, directory
 
@@ -529,6 +543,9 @@ def report(result: Result, fleet: FleetPlan) -> None:
     print("  rule group evaluation (prometheus_rule_group_last_duration_seconds, largest of >= 2):")
     for name, seconds in sorted(result.groups.items(), key=lambda item: -item[1]):
         print(f"    {name:<34} {seconds * 1000:9.1f} ms")
+    print("  slowest rules (evaluationTime of /api/v1/rules, largest seen):")
+    for name, seconds in sorted(result.rules.items(), key=lambda item: -item[1])[:8]:
+        print(f"    {name:<70} {seconds * 1000:9.1f} ms")
     print(f"  fleet dashboard queries over {DASHBOARD_RANGE // 3600} h (first run / best of 3, series returned):")
     for panel, expr, first, best, count in result.queries:
         flag = "  > 1 s" if best > 1 else ""
