@@ -15,7 +15,9 @@ PID, so they are bounded by the containers running on the node's GPUs.
 The kubelet names devices as the device plugin does.  NVIDIA's plugin uses GPU UUIDs
 (``GPU-...``), MIG device UUIDs (``MIG-...``) and, with time-slicing, a UUID plus ``::N``
 for the replica; GKE's plugin uses device file names (``nvidia0``), which are mapped to UUIDs
-through the driver's ``/proc/driver/nvidia/gpus/*/information``.  ``gpu`` is the NVML index
+through the driver's ``/proc/driver/nvidia/gpus/*/information``.  GPUs allocated through
+Dynamic Resource Allocation come in the same answer (``dynamic_resources``, collectors/dra.py),
+with the DRA driver (``gpu.nvidia.com``) as ``resource``.  ``gpu`` is the NVML index
 when the GPU collector has published it (agent/gpus.py), else empty.
 
 The kubelet is asked at most every ``refresh`` (30 s); rounds in between re-serve that
@@ -42,6 +44,7 @@ from lockstep.agent.collector import Collector, CollectorContext, Families, Metr
 from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
 from lockstep.collectors.containers import LOG_LINKS, Container, containers_by_id, process_container_id
+from lockstep.collectors.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device
 
 if TYPE_CHECKING:
     from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
@@ -50,7 +53,8 @@ POD_GPU_INFO = MetricSpec(
     "lockstep_k8s_pod_gpu_info",
     "gauge",
     "A GPU assigned to a container by the kubelet (from its pod-resources API): 1 per GPU and "
-    "container. resource is the device-plugin resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...); "
+    "container. resource is the device-plugin resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...) or, for a GPU "
+    "allocated through DRA, the DRA driver (gpu.nvidia.com); "
     "uuid the GPU's or MIG device's UUID; gpu the NVML index where known. Join on uuid.",
     ("k8s_namespace", "k8s_pod", "k8s_container", "resource", "gpu", "uuid"),
 )
@@ -175,6 +179,12 @@ class KubernetesCollector(Collector):
             DEFAULT_RESOURCES,
             "device-plugin resource names (glob patterns) that are GPUs",
         ),
+        Option(
+            "dra_drivers",
+            parse_string_list,
+            DEFAULT_DRA_DRIVERS,
+            "DRA drivers (glob patterns) whose claimed devices are GPUs (Dynamic Resource Allocation)",
+        ),
         Option("timeout", parse_duration, 5.0, "deadline of one call to the kubelet"),
         Option(
             "refresh", parse_duration, 30.0, "ask the kubelet at most this often; rounds in between reuse the answer"
@@ -188,21 +198,29 @@ class KubernetesCollector(Collector):
         self.resources: tuple[str, ...] = tuple(options.get("resources", DEFAULT_RESOURCES))
         self.timeout: float = options.get("timeout", 5.0)
         self.refresh: float = options.get("refresh", 30.0)
-        self._cached: tuple[float, list[Assignment]] | None = None  # (monotonic time, answer)
+        self.dra_drivers: tuple[str, ...] = tuple(options.get("dra_drivers", DEFAULT_DRA_DRIVERS))
+        # (monotonic time, device-plugin assignments, DRA devices) of the kubelet's last answer
+        self._cached: tuple[float, list[Assignment], list[DraDevice]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         now = time.monotonic()
         if self._cached is not None and now - self._cached[0] < self.refresh:
-            found = self._cached[1]
+            found, claimed = self._cached[1], self._cached[2]
         else:
-            found = assignments(self._list(), self.resources)
-            self._cached = (now, found)
+            response = self._list()
+            found, claimed = assignments(response, self.resources), dra_devices(response, self.dra_drivers)
+            self._cached = (now, found, claimed)
         uuid_by_minor = self._uuid_by_minor() if any(_DEVICE_FILE_ID.match(a.device_id) for a in found) else {}
         families = Families(self.metrics)
         series = set()
         for a in found:
             uuid = uuid_of(a.device_id, uuid_by_minor)
             series.add((a.namespace, a.pod, a.container, a.resource, gpus.index_of(uuid) or "", uuid))
+        uuid_by_index = {gpu.index: gpu.uuid for gpu in gpus.published() if gpu.uuid}
+        for d in claimed:  # DRA (collectors/dra.py): resource is the DRA driver
+            dra_uuid = uuid_of_dra_device(d.device, uuid_by_index)
+            if dra_uuid is not None:  # an index the GPU collector has not published, a MIG placement
+                series.add((d.namespace, d.pod, d.container, d.driver, gpus.index_of(dra_uuid) or "", dra_uuid))
         for labels in sorted(series):  # replicas of one time-sliced GPU are one series
             families[POD_GPU_INFO].add_metric(list(labels), 1)
         for (container, gpu, uuid), (sm, memory) in sorted(self._utilization_by_container().items()):

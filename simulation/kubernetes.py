@@ -10,7 +10,9 @@ cgroups as containerd with the systemd cgroup driver makes them
 (``/proc/<pid>/cgroup``), and the kubelet's log links name each container
 (``/var/log/containers/<pod>_<namespace>_<container>-<id>.log`` under the rootfs):
 the trainer (pid 2200) on GPUs 0-3, vLLM (3100, its engine core 3101 on GPUs 4-5), and the
-notebooks of alice (4100, 55 % of GPU 7's SM time) and bob (4200, 20 %).
+notebooks of alice (4100, 55 % of GPU 7's SM time) and bob (4200, 20 %).  GPU 6 is allocated
+through Dynamic Resource Allocation (a ResourceClaim of NVIDIA's DRA driver) to an embeddings pod
+that runs nothing on it yet.
 """
 
 from __future__ import annotations
@@ -26,12 +28,15 @@ from lockstep.simulation.gpu import GPU_UUIDS  # the fake NVML's GPUs, by NVML i
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
 
+DRA_CLAIM_UID = "0c9a3e52-7d41-4b8e-a6f0-2d5b1c8e9f37"
+
 SCENARIOS = (
     Scenario(
         "kubernetes",
         "The node as a Kubernetes GPU node: a training pod holds GPUs 0-3, an inference pod 4-5, "
         "two notebooks share GPU 7 by time-slicing; the kubelet's pod-resources API says which. The "
-        "inference pod's vLLM server is calm (KV cache 42 %).",
+        "inference pod's vLLM server is calm (KV cache 42 %). An embeddings pod holds GPU 6 through a DRA "
+        "ResourceClaim.",
     ),
 )
 
@@ -46,6 +51,18 @@ def _response():  # type: ignore[no-untyped-def]
         devices = [pb.ContainerDevices(resource_name=resource, device_ids=device_ids)] if resource else []
         return pb.ContainerResources(name=name, devices=devices, cpu_ids=[0, 1])
 
+    def dra_container(name: str, claim: str, gpu: int) -> pb.ContainerResources:
+        device = f"gpu-{gpu}"  # NVIDIA's DRA driver names a whole GPU by its NVML index
+        cdi = (f"k8s.gpu.nvidia.com/device={device}", f"k8s.gpu.nvidia.com/claim={DRA_CLAIM_UID}-{device}")
+        resource = pb.ClaimResource(
+            cdi_devices=[pb.CDIDevice(name=n) for n in cdi],
+            driver_name="gpu.nvidia.com",
+            pool_name="node001",
+            device_name=device,
+        )
+        dynamic = pb.DynamicResource(claim_name=claim, claim_namespace="inference", claim_resources=[resource])
+        return pb.ContainerResources(name=name, dynamic_resources=[dynamic], cpu_ids=[2, 3])
+
     return pb.ListPodResourcesResponse(
         pod_resources=[
             pod("kube-system", "nvidia-device-plugin-daemonset-x7k2p", container("nvidia-device-plugin")),
@@ -58,6 +75,9 @@ def _response():  # type: ignore[no-untyped-def]
             pod("inference", "vllm-llama-8b-7d9f6c-x2kqz", container("vllm", "nvidia.com/gpu", GPU_UUIDS[4:6])),
             pod("research", "notebook-alice", container("jupyter", "nvidia.com/gpu.shared", (f"{GPU_UUIDS[7]}::0",))),
             pod("research", "notebook-bob", container("jupyter", "nvidia.com/gpu.shared", (f"{GPU_UUIDS[7]}::1",))),
+            # GPU 6 through Dynamic Resource Allocation (NVIDIA's DRA driver, Kubernetes 1.31+): a
+            # ResourceClaim's device, with the CDI devices the driver gives the container.
+            pod("inference", "embeddings-6b7c9-w4kxd", dra_container("tei", "embeddings-gpu", 6)),
         ]
     )
 

@@ -94,12 +94,14 @@ def test_each_process_gets_its_share_and_an_idle_one_zero(published: None) -> No
     collector = make(fake)
     try:
         assert run_round(collector) == {4100: (0.55, 0.3), 4200: (0.2, 0.12), 4300: (0.0, 0.0)}
-        # No sample newer than the last round's (NVML_ERROR_NOT_FOUND): nobody used the GPU since.
+        # A round right after (an XID's), before NVML took a new sample: the same samples.
+        assert run_round(collector) == {4100: (0.55, 0.3), 4200: (0.2, 0.12), 4300: (0.0, 0.0)}
+        # Nothing newer than what the round before the last saw (NVML_ERROR_NOT_FOUND): nobody
+        # used the GPU for two rounds.
         assert run_round(collector) == {4100: (0.0, 0.0), 4200: (0.0, 0.0), 4300: (0.0, 0.0)}
         fake.set_time(10.0)
         assert run_round(collector) == {4100: (0.55, 0.3), 4200: (0.2, 0.12), 4300: (0.0, 0.0)}
-        # Since the newest sample seen: the second round asked from the first one's timestamp.
-        assert fake.calls_for(0, NEWER) == 3
+        assert fake.calls_for(0, NEWER) == 4
         assert fake.calls_for(0, OLDER) == 0
     finally:
         collector.close()

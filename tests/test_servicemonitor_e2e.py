@@ -58,7 +58,17 @@ TRAINER = ("training", "llama-70b-worker-0", "trainer")
 VLLM = ("inference", "vllm-llama-8b-7d9f6c-x2kqz", "vllm")
 ALICE = ("research", "notebook-alice", "jupyter")
 BOB = ("research", "notebook-bob", "jupyter")
-PODS_BY_GPU = {0: {TRAINER}, 1: {TRAINER}, 2: {TRAINER}, 3: {TRAINER}, 4: {VLLM}, 5: {VLLM}, 7: {ALICE, BOB}}
+EMBEDDINGS = ("inference", "embeddings-6b7c9-w4kxd", "tei")  # GPU 6 through a DRA ResourceClaim
+PODS_BY_GPU = {
+    0: {TRAINER},
+    1: {TRAINER},
+    2: {TRAINER},
+    3: {TRAINER},
+    4: {VLLM},
+    5: {VLLM},
+    6: {EMBEDDINGS},
+    7: {ALICE, BOB},
+}
 EVERY_POD_GPU = {pod for pods in PODS_BY_GPU.values() for pod in pods}
 
 # What each query of docs/deploy.md must return, as (k8s_namespace, k8s_pod, k8s_container)
@@ -318,7 +328,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # (rate() needs two samples) have fired.
         wait_until(
             lambda: (
-                len(result.query("lockstep_k8s_pod_gpu_info")) == 8
+                len(result.query("lockstep_k8s_pod_gpu_info")) == sum(len(p) for p in PODS_BY_GPU.values())
                 and result.query("lockstep_inference_up")
                 and len(result.api("/api/v1/alerts")["alerts"]) == len(workload_alerts())
             ),

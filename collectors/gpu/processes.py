@@ -14,8 +14,10 @@ The newer is tried first; a driver without it raises ``NVMLError_FunctionNotFoun
 not asked again on that GPU.  Both are unsupported in MIG mode (``NVMLError_NotSupported``).
 
 Traps handled:
-- both return only samples newer than the timestamp passed (microseconds of the CPU clock),
-  so each GPU remembers the newest sample seen and asks for what came after it;
+- both return only samples newer than the timestamp passed (microseconds of the CPU clock).
+  Each GPU asks from the newest sample its round before the last one saw: a round that comes
+  right after another (one an XID event triggers), before NVML took a new sample, gets the same
+  samples again instead of none; a process's value is its newest sample of the last two rounds;
 - a process that used the GPU in none of those samples is not returned at all, and when no
   process did, the call fails with ``NVMLError_NotFound``: both mean utilisation 0, not an error;
 - a process may come back with several samples; the newest counts.
@@ -68,7 +70,8 @@ def _samples(reader: GpuReader, nvml: Any, gpu: GpuState) -> list[Any] | None:
         try:
             samples = list(getattr(nvml, name)(gpu.handle, gpu.process_samples_since))
         except pynvml.NVMLError_NotFound:
-            return []  # no process used the GPU since the last sample we saw
+            gpu.process_samples_since = gpu.process_samples_newest
+            return []  # no process used the GPU since then
         except UNSUPPORTED as exc:
             reader._unsupported(gpu, name, exc)
             continue
@@ -77,6 +80,7 @@ def _samples(reader: GpuReader, nvml: Any, gpu: GpuState) -> list[Any] | None:
         except pynvml.NVMLError as exc:
             reader._count_error(gpu, exc)
             return None
-        gpu.process_samples_since = max([gpu.process_samples_since, *(int(s.timeStamp) for s in samples)])
+        gpu.process_samples_since = gpu.process_samples_newest
+        gpu.process_samples_newest = max([gpu.process_samples_newest, *(int(s.timeStamp) for s in samples)])
         return samples
     return None

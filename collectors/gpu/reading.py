@@ -67,7 +67,10 @@ class GpuState:
     sm_clock_max_hz: float | None = None
     links: int = 0
     lost: bool = False
-    process_samples_since: int = 0  # newest per-process utilisation sample seen (NVML µs; processes.py)
+    # Per-process utilisation (processes.py), NVML µs: asked since the newest sample of the round
+    # before the last one, so that a round right after another (an XID) sees the same samples.
+    process_samples_since: int = 0
+    process_samples_newest: int = 0
     field_uses: list[tuple[FieldUse, int, int]] = field(default_factory=list)  # (use, id, scopeId) still asked for
     unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
     link_state_by_call: bool = False  # the link state field is unsupported: ask per link
