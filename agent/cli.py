@@ -182,12 +182,22 @@ def report_problems(problems: Sequence[str]) -> int:
     return 2
 
 
+ONCE_INTERVAL_SECONDS = 24 * 3600.0  # "never again" for a one-shot round
+
+
 def collect_once(setup: Setup, config: Config) -> tuple[bytes, list[str]]:
     """One round of every enabled collector, each bounded by its deadline.
 
     Returns the exposition and a line per collector that failed or got stuck.
     """
-    agent = Agent(setup, config, WebConfig())
+    # One round each, however long the slowest first round takes: a collector with a short
+    # interval would otherwise run again before the exposition is rendered (on a busy machine
+    # lockstep_collector_runs_total read 2 instead of 1).
+    single_round = {
+        name: dataclasses.replace(settings, interval=ONCE_INTERVAL_SECONDS)
+        for name, settings in config.collectors.items()
+    }
+    agent = Agent(setup, dataclasses.replace(config, collectors=single_round), WebConfig())
     started = time.monotonic()
     for _name, worker in agent.workers.items():
         worker.first_run_done.wait(max(0.0, started + worker.deadline + 0.1 - time.monotonic()))

@@ -21,6 +21,11 @@ class GpuProcess:
     used_memory_bytes: int | None
     gpu_instance_id: int | None  # MIG instance the process runs in, else None
     compute_instance_id: int | None
+    # Its share of the GPU's SM time and memory bandwidth (0..1) in NVML's latest sample since
+    # the previous round (collectors/gpu/processes.py); 0 when it had none (idle), None when
+    # NVML cannot say (unsupported call or driver, MIG mode).
+    sm_utilization: float | None = None
+    memory_utilization: float | None = None
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,19 @@ socket, ``/var/lib/kubelet/pod-resources/kubelet.sock``, and exports one
 ``lockstep_k8s_pod_gpu_info{k8s_namespace,k8s_pod,k8s_container,resource,gpu,uuid} 1`` per GPU held by a
 container, so any per-GPU series can be attributed to a pod by a join on ``uuid``.
 
+On a GPU shared by several pods that join gives each pod the whole GPU's utilisation, so each
+container's own share is exported too: ``lockstep_k8s_container_gpu_sm_utilization_ratio`` and
+``..._memory_utilization_ratio``, summed over its processes' NVML per-process samples (published
+by the GPU collector), each host PID mapped to its container through ``/proc/<pid>/cgroup`` and
+the kubelet's log links (collectors/containers.py).  Series are per container and GPU, never per
+PID, so they are bounded by the containers running on the node's GPUs.
+
 The kubelet names devices as the device plugin does.  NVIDIA's plugin uses GPU UUIDs
 (``GPU-...``), MIG device UUIDs (``MIG-...``) and, with time-slicing, a UUID plus ``::N``
 for the replica; GKE's plugin uses device file names (``nvidia0``), which are mapped to UUIDs
-through the driver's ``/proc/driver/nvidia/gpus/*/information``.  ``gpu`` is the NVML index
+through the driver's ``/proc/driver/nvidia/gpus/*/information``.  GPUs allocated through
+Dynamic Resource Allocation come in the same answer (``dynamic_resources``, collectors/dra.py),
+with the DRA driver (``gpu.nvidia.com``) as ``resource``.  ``gpu`` is the NVML index
 when the GPU collector has published it (agent/gpus.py), else empty.
 
 The kubelet is asked at most every ``refresh`` (30 s); rounds in between re-serve that
@@ -34,6 +43,8 @@ from lockstep.agent import gpus
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
+from lockstep.collectors.containers import LOG_LINKS, Container, containers_by_id, process_container_id
+from lockstep.collectors.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device
 
 if TYPE_CHECKING:
     from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
@@ -42,9 +53,29 @@ POD_GPU_INFO = MetricSpec(
     "lockstep_k8s_pod_gpu_info",
     "gauge",
     "A GPU assigned to a container by the kubelet (from its pod-resources API): 1 per GPU and "
-    "container. resource is the device-plugin resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...); "
+    "container. resource is the device-plugin resource (nvidia.com/gpu, nvidia.com/mig-1g.10gb, ...) or, for a GPU "
+    "allocated through DRA, the DRA driver (gpu.nvidia.com); "
     "uuid the GPU's or MIG device's UUID; gpu the NVML index where known. Join on uuid.",
     ("k8s_namespace", "k8s_pod", "k8s_container", "resource", "gpu", "uuid"),
+)
+
+_CONTAINER_GPU = ("k8s_namespace", "k8s_pod", "k8s_container", "gpu", "uuid")
+CONTAINER_GPU_SM = MetricSpec(
+    "lockstep_k8s_container_gpu_sm_utilization_ratio",
+    "gauge",
+    "Share of the GPU's SM time used by the container's processes in NVML's latest per-process sample: "
+    "on a GPU shared by several pods (time-slicing, MPS), each one's part. One series per container and GPU "
+    "it runs a process on.",
+    _CONTAINER_GPU,
+    unit="ratio",
+)
+CONTAINER_GPU_MEMORY = MetricSpec(
+    "lockstep_k8s_container_gpu_memory_utilization_ratio",
+    "gauge",
+    "Share of the GPU's memory bandwidth (time device memory was read or written) used by the container's "
+    "processes in NVML's latest per-process sample.",
+    _CONTAINER_GPU,
+    unit="ratio",
 )
 
 # Under --path.rootfs, so a containerised agent with the host's root mounted finds it there.
@@ -131,7 +162,7 @@ class KubernetesCollector(Collector):
     help = "Which pod and container hold which GPU, from the kubelet's pod-resources API."
     default_enabled = True
     default_interval = 15.0
-    metrics = (POD_GPU_INFO,)
+    metrics = (POD_GPU_INFO, CONTAINER_GPU_SM, CONTAINER_GPU_MEMORY)
     needs = ("gpu",)  # the GPU inventory (agent/gpus.py) gives each UUID its NVML index
     options = (
         Option(
@@ -148,6 +179,12 @@ class KubernetesCollector(Collector):
             DEFAULT_RESOURCES,
             "device-plugin resource names (glob patterns) that are GPUs",
         ),
+        Option(
+            "dra_drivers",
+            parse_string_list,
+            DEFAULT_DRA_DRIVERS,
+            "DRA drivers (glob patterns) whose claimed devices are GPUs (Dynamic Resource Allocation)",
+        ),
         Option("timeout", parse_duration, 5.0, "deadline of one call to the kubelet"),
         Option(
             "refresh", parse_duration, 30.0, "ask the kubelet at most this often; rounds in between reuse the answer"
@@ -161,24 +198,55 @@ class KubernetesCollector(Collector):
         self.resources: tuple[str, ...] = tuple(options.get("resources", DEFAULT_RESOURCES))
         self.timeout: float = options.get("timeout", 5.0)
         self.refresh: float = options.get("refresh", 30.0)
-        self._cached: tuple[float, list[Assignment]] | None = None  # (monotonic time, answer)
+        self.dra_drivers: tuple[str, ...] = tuple(options.get("dra_drivers", DEFAULT_DRA_DRIVERS))
+        # (monotonic time, device-plugin assignments, DRA devices) of the kubelet's last answer
+        self._cached: tuple[float, list[Assignment], list[DraDevice]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         now = time.monotonic()
         if self._cached is not None and now - self._cached[0] < self.refresh:
-            found = self._cached[1]
+            found, claimed = self._cached[1], self._cached[2]
         else:
-            found = assignments(self._list(), self.resources)
-            self._cached = (now, found)
+            response = self._list()
+            found, claimed = assignments(response, self.resources), dra_devices(response, self.dra_drivers)
+            self._cached = (now, found, claimed)
         uuid_by_minor = self._uuid_by_minor() if any(_DEVICE_FILE_ID.match(a.device_id) for a in found) else {}
         families = Families(self.metrics)
         series = set()
         for a in found:
             uuid = uuid_of(a.device_id, uuid_by_minor)
             series.add((a.namespace, a.pod, a.container, a.resource, gpus.index_of(uuid) or "", uuid))
+        uuid_by_index = {gpu.index: gpu.uuid for gpu in gpus.published() if gpu.uuid}
+        for d in claimed:  # DRA (collectors/dra.py): resource is the DRA driver
+            dra_uuid = uuid_of_dra_device(d.device, uuid_by_index)
+            if dra_uuid is not None:  # an index the GPU collector has not published, a MIG placement
+                series.add((d.namespace, d.pod, d.container, d.driver, gpus.index_of(dra_uuid) or "", dra_uuid))
         for labels in sorted(series):  # replicas of one time-sliced GPU are one series
             families[POD_GPU_INFO].add_metric(list(labels), 1)
+        for (container, gpu, uuid), (sm, memory) in sorted(self._utilization_by_container().items()):
+            of = [container.namespace, container.pod, container.name, gpu, uuid]
+            families[CONTAINER_GPU_SM].add_metric(of, sm)
+            families[CONTAINER_GPU_MEMORY].add_metric(of, memory)
         yield from families.all()
+
+    def _utilization_by_container(self) -> dict[tuple[Container, str, str], tuple[float, float]]:
+        """(container, gpu, uuid) -> the SM and memory-bandwidth shares of its processes on that
+        GPU, summed: per-process samples from the GPU collector (agent/gpus.py), each PID mapped
+        to its container through its cgroup (collectors/containers.py).  No PID is exported."""
+        measured = [(gpu, p) for gpu in gpus.published() for p in gpu.processes if p.sm_utilization is not None]
+        if not measured:
+            return {}
+        names = containers_by_id(self.paths.rootfs / LOG_LINKS)
+        out: dict[tuple[Container, str, str], tuple[float, float]] = {}
+        for gpu, process in measured:
+            cid = process_container_id(self.paths.procfs, process.pid)
+            container = names.get(cid) if cid else None
+            if container is None:
+                continue  # not in a pod (the host's, a Slurm job's), or its container is gone
+            key = (container, str(gpu.index), gpu.uuid)
+            sm, memory = out.get(key, (0.0, 0.0))
+            out[key] = (sm + (process.sm_utilization or 0.0), memory + (process.memory_utilization or 0.0))
+        return out
 
     def _list(self) -> ListPodResourcesResponse:
         fake = self.context.seams.kubelet_pod_resources

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import re
 import threading
 import time
@@ -51,6 +52,13 @@ import pynvml
 from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS
 
+# Per-process utilisation: NVML keeps samples stamped with the CPU clock in microseconds; the
+# fake takes one a second, the first at PROCESS_SAMPLES_EPOCH_US (2026-01-02T00:00:00Z) at t=0.
+# nvmlDeviceGetProcessesUtilizationInfo came with the R550 driver: older ones lack the symbol.
+PROCESS_UTILIZATION_CALLS = ("nvmlDeviceGetProcessUtilization", "nvmlDeviceGetProcessesUtilizationInfo")
+PROCESS_SAMPLES_EPOCH_US = 1_767_312_000_000_000
+PROCESS_SAMPLE_PERIOD_US = 1_000_000
+PROCESSES_UTILIZATION_INFO_DRIVER = 550
 UINT_MAX = 0xFFFFFFFF  # scopeId meaning "all links", and GPU/compute instance id "none"
 MIB = 1024 * 1024
 XID_FALLEN_OFF_THE_BUS = 79
@@ -209,6 +217,10 @@ class ProcessSpec:
     used_memory_bytes: int | None = None  # None: NVML reports "not available"
     gpu_instance_id: int | None = None  # MIG: the instance the process runs in
     compute_instance_id: int | None = None
+    # Its per-process utilisation samples (nvmlDeviceGetProcessUtilization and
+    # nvmlDeviceGetProcessesUtilizationInfo): 0 and 0 means it has none, as an idle process.
+    sm_util_percent: int = 0
+    memory_util_percent: int = 0
 
 
 @dataclass(frozen=True)
@@ -291,8 +303,8 @@ class GpuSpec:
         if self.consumer:
             names |= set(CONSUMER_UNSUPPORTED)
         if self.mig_devices:
-            # NVML: utilization and row remapping are not available on a GPU in MIG mode.
-            names |= {"nvmlDeviceGetUtilizationRates", *_REMAPPED_ROWS}
+            # NVML: utilization (per process too) and row remapping are not available on a GPU in MIG mode.
+            names |= {"nvmlDeviceGetUtilizationRates", *PROCESS_UTILIZATION_CALLS, *_REMAPPED_ROWS}
         return frozenset(names)
 
 
@@ -986,6 +998,49 @@ class FakeNvml:
                     obj.usedGpuMemory = None  # as pynvml does
                 out.append(obj)
             return out
+
+    def _process_samples(self, handle: Any, function: str, since: int) -> list[tuple[ProcessSpec, int]]:
+        """The processes with a sample newer than ``since`` (each with its timestamp), as NVML
+        keeps them: only processes that used the GPU; none at all raises NVMLError_NotFound."""
+        _, gpu = self._gpu(handle, function)
+        latest = PROCESS_SAMPLES_EPOCH_US + math.floor(self.t) * PROCESS_SAMPLE_PERIOD_US
+        busy = [p for p in gpu.processes if p.sm_util_percent or p.memory_util_percent]
+        if latest <= since or not busy:
+            raise pynvml.NVMLError_NotFound()
+        return [(p, latest) for p in busy]
+
+    def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[Any]:  # noqa: N803 (pynvml's name)
+        with self._lock:
+            return [
+                pynvml.c_nvmlProcessUtilizationSample_t(
+                    pid=p.pid,
+                    timeStamp=at,
+                    smUtil=p.sm_util_percent,
+                    memUtil=p.memory_util_percent,
+                    encUtil=0,
+                    decUtil=0,
+                )
+                for p, at in self._process_samples(handle, "nvmlDeviceGetProcessUtilization", timeStamp)
+            ]
+
+    def nvmlDeviceGetProcessesUtilizationInfo(self, handle: Any, timeStamp: int) -> list[Any]:  # noqa: N803
+        with self._lock:
+            if int(self.spec.driver_version.split(".")[0]) < PROCESSES_UTILIZATION_INFO_DRIVER:
+                self.calls[("nvmlDeviceGetProcessesUtilizationInfo", self._device(handle)[0])] += 1
+                raise pynvml.NVMLError_FunctionNotFound()  # pynvml: the driver's library lacks the symbol
+            return [
+                pynvml.c_nvmlProcessUtilizationInfo_v1_t(
+                    timeStamp=at,
+                    pid=p.pid,
+                    smUtil=p.sm_util_percent,
+                    memUtil=p.memory_util_percent,
+                    encUtil=0,
+                    decUtil=0,
+                    jpgUtil=0,
+                    ofaUtil=0,
+                )
+                for p, at in self._process_samples(handle, "nvmlDeviceGetProcessesUtilizationInfo", timeStamp)
+            ]
 
     def nvmlDeviceGetFieldValues(self, handle: Any, field_ids: Sequence[int | tuple[int, int]]) -> Any:
         with self._lock:

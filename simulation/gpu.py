@@ -140,12 +140,46 @@ def h100(i: int) -> GpuSpec:
         nvlink_links=18,
         nvlink_transmitted_bytes_per_second=14_648_437 * 1024,  # ~15 GB/s per link and direction
         nvlink_received_bytes_per_second=14_648_437 * 1024,
-        processes=(ProcessSpec(pid=TRAINING_PID, used_memory_bytes=used - 512 * MIB),),
+        processes=(training_process(used - 512 * MIB, 96 + i % 3, 58 + i),),
         # GPM: a BF16 training step, tensor-bound (exact binary fractions, so rates are exact in tests).
         sm_active_percent=SM_ACTIVE_PERCENT,
         sm_occupancy_percent=43.75,
         dram_bandwidth_used_percent=62.5,
         pipe_active_percent=dict(PIPE_ACTIVE_PERCENT),
+    )
+
+
+def training_process(used_memory_bytes: int, sm_percent: int, memory_percent: int) -> ProcessSpec:
+    """The training job's rank on a GPU: the only process there, so its per-process
+    utilisation is the GPU's."""
+    return ProcessSpec(
+        pid=TRAINING_PID,
+        used_memory_bytes=used_memory_bytes,
+        sm_util_percent=sm_percent,
+        memory_util_percent=memory_percent,
+    )
+
+
+def kubernetes(gpus: list[GpuSpec]) -> None:
+    """The kubernetes scenario's pods (simulation/kubernetes.py) on the GPUs: the trainer keeps
+    GPUs 0-3; vLLM's engine core serves on 4 and 5; GPU 6 is idle; two notebooks share GPU 7
+    by time-slicing, alice's busier than bob's."""
+    for i in (4, 5):
+        engine = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB, sm_util_percent=38, memory_util_percent=21)
+        gpus[i] = dataclasses.replace(
+            gpus[i], processes=(engine,), utilization_gpu_percent=38, utilization_memory_percent=21
+        )
+    gpus[6] = dataclasses.replace(
+        gpus[6], processes=(), utilization_gpu_percent=0, utilization_memory_percent=0, memory_used_bytes=0
+    )
+    alice = ProcessSpec(pid=4100, used_memory_bytes=30_000 * MIB, sm_util_percent=55, memory_util_percent=30)
+    bob = ProcessSpec(pid=4200, used_memory_bytes=12_000 * MIB, sm_util_percent=20, memory_util_percent=12)
+    gpus[7] = dataclasses.replace(
+        gpus[7],
+        processes=(alice, bob),
+        utilization_gpu_percent=75,
+        utilization_memory_percent=42,
+        memory_used_bytes=42_000 * MIB + 512 * MIB,
     )
 
 
@@ -158,6 +192,7 @@ def throttled(gpu: GpuSpec) -> GpuSpec:
         power_watts=430.0,
         temperature_celsius=71,
         utilization_gpu_percent=99,
+        processes=tuple(dataclasses.replace(p, sm_util_percent=99) for p in gpu.processes),
     )
 
 
@@ -253,7 +288,7 @@ def v100(i: int) -> GpuSpec:
         pcie_link_generation=3,  # PCIe Gen3 x16
         pcie_max_link_generation=3,
         nvlink_links=6,
-        processes=(ProcessSpec(pid=TRAINING_PID, used_memory_bytes=used - 512 * MIB),),
+        processes=(training_process(used - 512 * MIB, 94, 51),),
     )
 
 
@@ -292,6 +327,8 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
         # The workloads area's vLLM server (pid 3100) runs its engine core, pid 3101, on GPU 7.
         serving = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB)
         gpus[7] = dataclasses.replace(gpus[7], processes=(*gpus[7].processes, serving))
+    elif scenario == "kubernetes":
+        kubernetes(gpus)
     elif scenario == "gpu-nvml-hang":
         gpus[LOST_GPU] = dataclasses.replace(gpus[LOST_GPU], lost_at=FAULT_AT)
         return FakeSpec(gpus=tuple(with_defaults(g, i) for i, g in enumerate(gpus)), hang_from=FAULT_AT)

@@ -47,6 +47,7 @@ from alerts import rules
 from alerts import thresholds as T
 from lockstep.simulation.gpu import XID_AT
 from lockstep.simulation.storage import EPOCH
+from lockstep.simulation.workloads import INFERENCE_ONSET
 from tests import scale_out
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, lockstep, require_real, wait_until
 from tests.test_alert_rules import WORKLOAD_CONTRACT, declared_metrics
@@ -130,15 +131,15 @@ CASES: dict[str, Case] = {
         expect("LockstepKVCachePreemptions"),
         expect("LockstepInferenceTTFTHigh"),
     ),
-    # Issue 15's inference alerts: 75 s into the demo the vLLM server slows down (its tokens a
+    # Issue 15's inference alerts: 30 s into the demo the vLLM server slows down (its tokens a
     # second against its level before) or fails requests; the near miss loses its demand instead.
     "inference-slow": case(
         "inference-slow",
         expect("LockstepInferenceThroughputDrop"),
         expect("LockstepInferenceTTFTHigh"),
-        onset=75,
+        onset=INFERENCE_ONSET,
     ),
-    "inference-errors": case("inference-errors", expect("LockstepInferenceErrors"), onset=75),
+    "inference-errors": case("inference-errors", expect("LockstepInferenceErrors"), onset=INFERENCE_ONSET),
     "inference-quiet": case("inference-quiet"),
     "checkpoint-stall": case(
         "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")

@@ -7,10 +7,18 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.core import Metric
 
+from lockstep.agent.cli import collect_once
+from lockstep.agent.collector import Collector, MetricSpec
+from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.daemon import Setup
+from lockstep.agent.seams import Seams
 from tests.conftest import FIXTURES, lockstep, samples
 
 PROC = FIXTURES / "host" / "proc"
@@ -123,3 +131,37 @@ def test_third_party_collector_plugin(plugin_path: Path) -> None:
     assert "lockstep_example_answer" not in disabled.stdout
     # The simulated node serves the built-in collectors only.
     assert "lockstep_example_answer" not in lockstep("demo", "--once", env=env).stdout
+
+
+class _Quick(Collector):
+    name = "quick"
+    default_interval = 0.01  # due again long before the slow one's first round ends
+    metrics = (MetricSpec("lockstep_quick_value", "gauge", "A value."),)
+
+    def collect(self) -> Iterator[Metric]:
+        family = self.metrics[0].family()
+        family.add_metric([], 1.0)
+        yield family
+
+
+class _Slow(_Quick):
+    name = "slow"
+    default_interval = 60.0
+    metrics = (MetricSpec("lockstep_slow_value", "gauge", "A value."),)
+
+    def collect(self) -> Iterator[Metric]:
+        time.sleep(0.5)
+        yield from super().collect()
+
+
+def test_once_is_one_round_of_each_collector_however_slow_the_others() -> None:
+    available: dict[str, type[Collector]] = {"quick": _Quick, "slow": _Slow}
+    setup = Setup(None, available, Overrides(disable_defaults=True, enable=frozenset(available)), Seams())
+    body, failures = collect_once(setup, load_config(None, available, setup.overrides))
+    assert failures == []
+    runs = {
+        dict(labels)["collector"]: v
+        for (name, labels), v in samples(body.decode()).items()
+        if name == "lockstep_collector_runs_total"
+    }
+    assert runs == {"quick": 1.0, "slow": 1.0}

@@ -223,9 +223,9 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         )
     expected[key("lockstep_gpu_pipe_active_cycles_total", **g, gpu_instance_id="", pipe="integer")] = 0
     assert s == expected
-    assert published_gpus()[0].processes == (
-        GpuProcess(2200, 30_000 * MIB, None, None),
-        GpuProcess(2300, None, None, None),
+    assert published_gpus()[0].processes == (  # no per-process samples: idle (tests/test_gpu_processes.py)
+        GpuProcess(2200, 30_000 * MIB, None, None, sm_utilization=0.0, memory_utilization=0.0),
+        GpuProcess(2300, None, None, None, sm_utilization=0.0, memory_utilization=0.0),
     )
 
 
@@ -783,8 +783,9 @@ def test_nvml_calls_per_gpu_per_round_on_8_gpus_with_18_links(collectors: list[G
         collect(collector)
     per_gpu = [fake.calls_for(gpu=i) / rounds for i in range(8)]
     # + the current PCIe link generation and width (collectors/gpu/pcie.py); + GPM (a sample, the
-    # metrics between it and the last round's) and the fabric info (collectors/gpu/gpm.py, issue 13).
-    assert per_gpu == [11 + 2 + 3] * 8
+    # metrics between it and the last round's) and the fabric info (collectors/gpu/gpm.py, issue 13);
+    # + the training process's per-process utilisation (collectors/gpu/processes.py, issue 14).
+    assert per_gpu == [11 + 2 + 3 + 1] * 8
     assert fake.calls_for(gpu=0, function="nvmlGpmSampleGet") == rounds
     assert fake.calls_for(gpu=0, function="nvmlGpmMetricsGet") == rounds
     assert fake.calls_for(gpu=0, function="nvmlDeviceGetGpuFabricInfoV") == rounds

@@ -284,3 +284,85 @@ def test_lockstep_help_does_not_import_grpc() -> None:
     code = "import sys; from lockstep.agent.registry import discover; discover(); print('grpc' in sys.modules)"
     result = subprocess.run([*LOCKSTEP[:1], "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert result.stdout.strip() == "False", result.stderr
+
+
+# --- Dynamic Resource Allocation: dynamic_resources in the same List answer ---
+
+CLAIM_UID = "5e6f7a8b-1c2d-4e3f-9a0b-c1d2e3f4a5b6"
+
+
+def claimed(driver: str, device: str, *cdi: str, pool: str = "node-7") -> pb.ClaimResource:
+    return pb.ClaimResource(
+        cdi_devices=[pb.CDIDevice(name=n) for n in cdi], driver_name=driver, pool_name=pool, device_name=device
+    )
+
+
+def with_claims(name: str, *resources: pb.ClaimResource, claim: str = "gpus") -> pb.ContainerResources:
+    dynamic = pb.DynamicResource(claim_name=claim, claim_namespace="ml", claim_resources=resources)
+    return pb.ContainerResources(name=name, dynamic_resources=[dynamic])
+
+
+DRA_NODE = pb.ListPodResourcesResponse(
+    pod_resources=[
+        # Kubernetes 1.31+: driver, pool and device name, and NVIDIA's two CDI devices for each GPU.
+        pod(
+            "ml",
+            "dra-train-0",
+            with_claims(
+                "trainer",
+                claimed(
+                    "gpu.nvidia.com",
+                    "gpu-0",
+                    "k8s.gpu.nvidia.com/device=gpu-0",
+                    f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-0",
+                ),
+                claimed("gpu.nvidia.com", "gpu-1", "k8s.gpu.nvidia.com/device=gpu-1"),
+            ),
+        ),
+        # 1.27-1.30 (no driver or device name): the claim-specific CDI device only.
+        pod("ml", "dra-old", with_claims("c", claimed("", "", f"k8s.gpu.nvidia.com/claim={CLAIM_UID}-gpu-2"))),
+        # A CDI spec made by nvidia-ctk names the GPU by UUID.
+        pod("ml", "dra-uuid", with_claims("c", claimed("gpu.nvidia.com", "", f"nvidia.com/gpu={UUID[3]}"))),
+        # Left out: a MIG placement (no MIG UUID in it), a NIC of another driver, a GPU index the
+        # GPU collector has not published.
+        pod("ml", "dra-mig", with_claims("c", claimed("gpu.nvidia.com", "gpu-3-mig-9-0-1"))),
+        pod("net", "dra-nic", with_claims("c", claimed("dra.net", "eth1", "dra.net/nic=eth1"))),
+        pod("ml", "dra-unknown", with_claims("c", claimed("gpu.nvidia.com", "gpu-9"))),
+        # Device-plugin GPUs beside them, in the same answer.
+        pod("ml", "plugin", container("c", ("nvidia.com/gpu", [UUID[2]]))),
+    ]
+)
+
+
+def test_gpus_allocated_through_dra_from_a_real_kubelet_api(tmp_path: Path) -> None:
+    gpus.publish(tuple(gpus.PublishedGpu(i, UUID[i], "", i, "", True, (), ()) for i in range(4)))
+    try:
+        with kubelet_socket(Kubelet(DRA_NODE), tmp_path) as socket:
+            got = series(collector(socket))
+    finally:
+        gpus.publish(())
+    assert got == {
+        key("ml", "dra-train-0", "trainer", "gpu.nvidia.com", UUID[0], gpu="0"): 1,
+        key("ml", "dra-train-0", "trainer", "gpu.nvidia.com", UUID[1], gpu="1"): 1,
+        key("ml", "dra-old", "c", "gpu.nvidia.com", UUID[2], gpu="2"): 1,
+        key("ml", "dra-uuid", "c", "gpu.nvidia.com", UUID[3], gpu="3"): 1,
+        key("ml", "plugin", "c", "nvidia.com/gpu", UUID[2], gpu="2"): 1,
+    }
+
+
+def test_dra_drivers_are_an_option(tmp_path: Path) -> None:
+    gpus.publish(tuple(gpus.PublishedGpu(i, UUID[i], "", i, "", True, (), ()) for i in range(4)))
+    try:
+        with kubelet_socket(Kubelet(DRA_NODE), tmp_path) as socket:
+            got = series(collector(socket, dra_drivers=("other.example.com",), resources=()))
+    finally:
+        gpus.publish(())
+    assert got == {}
+
+
+def test_dra_devices_wait_for_the_gpu_inventory(tmp_path: Path) -> None:
+    """An index means nothing before the GPU collector has published: no series rather than a wrong one;
+    a UUID needs no inventory."""
+    with kubelet_socket(Kubelet(DRA_NODE), tmp_path) as socket:
+        got = series(collector(socket, resources=()))
+    assert got == {key("ml", "dra-uuid", "c", "gpu.nvidia.com", UUID[3]): 1}

@@ -125,7 +125,7 @@ def test_doctor_says_which_devices_are_not_read_and_why() -> None:
     assert note == (
         "not read: mlx5_4: an SR-IOV virtual function, whose link is its physical function's; "
         "rxe0: no PCI device (a software device such as rxe or siw); "
-        "nvme2: its device ctl is not a PCI function (NVMe over fabrics?); "
+        "nvme2: its device ctl is not a PCI function; "
         "no AER counters (no AER capability, or a kernel without CONFIG_PCIEAER): mlx5_2, mlx5_5; "
         "attributes that could not be read (see the log): mlx5_5 (1), nvme1 (2)"
     )

@@ -58,18 +58,28 @@ TRAINER = ("training", "llama-70b-worker-0", "trainer")
 VLLM = ("inference", "vllm-llama-8b-7d9f6c-x2kqz", "vllm")
 ALICE = ("research", "notebook-alice", "jupyter")
 BOB = ("research", "notebook-bob", "jupyter")
-PODS_BY_GPU = {0: {TRAINER}, 1: {TRAINER}, 2: {TRAINER}, 3: {TRAINER}, 4: {VLLM}, 5: {VLLM}, 7: {ALICE, BOB}}
+EMBEDDINGS = ("inference", "embeddings-6b7c9-w4kxd", "tei")  # GPU 6 through a DRA ResourceClaim
+PODS_BY_GPU = {
+    0: {TRAINER},
+    1: {TRAINER},
+    2: {TRAINER},
+    3: {TRAINER},
+    4: {VLLM},
+    5: {VLLM},
+    6: {EMBEDDINGS},
+    7: {ALICE, BOB},
+}
 EVERY_POD_GPU = {pod for pods in PODS_BY_GPU.values() for pod in pods}
 
 # What each query of docs/deploy.md must return, as (k8s_namespace, k8s_pod, k8s_container)
 # of its series.  A query added to the docs fails the test until its expected answer is here.
 DOCS_QUERIES: dict[str, set[tuple[str, str, str]]] = {
-    'lockstep_k8s_pod_gpu_info{instance="NODE:12400", gpu="3"} * on(instance, uuid) group_left() '
-    "lockstep_gpu_utilization_ratio": PODS_BY_GPU[3],
+    'lockstep_k8s_container_gpu_sm_utilization_ratio{instance="NODE:12400", gpu="3"}': PODS_BY_GPU[3],
     "lockstep_k8s_pod_gpu_info * on(uuid) group_left(gpu) lockstep_gpu_utilization_ratio": EVERY_POD_GPU,
     'lockstep_k8s_pod_gpu_info * on(uuid) group_left(gpu) (lockstep_gpu_clock_event_active{reason="hw_slowdown"} '
     "== 1)": set(),  # no GPU of the scenario is throttled: runs, returns nothing
 }
+GPU_3_QUERY = 'lockstep_k8s_container_gpu_sm_utilization_ratio{instance="NODE:12400", gpu="3"}'
 
 
 # --- prometheus-operator's scrape job for a ServiceMonitor ------------------------------------
@@ -323,7 +333,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # (rate() needs two samples) have fired.
         wait_until(
             lambda: (
-                len(result.query("lockstep_k8s_pod_gpu_info")) == 8
+                len(result.query("lockstep_k8s_pod_gpu_info")) == sum(len(p) for p in PODS_BY_GPU.values())
                 and result.query("lockstep_inference_up")
                 and len(result.api("/api/v1/alerts")["alerts"]) == len(workload_alerts())
             ),
@@ -387,6 +397,14 @@ def test_each_docs_query_names_the_workload(run: Run, query: str) -> None:
     result = run.query(query.replace("NODE:12400", run.instance))
     assert {workload(s["metric"]) for s in result} == DOCS_QUERIES[query]
     assert [k for s in result for k in s["metric"] if k.startswith("exported_")] == []
+
+
+@pytest.mark.real
+@pytest.mark.parametrize(("gpu", "expected"), [("3", {TRAINER: 0.96}), ("7", {ALICE: 0.55, BOB: 0.2})])
+def test_which_pod_uses_a_gpu_and_how_much(run: Run, gpu: str, expected: dict[tuple[str, str, str], float]) -> None:
+    """docs/deploy.md's answer, as written, for the trainer's GPU 3 and for GPU 7 shared by two notebooks."""
+    query = GPU_3_QUERY.replace("NODE:12400", run.instance).replace('gpu="3"', f'gpu="{gpu}"')
+    assert {workload(s["metric"]): float(s["value"][1]) for s in run.query(query)} == expected
 
 
 @pytest.mark.real

@@ -1,11 +1,12 @@
 """GPU collector: NVML through pynvml (the official nvidia-ml-py binding).
 
-What it reads per GPU and round (steady state, 11 NVML calls on a GPU without MIG): one
+What it reads per GPU and round (steady state; docs/gpu.md "Cost" counts the calls): one
 ``nvmlDeviceGetFieldValues`` batch with every field-based value (energy, memory
 temperature, ECC, row remapping or page retirement, PCIe replays and bytes, clock event
 durations, the GPU's NVLink error totals, and per NVLink link - scopeId = link - its
 state, traffic and error counters), then utilization, memory, SM and memory clocks, power
-and its limit, temperature, clock event reasons, compute processes and MIG mode.
+and its limit, temperature, clock event reasons, compute processes, their utilisation
+(processes.py; only where there are compute processes) and MIG mode.
 
 Traps handled (see docs/gpu.md):
 - a call or field the GPU does not support is probed once and remembered per GPU; each

@@ -50,6 +50,7 @@ from lockstep.collectors.gpu.nvml import (
     field_number,
 )
 from lockstep.collectors.gpu.pcie import read_pcie_link
+from lockstep.collectors.gpu.processes import with_utilization
 
 
 @dataclass
@@ -66,6 +67,10 @@ class GpuState:
     sm_clock_max_hz: float | None = None
     links: int = 0
     lost: bool = False
+    # Per-process utilisation (processes.py), NVML µs: asked since the newest sample of the round
+    # before the last one, so that a round right after another (an XID) sees the same samples.
+    process_samples_since: int = 0
+    process_samples_newest: int = 0
     field_uses: list[tuple[FieldUse, int, int]] = field(default_factory=list)  # (use, id, scopeId) still asked for
     unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
     link_state_by_call: bool = False  # the link state field is unsupported: ask per link
@@ -133,6 +138,8 @@ class GpuReader(Collector):
                 put(CLOCK_EVENT_ACTIVE, 1 if reasons & bit else 0, reason)
         out += read_pcie_link(self, nvml, gpu)
         processes = self._processes(nvml, gpu)
+        if processes is not None:
+            processes = with_utilization(self, nvml, gpu, processes)
         if processes is not None:
             put(PROCESSES, len(processes))
             put(PROCESS_MEMORY, sum(p.used_memory_bytes or 0 for p in processes))

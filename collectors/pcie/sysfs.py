@@ -93,7 +93,8 @@ def find_devices(sysfs: Path) -> tuple[list[PcieDevice], list[str], bool]:
                 continue
             path = Path(os.path.realpath(link))
             if not PCI_ADDRESS.match(path.name):
-                notes.append(f"{name}: its device {path.name} is not a PCI function (NVMe over fabrics?)")
+                # An NVMe-over-fabrics controller's device is virtual, an mlx5 sub-function's auxiliary.
+                notes.append(f"{name}: its device {path.name} is not a PCI function")
                 continue
             if os.path.lexists(path / "physfn"):
                 # A virtual function's link registers are reserved: its link is its physical function's.

@@ -42,6 +42,8 @@ from lockstep.collectors.slurm.metrics import (
     GPU_MISMATCHES,
     JOB_CPU,
     JOB_GPU_INFO,
+    JOB_GPU_MEMORY,
+    JOB_GPU_SM,
     JOB_INFO,
     JOB_MEMORY,
     JOB_OOM,
@@ -64,6 +66,8 @@ class SlurmCollector(Collector):
         JOB_OOM,
         JOB_PROCESSES,
         JOB_GPU_INFO,
+        JOB_GPU_SM,
+        JOB_GPU_MEMORY,
         GPU_MISMATCHES,
         NODE_INFO,
         NODE_STATE,
@@ -286,7 +290,7 @@ class SlurmCollector(Collector):
                     families[spec].add_metric([job_id], value)
         absent: set[MetricSpec] = set()
         if not self._add_gpus(families, jobs, details):
-            absent.update((JOB_GPU_INFO, GPU_MISMATCHES))
+            absent.update((JOB_GPU_INFO, JOB_GPU_SM, JOB_GPU_MEMORY, GPU_MISMATCHES))
         if not self._add_node(families, controller):
             absent.update((NODE_INFO, NODE_STATE))
         self.controller.add_counters(families)
@@ -318,6 +322,17 @@ class SlurmCollector(Collector):
             if gpu.index in allocated:
                 families[JOB_GPU_INFO].add_metric([allocated[gpu.index], str(gpu.index), gpu.uuid], 1)
         families[GPU_MISMATCHES].add_metric([], mismatches)
+        # Each job's share of each GPU its processes run on (several jobs on a shared GPU):
+        # NVML's per-process samples (agent/gpus.py) summed per job; never a series per PID.
+        for gpu in gpus:
+            shares: dict[str, tuple[float, float]] = {}
+            for p in gpu.processes:
+                if p.pid in pid_job and p.sm_utilization is not None:
+                    sm, memory = shares.get(pid_job[p.pid], (0.0, 0.0))
+                    shares[pid_job[p.pid]] = (sm + p.sm_utilization, memory + (p.memory_utilization or 0.0))
+            for job_id, (sm, memory) in sorted(shares.items()):
+                families[JOB_GPU_SM].add_metric([job_id, str(gpu.index), gpu.uuid], sm)
+                families[JOB_GPU_MEMORY].add_metric([job_id, str(gpu.index), gpu.uuid], memory)
         return True
 
     def _add_node(self, families: Families, controller: ControllerSnapshot) -> bool:

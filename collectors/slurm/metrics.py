@@ -17,6 +17,22 @@ JOB_GPU_INFO = MetricSpec(
     "A GPU of this node allocated to a Slurm job; always 1. gpu is the NVML index, as on lockstep_gpu_* series.",
     ("job_id", "gpu", "uuid"),
 )
+JOB_GPU_SM = MetricSpec(
+    "lockstep_slurm_job_gpu_sm_utilization_ratio",
+    "gauge",
+    "Share of the GPU's SM time used by the job's processes in NVML's latest per-process sample: on a GPU "
+    "shared by several jobs (oversubscribed GRES, MPS), each one's part.",
+    ("job_id", "gpu", "uuid"),
+    unit="ratio",
+)
+JOB_GPU_MEMORY = MetricSpec(
+    "lockstep_slurm_job_gpu_memory_utilization_ratio",
+    "gauge",
+    "Share of the GPU's memory bandwidth (time device memory was read or written) used by the job's processes "
+    "in NVML's latest per-process sample.",
+    ("job_id", "gpu", "uuid"),
+    unit="ratio",
+)
 JOB_CPU = MetricSpec(
     "lockstep_slurm_job_cpu_seconds_total",
     "counter",
