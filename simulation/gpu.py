@@ -213,7 +213,14 @@ def mig(gpu: GpuSpec, devices: tuple[tuple[int, str, int, int], ...]) -> GpuSpec
         gpu,
         mig_devices=tuple(
             MigDeviceSpec(
-                gpu_instance_id=gi, profile=profile, memory_total_bytes=mib * MIB, memory_used_bytes=mib * MIB * 9 // 10
+                gpu_instance_id=gi,
+                profile=profile,
+                memory_total_bytes=mib * MIB,
+                memory_used_bytes=mib * MIB * 9 // 10,
+                # GPM per GPU instance: an H100 slice has 16 SMs; serving keeps them 62 % active.
+                sm_count=16 * int(profile.split("g", 1)[0]),
+                sm_active_percent=62,
+                tensor_active_percent=31,
             )
             for gi, profile, mib, _ in devices
         ),
