@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pynvml
 import pytest
 
 from lockstep.collectors.gpu import GpuCollector
@@ -209,3 +210,15 @@ def test_recovery_action_fabric_health_and_lifetime_ecc(made: list) -> None:
     # A GPU without a fabric is asked once, then no more.
     assert fake.calls[("nvmlDeviceGetGpuFabricInfoV", 4)] == 1
     assert fake.calls[("nvmlDeviceGetGpuFabricInfoV", 1)] == 2
+
+
+def test_gpm_buffers_are_freed_when_a_session_fails_to_open(made: list) -> None:
+    """NVML breaks while the second GPU is enumerated: the first one's buffers are freed with the session."""
+    fake = fake_from_gpus([GpuSpec(), GpuSpec()])
+    fake.fail("nvmlDeviceGetUUID", pynvml.NVMLError_Uninitialized, gpu=1)
+    collector = make(fake)
+    made.append(collector)
+    with pytest.raises(RuntimeError, match="NVML initialisation failed"):
+        collect(collector)
+    assert fake.calls[("nvmlGpmSampleAlloc", None)] == 2  # GPU 0's pair
+    assert fake._gpm_samples == {}
