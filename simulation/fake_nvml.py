@@ -1202,7 +1202,9 @@ class FakeNvml:
     def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
         with self._lock:
             index, gpu = self._gpu(handle, "nvmlGpmSampleGet")
-            if not _has_gpm(gpu):
+            if not _has_gpm(gpu) or gpu.mig_devices:
+                # In MIG mode GPM is read per GPU instance (nvmlGpmMigSampleGet).  NVML's documentation
+                # does not say what a whole-GPU sample does then: this fake refuses it, the stricter answer.
                 raise pynvml.NVMLError_NotSupported()
             self._take(self._gpm_sample(sample), index, None, gpu.sm_count, gpu)
             return sample

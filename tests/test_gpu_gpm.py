@@ -131,6 +131,10 @@ def test_mig_instances_have_the_same_metrics_per_gpu_instance(made: list) -> Non
         assert key("lockstep_gpu_sm_occupancy_ratio", **g) in third
     # In MIG mode the whole GPU is not sampled: its instances are, two calls each a round.
     assert key("lockstep_gpu_sm_cycles_total", gpu="0", uuid=uuid, gpu_instance_id="") not in third
+    # The whole GPU was refused once, at enumeration (MIG mode not known yet): GPM stays on, no error.
+    assert fake.calls_for(gpu=0, function="nvmlGpmSampleGet") == 1
+    assert fake.calls_for(function="nvmlGpmSampleAlloc") == 2 + 2 * 2  # the whole GPU's pair, each instance's
+    assert not [k for k in third if k[0] == "lockstep_gpu_nvml_errors_total"]
     fake.reset_calls()
     fake.set_time(40.0)
     collect(collector)
