@@ -141,9 +141,25 @@ TRAINING_RECORDING = Group(
     ),
 )
 
+# GPM activity (Hopper and newer), per GPU or MIG GPU instance, over 5 minutes: the ratio of the
+# counters' rates where the driver has the counters, else the windowed gauge's average.
+SM_ACTIVE = "gpu:lockstep_gpu_sm_active:ratio5m"
+TENSOR_ACTIVE = "gpu:lockstep_gpu_tensor_active:ratio5m"
+
 GPU_RECORDING = Group(
     "lockstep-gpu.recording",
     (
+        Recording(
+            SM_ACTIVE,
+            "rate(lockstep_gpu_sm_active_cycles_total[5m])\n/ (rate(lockstep_gpu_sm_cycles_total[5m]) > 0)\n"
+            "or\navg_over_time(lockstep_gpu_sm_active_ratio[5m])",
+        ),
+        Recording(
+            TENSOR_ACTIVE,
+            'sum without (pipe) (rate(lockstep_gpu_pipe_active_cycles_total{pipe="tensor"}[5m]))\n'
+            "/ (rate(lockstep_gpu_sm_cycles_total[5m]) > 0)\n"
+            'or\nsum without (pipe) (avg_over_time(lockstep_gpu_pipe_active_ratio{pipe="tensor"}[5m]))',
+        ),
         # The SM clock of each busy GPU of each Slurm job (a GPU shared by two jobs is in both).
         Recording(
             "job_gpu:lockstep_gpu_sm_clock_hertz:avg5m",
@@ -291,11 +307,12 @@ def _median_and_mad(level: str, metric: str, window: str) -> tuple[Recording, ..
 def _gpu_pace(window: str) -> str:
     """What a busy GPU's pace is measured by: its SM clock, averaged over the window.
 
-    Hook for GPM (issue 13): where the GPU reports SM activity (Hopper and later, through GPM),
-    that is the better measure (a GPU stalled on memory or NVLink keeps its clock).  Record
-    job_gpu:lockstep_gpu_sm_active:avg<window> from it the same way, and make the sustained
-    GPU straggler alert compare that where it exists (`or` the clock-based series for GPUs
-    without GPM)."""
+    Not GPM's SM activity (issue 13 looked at it): in synchronous training the slow GPU is
+    the *busiest* (its peers wait for it in NCCL kernels, which hold only a few SMs), and a GPU
+    stalled on memory or NVLink keeps its warps resident, so its SM activity stays high too.
+    Activity says how much of a GPU a job uses (LockstepGPUIdleWhileAllocated, the dashboards),
+    not which GPU is slow; a GPU that keeps its clock but does less work shows in its rank's
+    time per step (the training straggler rules)."""
     return (
         f"lockstep_slurm_job_gpu_info\n* {on('uuid')} group_left ()\n"
         f"(\n  avg_over_time(lockstep_gpu_sm_clock_hertz[{window}])\n"
@@ -821,6 +838,17 @@ GPU_ALERTS = Group(
             f"{VALUE_PERCENT} of the last {T.GPU_THROTTLE_WINDOW}: the system signalled a power supply problem and "
             "the GPU runs at minimum clocks. Check the node's power supplies and BMC event log.",
         ),
+    ),
+)
+
+# The per-link rules in their own group: a node has 18 links per GPU and up to a dozen error
+# counters per link (432 series on the simulated H100 node, against 32 GPU-wide), and at 256
+# nodes LockstepNVLinkErrors alone took 4.7 s of the GPU group's 6.4 s (bench/fleet.py,
+# docs/performance.md).  Prometheus evaluates groups side by side, so the per-GPU alerts above
+# (a GPU off the bus, XIDs, ECC) no longer wait for them.
+NVLINK_ALERTS = Group(
+    "lockstep-nvlink.alerts",
+    (
         Alert(
             "LockstepNVLinkDown",
             "critical",
@@ -844,6 +872,63 @@ GPU_ALERTS = Group(
             f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} counts {VALUE_2F} NVLink errors a minute"
             "{{ with $labels.link }} on link {{ . }}{{ end }} (replays, recoveries, CRC errors; 10 min average): "
             "a degrading link or NVSwitch port.",
+        ),
+    ),
+)
+
+# A GPU a Slurm job or a pod holds, and whose job (pod) it is: the job's and the pod's GPU info.
+HELD_GPUS = "(\n  lockstep_slurm_job_gpu_info\n  or\n  lockstep_k8s_pod_gpu_info\n)"
+HOLDER = (
+    "{{ with $labels.job_id }}Slurm job {{ . }}{{ else }}pod {{ $labels.k8s_namespace }}/{{ $labels.k8s_pod }}{{ end }}"
+)
+FABRIC_CONDITIONS = regex(T.GPU_FABRIC_DEGRADED_CONDITIONS)
+ACTION = "{{ with $labels.action }}{{ . }}{{ else }}a recovery action this agent does not know{{ end }}"
+
+GPU_VERDICT_ALERTS = Group(
+    "lockstep-gpu-verdicts.alerts",
+    (
+        Alert(
+            "LockstepGPUIdleWhileAllocated",
+            "warning",
+            T.GPU_IDLE_FOR,
+            # SM activity where GPM gives it (whole GPUs, not MIG instances), else utilization.
+            f"{HELD_GPUS}\n* {on('uuid')} group_left ()\n(\n"
+            f'  {SM_ACTIVE}{{gpu_instance_id=""}} < {num(T.GPU_IDLE_ACTIVITY_RATIO)}\n'
+            "  or\n"
+            f"  (\n    avg_over_time(lockstep_gpu_utilization_ratio[5m]) < {num(T.GPU_IDLE_ACTIVITY_RATIO)}\n"
+            f"    unless {on('uuid')} {SM_ACTIVE}\n  )\n)",
+            f"GPU {label('gpu')} on {WHERE} is allocated but idle",
+            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE} is held by {HOLDER} but has done almost nothing for "
+            f"an hour: its SM activity (or, on GPUs without GPM, its utilization) is {VALUE_PERCENT} (5 min "
+            f"average), below {percent(T.GPU_IDLE_ACTIVITY_RATIO)}. Nobody else can use it meanwhile.",
+        ),
+        Alert(
+            "LockstepGPURecoveryActionRequired",
+            "critical",
+            T.GPU_RECOVERY_ACTION_FOR,
+            'lockstep_gpu_recovery_action{action!="none"} == 1\n'
+            # A value the agent does not know (a newer driver) sets every state to 0, none included.
+            # (Not label_replace'd to action="unknown": VictoriaMetrics then loses the action filter.)
+            f"or {on('uuid')}\n"
+            "max without (action) (lockstep_gpu_recovery_action) == 0",
+            f"GPU {label('gpu')} on {WHERE} needs {ACTION}",
+            f"The NVIDIA driver asks for {ACTION} for GPU {label('gpu')} ({label('uuid')}) "
+            f"on {WHERE}: the GPU is not usable as it is. gpu_reset: reset it once idle; drain_and_reset or "
+            "drain_p2p: drain its jobs, then reset; node_reboot, bus_reset, system_reboot: drain the node and "
+            "reboot it (docs/gpu.md).",
+        ),
+        Alert(
+            "LockstepGPUFabricDegraded",
+            "critical",
+            T.GPU_FABRIC_FOR,
+            f'lockstep_gpu_fabric_health{{condition=~"{FABRIC_CONDITIONS}"}} == 1\n'
+            'or\nlockstep_gpu_fabric_state{state!="completed"} == 1',
+            f"NVSwitch fabric of GPU {label('gpu')} on {WHERE} is degraded",
+            f"GPU {label('gpu')} ({label('uuid')}) on {WHERE}: "
+            "{{ with $labels.condition }}the NVSwitch fabric reports {{ . }}{{ else }}its NVSwitch fabric "
+            "registration has been {{ $labels.state }} for 5 minutes{{ end }}. Its NVLink bandwidth to its "
+            "peers is reduced or gone: collectives slow down or fail. Check the fabric manager and the "
+            "NVSwitches (nvidia-smi -q, section Fabric).",
         ),
     ),
 )
@@ -1085,7 +1170,16 @@ AGENT_ALERTS = Group(
     ),
 )
 
-ALERT_GROUPS = (WORKLOAD_ALERTS, GPU_ALERTS, FABRIC_ALERTS, PCIE_ALERTS, STORAGE_ALERTS, AGENT_ALERTS)
+ALERT_GROUPS = (
+    WORKLOAD_ALERTS,
+    GPU_ALERTS,
+    GPU_VERDICT_ALERTS,
+    NVLINK_ALERTS,
+    FABRIC_ALERTS,
+    PCIE_ALERTS,
+    STORAGE_ALERTS,
+    AGENT_ALERTS,
+)
 
 
 def alerts() -> list[Alert]:

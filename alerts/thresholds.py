@@ -169,6 +169,21 @@ GPU_THROTTLE_WINDOW = "5m"
 # thermal slowdown reasons, not a temperature).
 GPU_TEMPERATURE_WARNING_CELSIUS = 85
 
+# A GPU held by a Slurm job or a Kubernetes pod is idle while its SM activity (GPM, Hopper and
+# newer: the share of SM cycles with a warp on the SM), or without GPM its utilization, averaged
+# over 5 minutes, stays below this share ...
+GPU_IDLE_ACTIVITY_RATIO = 0.01
+# ... for this long (a job's setup, a checkpoint save or an evaluation pause is shorter).
+GPU_IDLE_FOR = "1h"
+# The driver asks for a GPU reset, drain or reboot (lockstep_gpu_recovery_action other than
+# none) for this long: a moment's value during a reset is no page.
+GPU_RECOVERY_ACTION_FOR = "2m"
+# NVSwitch fabric health conditions that page (route_recovery and access_timeout_recovery are
+# the driver repairing itself: dashboard only), and how long one (or a registration that has
+# not completed) must last.
+GPU_FABRIC_DEGRADED_CONDITIONS = ("degraded_bandwidth", "route_unhealthy", "registration_failed")
+GPU_FABRIC_FOR = "5m"
+
 # --- InfiniBand and RoCE -----------------------------------------------------------------------
 
 # Link down + link error recovery events in the window that make a link flapping.

@@ -35,7 +35,7 @@ from grafanalib.core import (
 )
 
 from alerts import thresholds as T
-from alerts.rules import num
+from alerts.rules import SM_ACTIVE, TENSOR_ACTIVE, num
 
 # The data source every panel and variable queries: the dashboard's datasource variable.
 DS = {"type": "prometheus", "uid": "${datasource}"}
@@ -589,6 +589,28 @@ def gpu() -> Board:
                 "percentunit",
             ),
             timeseries(
+                "SM activity",
+                [(f"{SM_ACTIVE}{{{SEL}}}", "{{instance}} GPU {{gpu}} {{gpu_instance_id}}")],
+                "percentunit",
+                "Share of SM cycles with a warp on the SM (GPM, Hopper and newer; 5 min; per MIG GPU instance "
+                "where partitioned). GPU utilization reads 100 % while any kernel runs; this says how much of the "
+                f"GPU works. LockstepGPUIdleWhileAllocated fires below {T.GPU_IDLE_ACTIVITY_RATIO:.0%} for "
+                f"{T.GPU_IDLE_FOR} on a GPU a job or pod holds.",
+                below(T.GPU_IDLE_ACTIVITY_RATIO, bad=ORANGE),
+            ),
+            timeseries(
+                "Tensor activity",
+                [(f"{TENSOR_ACTIVE}{{{SEL}}}", "{{instance}} GPU {{gpu}} {{gpu_instance_id}}")],
+                "percentunit",
+                "Share of SM cycles in which the tensor cores (any MMA) were busy (GPM; 5 min).",
+            ),
+            timeseries(
+                "DRAM bandwidth used",
+                [(f"lockstep_gpu_dram_bandwidth_used_ratio{{{SEL}}}", "{{instance}} GPU {{gpu}} {{gpu_instance_id}}")],
+                "percentunit",
+                "Device memory bandwidth used against its maximum, averaged over the collector's interval (GPM).",
+            ),
+            timeseries(
                 "SM clock",
                 [(f"lockstep_gpu_sm_clock_hertz{{{SEL}}}", "{{instance}} GPU {{gpu}}")],
                 "hertz",
@@ -680,6 +702,27 @@ def gpu() -> Board:
                 "replace it).",
                 NONE_BAD,
                 hide=("Time", "job"),
+            ),
+            table(
+                "Driver recovery action and fabric state",
+                [
+                    (f"lockstep_gpu_recovery_action{{{SEL}}} == 1", ""),
+                    (f"lockstep_gpu_fabric_state{{{SEL}}} == 1", ""),
+                ],
+                "none",
+                "Per GPU: the action the driver asks for (none when healthy; LockstepGPURecoveryActionRequired "
+                f"after {T.GPU_RECOVERY_ACTION_FOR}) and its NVSwitch fabric registration state (completed when "
+                f"healthy; LockstepGPUFabricDegraded after {T.GPU_FABRIC_FOR} otherwise).",
+                hide=("Time", "__name__", "job", "Value #A", "Value #B"),
+            ),
+            timeseries(
+                "NVSwitch fabric health",
+                [(f"lockstep_gpu_fabric_health{{{SEL}}}", "{{instance}} GPU {{gpu}} {{condition}}")],
+                "none",
+                "1 while the condition holds. LockstepGPUFabricDegraded fires after "
+                f"{T.GPU_FABRIC_FOR} of {', '.join(T.GPU_FABRIC_DEGRADED_CONDITIONS)}; route_recovery and "
+                "access_timeout_recovery are the driver repairing itself.",
+                NONE_BAD,
             ),
             stat(
                 "NVLink links down",
@@ -1138,6 +1181,40 @@ def slurm_job() -> Board:
                 "GPU utilization",
                 [(f"lockstep_gpu_utilization_ratio {on_job_gpus}", "{{instance}} GPU {{gpu}}")],
                 "percentunit",
+            ),
+            timeseries(
+                "SM activity of the job's GPUs",
+                [
+                    (f'{SM_ACTIVE}{{gpu_instance_id=""}} {on_job_gpus}', "{{instance}} GPU {{gpu}}"),
+                    (f'avg({SM_ACTIVE}{{gpu_instance_id=""}} {on_job_gpus})', "job average"),
+                ],
+                "percentunit",
+                "Share of SM cycles with a warp on the SM (GPM, Hopper and newer; 5 min). Unlike utilization, it "
+                "shows how much of each GPU the job uses. LockstepGPUIdleWhileAllocated fires below "
+                f"{T.GPU_IDLE_ACTIVITY_RATIO:.0%} for {T.GPU_IDLE_FOR}.",
+                below(T.GPU_IDLE_ACTIVITY_RATIO, bad=ORANGE),
+            ),
+            timeseries(
+                "Tensor activity of the job's GPUs",
+                [
+                    (f'{TENSOR_ACTIVE}{{gpu_instance_id=""}} {on_job_gpus}', "{{instance}} GPU {{gpu}}"),
+                    (f'avg({TENSOR_ACTIVE}{{gpu_instance_id=""}} {on_job_gpus})', "job average"),
+                ],
+                "percentunit",
+                "Share of SM cycles in which the tensor cores were busy (GPM; 5 min): a model's efficiency, "
+                "watched for slow regressions.",
+            ),
+            timeseries(
+                "DRAM bandwidth of the job's GPUs",
+                [
+                    (
+                        f'lockstep_gpu_dram_bandwidth_used_ratio{{gpu_instance_id=""}} {on_job_gpus}',
+                        "{{instance}} GPU {{gpu}}",
+                    )
+                ],
+                "percentunit",
+                "Device memory bandwidth used against its maximum, averaged over the collector's interval (GPM): "
+                "high with low tensor activity means memory-bound.",
             ),
             timeseries(
                 "GPU power",

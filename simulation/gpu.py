@@ -18,6 +18,13 @@ Scenarios:
 - ``straggler`` (defined by another area): GPU 3 is throttled: hw_slowdown active, its SM
   clock ~1.4x below its peers' and its power lower.
 
+- ``idle-gpu``: job 4242 holds GPUs 6 and 7 but runs nothing on them (its process has a CUDA
+  context there, SM activity is 0);
+  ``idle-gpu-free`` (near miss): the same two GPUs idle, and free (the job holds GPUs 0-5, slurm.py).
+- ``gpu-recovery``: after an error, the driver asks for GPU 4 to be drained and reset.
+- ``gpu-fabric-degraded``: GPU 2's NVSwitch fabric runs at degraded bandwidth; GPU 5 has a route
+  recovery in progress (the driver repairing itself: no alert).
+
 Other areas can name the GPUs with ``GPU_UUIDS`` and ``PCI_BUS_IDS`` (index i is
 /dev/nvidia<i>, minor number i).
 """
@@ -63,6 +70,23 @@ SCENARIOS = (
         "From 10 s in, GPU 2 hovers at its thermal limit (slowed down half of every 20 s) and GPU 5's power "
         "brake holds; GPU 0 has a 3-s thermal blip, GPU 1 touches its limit 10 % of the time, and one NVML call "
         "takes 1.5 s (slow, not hung).",
+    ),
+    Scenario(
+        "idle-gpu",
+        "Job 4242 holds GPUs 6 and 7 but runs nothing on them: SM activity 0 for as long as it runs.",
+    ),
+    Scenario(
+        "idle-gpu-free",
+        "GPUs 6 and 7 idle and free: job 4242 holds GPUs 0-5 only (a near miss of idle-gpu: no alert).",
+    ),
+    Scenario(
+        "gpu-recovery",
+        "After an error the driver asks for GPU 4 to be drained and reset (recovery action drain_and_reset).",
+    ),
+    Scenario(
+        "gpu-fabric-degraded",
+        "GPU 2's NVSwitch fabric runs at degraded bandwidth; GPU 5's fabric has a route recovery in progress "
+        "(the driver repairing itself: no alert).",
     ),
     Scenario(
         "gpu-volta",
@@ -197,7 +221,14 @@ def mig(gpu: GpuSpec, devices: tuple[tuple[int, str, int, int], ...]) -> GpuSpec
         gpu,
         mig_devices=tuple(
             MigDeviceSpec(
-                gpu_instance_id=gi, profile=profile, memory_total_bytes=mib * MIB, memory_used_bytes=mib * MIB * 9 // 10
+                gpu_instance_id=gi,
+                profile=profile,
+                memory_total_bytes=mib * MIB,
+                memory_used_bytes=mib * MIB * 9 // 10,
+                # GPM per GPU instance: an H100 slice has 16 SMs; serving keeps them 62 % active.
+                sm_count=16 * int(profile.split("g", 1)[0]),
+                sm_active_percent=62,
+                tensor_active_percent=31,
             )
             for gi, profile, mib, _ in devices
         ),
@@ -229,7 +260,21 @@ def idle(gpu: GpuSpec) -> GpuSpec:
         clock_event_reasons=("idle",),
         processes=(),
         pcie_link_generation=1,
+        pcie_transmitted_bytes_per_second=0.0,
+        pcie_received_bytes_per_second=0.0,
+        nvlink_transmitted_bytes_per_second=0.0,
+        nvlink_received_bytes_per_second=0.0,
+        sm_active_percent=0.0,  # GPM: nothing runs
+        sm_occupancy_percent=0.0,
+        dram_bandwidth_used_percent=0.0,
+        pipe_active_percent={},
     )
+
+
+IDLE_GPUS = (6, 7)  # idle-gpu, idle-gpu-free
+RECOVERY_GPU = 4  # gpu-recovery
+FABRIC_DEGRADED_GPU = 2  # gpu-fabric-degraded
+FABRIC_RECOVERING_GPU = 5
 
 
 def v100(i: int) -> GpuSpec:
@@ -271,6 +316,24 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
         gpus[STRAGGLER_GPU] = throttled(gpus[STRAGGLER_GPU])
     elif scenario == "gpu-lost":
         gpus[LOST_GPU] = dataclasses.replace(gpus[LOST_GPU], lost_at=0.0)
+    elif scenario in ("idle-gpu", "idle-gpu-free"):
+        for i in IDLE_GPUS:
+            gpus[i] = idle(gpus[i])
+            if scenario == "idle-gpu":
+                # The job's process opened a CUDA context on the GPU (its memory is taken) and runs
+                # nothing there: the job holds the GPU.  (The simulated node has no gres.conf, so
+                # the Slurm collector attributes GPUs to jobs by their processes.)
+                context = ProcessSpec(pid=TRAINING_PID, used_memory_bytes=512 * MIB)
+                gpus[i] = dataclasses.replace(gpus[i], processes=(context,), memory_used_bytes=1024 * MIB)
+    elif scenario == "gpu-recovery":
+        gpus[RECOVERY_GPU] = dataclasses.replace(gpus[RECOVERY_GPU], recovery_action="drain_and_reset")
+    elif scenario == "gpu-fabric-degraded":
+        gpus[FABRIC_DEGRADED_GPU] = dataclasses.replace(
+            gpus[FABRIC_DEGRADED_GPU], fabric_health=("degraded_bandwidth",)
+        )
+        gpus[FABRIC_RECOVERING_GPU] = dataclasses.replace(
+            gpus[FABRIC_RECOVERING_GPU], fabric_health=("route_recovery",)
+        )
     elif scenario == "pcie-degraded":
         gpus[PCIE_NARROW_GPU] = dataclasses.replace(gpus[PCIE_NARROW_GPU], pcie_link_width=8)
     elif scenario == "training-finished":

@@ -2,7 +2,8 @@
 
 The job's processes' environment is readable (as for an agent running as root), so the
 collector needs slurmctld only for the node's state, which a fake ``scontrol`` answers.
-In ``training-finished`` (workloads.py) the job has ended: no job on the node.
+In ``training-finished`` (workloads.py) the job has ended: no job on the node.  In
+``idle-gpu-free`` (gpu.py) the job holds GPUs 0-5 only: GPUs 6 and 7 are free.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def build(node: SimulatedNode, t: float) -> None:
     node.options.setdefault("slurm", {})["node_name"] = NODE
     if node.scenario == "training-finished":
         return  # the job ended: no job cgroup, no job process
+    gpus = "0,1,2,3,4,5" if node.scenario == "idle-gpu-free" else "0,1,2,3,4,5,6,7"
     job = node.paths.sysfs / "fs" / "cgroup" / "system.slice" / "slurmstepd.scope" / f"job_{JOB_ID}"
     node.write(job / "cpu.stat", f"usage_usec {int((3600 + t) * 8 * 0.92 * 1e6)}\n")
     node.write(job / "memory.current", f"{412 * 2**30 + int(t) * 4096}\n")
@@ -34,8 +36,8 @@ def build(node: SimulatedNode, t: float) -> None:
         "SLURM_JOB_ACCOUNT": "llm-pretrain",
         "SLURM_JOB_PARTITION": "h100",
         "SLURM_JOB_NAME": "llama-70b-pretrain",
-        "SLURM_JOB_GPUS": "0,1,2,3,4,5,6,7",
-        "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+        "SLURM_JOB_GPUS": gpus,
+        "CUDA_VISIBLE_DEVICES": gpus,
     }
     node.write(node.paths.procfs / str(TRAINING_PID) / "environ", "".join(f"{k}={v}\0" for k, v in environ.items()))
 

@@ -181,6 +181,20 @@ CASES: dict[str, Case] = {
         expect("LockstepIBCongestion", device="mlx5_2", port="1"),
         expect("LockstepRoCECongestionControlOff", interface="ens3f1np1"),
     ),
+    # Issue 13: a job holding two GPUs it does not use; near miss: the same GPUs idle and free.
+    "idle-gpu": case(
+        "idle-gpu",
+        expect("LockstepGPUIdleWhileAllocated", gpu="6", job_id="4242"),
+        expect("LockstepGPUIdleWhileAllocated", gpu="7", job_id="4242"),
+    ),
+    "idle-gpu-free": case("idle-gpu-free"),
+    "gpu-recovery": case(
+        "gpu-recovery", expect("LockstepGPURecoveryActionRequired", gpu="4", action="drain_and_reset")
+    ),
+    # GPU 5's route recovery in progress is the near miss.
+    "gpu-fabric-degraded": case(
+        "gpu-fabric-degraded", expect("LockstepGPUFabricDegraded", gpu="2", condition="degraded_bandwidth")
+    ),
     "gpu-mig": case("gpu-mig"),
     # GPU 2 trained at x8 (busy), HCA mlx5_5 a generation down.  Its near miss is training-finished,
     # whose idle GPUs run their links at Gen1 to save power: no alert.

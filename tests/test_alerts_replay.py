@@ -13,6 +13,10 @@ production rule files over them: no alert may fire at any moment of the run
 (ALERTS{alertstate="firing"} over the whole run is empty), and the job's 16 ranks still step at
 the end.  The same replay of the straggler scenario fires LockstepTrainingStraggler and
 LockstepGPUStraggler (checked by hand: LOCKSTEP_REPLAY_SCENARIOS=straggler fails this test).
+Over 70 minutes (LOCKSTEP_REPLAY_MINUTES=70, past LockstepGPUIdleWhileAllocated's hour) the
+near miss idle-gpu-free stays silent, and idle-gpu and gpu-recovery fail with exactly their
+alert (LockstepGPUIdleWhileAllocated on GPUs 6 and 7; LockstepGPURecoveryActionRequired,
+drain_and_reset, on GPU 4): checked by hand for issue 13.
 
 LOCKSTEP_REPLAY_SCENARIOS=healthy,gpu-mig,... replays other scenarios (default: healthy), and
 LOCKSTEP_REPLAY_MINUTES=120 two simulated hours (default: 25 minutes, see MINUTES).

@@ -5,12 +5,15 @@ structures (c_nvmlGpmMetricsGet_t, c_nvmlGpmSample_t) and per-metric return code
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
+import pynvml
 import pytest
 
 from lockstep.collectors.gpu import GpuCollector
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation.fake_nvml import FakeNvml, GpuSpec, MigDeviceSpec, fake_from_gpus
+from tests.conftest import lockstep
 from tests.test_gpu import collect, key, make
 
 PIPES = ("tensor", "tensor_hmma", "tensor_imma", "tensor_dmma", "tensor_dfma", "fp64", "fp32", "fp16", "integer")
@@ -209,3 +212,27 @@ def test_recovery_action_fabric_health_and_lifetime_ecc(made: list) -> None:
     # A GPU without a fabric is asked once, then no more.
     assert fake.calls[("nvmlDeviceGetGpuFabricInfoV", 4)] == 1
     assert fake.calls[("nvmlDeviceGetGpuFabricInfoV", 1)] == 2
+
+
+def test_gpm_buffers_are_freed_when_a_session_fails_to_open(made: list) -> None:
+    """NVML breaks while the second GPU is enumerated: the first one's buffers are freed with the session."""
+    fake = fake_from_gpus([GpuSpec(), GpuSpec()])
+    fake.fail("nvmlDeviceGetUUID", pynvml.NVMLError_Uninitialized, gpu=1)
+    collector = make(fake)
+    made.append(collector)
+    with pytest.raises(RuntimeError, match="NVML initialisation failed"):
+        collect(collector)
+    assert fake.calls[("nvmlGpmSampleAlloc", None)] == 2  # GPU 0's pair
+    assert fake._gpm_samples == {}
+
+
+def test_lockstep_doctor_says_in_one_line_why_an_ampere_node_has_no_activity(tmp_path: Path) -> None:
+    spec = tmp_path / "gpus.yml"
+    spec.write_text("defaults:\n  architecture: ampere\n  model: NVIDIA A100-SXM4-80GB\ngpus: 2\n")
+    result = lockstep("doctor", "--gpu.fake-nvml", str(spec))
+    gpu_lines = [line for line in result.stdout.splitlines() if line.startswith("gpu ")]
+    assert len(gpu_lines) == 1, result.stdout + result.stderr
+    assert (
+        "GPU 0, 1: no SM, tensor or DRAM activity metrics: the GPU has no GPM (Hopper and newer have it)"
+        in (gpu_lines[0])
+    )

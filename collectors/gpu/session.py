@@ -91,14 +91,17 @@ class NvmlSessions(GpuReader):
             raise NothingHere("libnvidia-ml.so.1 not found (no NVIDIA driver installed): no GPUs to collect") from None
         except pynvml.NVMLError_DriverNotLoaded:
             raise NothingHere("the NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded)") from None
+        gpus: list[GpuState] = []
         try:
             count = nvml.nvmlDeviceGetCount()
             if count == 0:
                 raise NothingHere("NVML found no GPUs")
             driver = text(nvml.nvmlSystemGetDriverVersion())
             driver_numbering = driver_major(driver)
-            gpus = [self._enumerate(nvml, index, driver_numbering) for index in range(count)]
+            for index in range(count):
+                gpus.append(self._enumerate(nvml, index, driver_numbering))
         except BaseException:
+            self._free_gpm(nvml, gpus)  # those enumerated before the failure
             self._shutdown(nvml)
             raise
         # A GPU seen before that NVML no longer lists (removed from the bus) stays reported down.
@@ -121,6 +124,7 @@ class NvmlSessions(GpuReader):
         except RuntimeError:
             # No thread can be created (the process at its task limit): close NVML again and
             # fail the round, so the next one opens a whole session, not one without XIDs.
+            self._free_gpm(nvml, gpus)
             self._shutdown(nvml)
             raise
         return session
@@ -182,6 +186,11 @@ class NvmlSessions(GpuReader):
             return 0  # no NVLink (or not reported): no link metrics
         return int(field_number(fv) or 0)
 
+    def _free_gpm(self, nvml: Any, gpus: list[GpuState]) -> None:
+        """The GPUs' GPM sample buffers, freed before NVML is shut down."""
+        for gpu in gpus:
+            free_gpm(nvml, gpu)
+
     def _shutdown(self, nvml: Any) -> None:
         try:
             nvml.nvmlShutdown()
@@ -196,8 +205,7 @@ class NvmlSessions(GpuReader):
         if session.listener is not None and not session.listener.stop(timeout=2 * self.listener_wait_ms / 1000 + 1):
             self.log.warning("XID listener still blocked in NVML: re-initialisation postponed")
             return False
-        for gpu in session.gpus:
-            free_gpm(session.nvml, gpu)
+        self._free_gpm(session.nvml, session.gpus)
         self._shutdown(session.nvml)
         self._session = None
         return True
