@@ -162,15 +162,23 @@ def training_process(used_memory_bytes: int, sm_percent: int, memory_percent: in
 
 def kubernetes(gpus: list[GpuSpec]) -> None:
     """The kubernetes scenario's pods (simulation/kubernetes.py) on the GPUs: the trainer keeps
-    GPUs 0-3; vLLM's engine core serves on 4 and 5; GPU 6 is idle; two notebooks share GPU 7
-    by time-slicing, alice's busier than bob's."""
+    GPUs 0-3; vLLM's engine core serves on 4 and 5; GPU 6 is idle (an embeddings pod holds it
+    through DRA); two notebooks share GPU 7 by time-slicing, alice's busier than bob's."""
     for i in (4, 5):
         engine = ProcessSpec(pid=3101, used_memory_bytes=70_000 * MIB, sm_util_percent=38, memory_util_percent=21)
         gpus[i] = dataclasses.replace(
             gpus[i], processes=(engine,), utilization_gpu_percent=38, utilization_memory_percent=21
         )
-    gpus[6] = dataclasses.replace(
-        gpus[6], processes=(), utilization_gpu_percent=0, utilization_memory_percent=0, memory_used_bytes=0
+    gpus[6] = dataclasses.replace(  # held through a DRA claim by a pod that runs nothing on it yet
+        gpus[6],
+        processes=(),
+        utilization_gpu_percent=0,
+        utilization_memory_percent=0,
+        memory_used_bytes=0,
+        sm_active_percent=0.0,
+        sm_occupancy_percent=0.0,
+        dram_bandwidth_used_percent=0.0,
+        pipe_active_percent={},
     )
     alice = ProcessSpec(pid=4100, used_memory_bytes=30_000 * MIB, sm_util_percent=55, memory_util_percent=30)
     bob = ProcessSpec(pid=4200, used_memory_bytes=12_000 * MIB, sm_util_percent=20, memory_util_percent=12)
