@@ -684,6 +684,7 @@ class FakeNvml:
         self._field_names = field_names(spec.driver_version)
         self._slow_call_done = False
         self._gpm_samples: dict[int, _GpmSample] = {}
+        self._gpm_failures: dict[tuple[int, int], int] = {}  # (gpu, metric id) -> return code
         self._gpm_cumulative_ids = frozenset(getattr(pynvml, name) for name in _GPM_CUMULATIVE)
 
     # --- controls for tests and the simulated node ---
@@ -737,6 +738,12 @@ class FakeNvml:
         """From now on, answer the field (an NVML_FI_* name) on ``gpu`` with this NVML return code."""
         with self._lock:
             self._field_failures[(gpu, field_name)] = code
+
+    def fail_gpm_metric(self, gpu: int, metric_name: str, code: int) -> None:
+        """From now on, answer the GPM metric (an NVML_GPM_METRIC_* name) of ``gpu`` in
+        ``nvmlGpmMetricsGet`` with this NVML return code (the call itself succeeds)."""
+        with self._lock:
+            self._gpm_failures[(gpu, getattr(pynvml, metric_name))] = code
 
     def calls_for(self, gpu: int | None = None, function: str | None = None) -> int:
         """Calls counted so far, on one GPU and/or of one function (None: all)."""
@@ -1202,7 +1209,9 @@ class FakeNvml:
     def nvmlGpmSampleGet(self, handle: Any, sample: Any) -> Any:
         with self._lock:
             index, gpu = self._gpu(handle, "nvmlGpmSampleGet")
-            if not _has_gpm(gpu):
+            if not _has_gpm(gpu) or gpu.mig_devices:
+                # In MIG mode GPM is read per GPU instance (nvmlGpmMigSampleGet).  NVML's documentation
+                # does not say what a whole-GPU sample does then: this fake refuses it, the stricter answer.
                 raise pynvml.NVMLError_NotSupported()
             self._take(self._gpm_sample(sample), index, None, gpu.sm_count, gpu)
             return sample
@@ -1269,7 +1278,10 @@ class FakeNvml:
                 metric = request.metrics[i]
                 mid = metric.metricId
                 metric.value = 0.0
-                if mid not in second.counters or (mid in cumulative and not second.cumulative):
+                failure = self._gpm_failures.get((second.gpu, mid))
+                if failure is not None:
+                    metric.nvmlReturn = failure
+                elif mid not in second.counters or (mid in cumulative and not second.cumulative):
                     metric.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
                 elif mid in cumulative:
                     metric.nvmlReturn, metric.value = pynvml.NVML_SUCCESS, second.counters[mid]

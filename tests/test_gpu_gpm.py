@@ -131,6 +131,10 @@ def test_mig_instances_have_the_same_metrics_per_gpu_instance(made: list) -> Non
         assert key("lockstep_gpu_sm_occupancy_ratio", **g) in third
     # In MIG mode the whole GPU is not sampled: its instances are, two calls each a round.
     assert key("lockstep_gpu_sm_cycles_total", gpu="0", uuid=uuid, gpu_instance_id="") not in third
+    # The whole GPU was refused once, at enumeration (MIG mode not known yet): GPM stays on, no error.
+    assert fake.calls_for(gpu=0, function="nvmlGpmSampleGet") == 1
+    assert fake.calls_for(function="nvmlGpmSampleAlloc") == 2 + 2 * 2  # the whole GPU's pair, each instance's
+    assert not [k for k in third if k[0] == "lockstep_gpu_nvml_errors_total"]
     fake.reset_calls()
     fake.set_time(40.0)
     collect(collector)
@@ -236,3 +240,24 @@ def test_lockstep_doctor_says_in_one_line_why_an_ampere_node_has_no_activity(tmp
         "GPU 0, 1: no SM, tensor or DRAM activity metrics: the GPU has no GPM (Hopper and newer have it)"
         in (gpu_lines[0])
     )
+
+
+def test_each_gpm_metric_is_checked_by_its_own_return_code(made: list) -> None:
+    """nvmlGpmMetricsGet succeeds as a whole; one metric failing is counted and asked again, the
+    others are exported; an unsupported one is dropped for good."""
+    fake = fake_from_gpus([GpuSpec(sm_active_percent=50, sm_occupancy_percent=25)])
+    fake.fail_gpm_metric(0, "NVML_GPM_METRIC_SM_CYCLES_ACTIVE", pynvml.NVML_ERROR_UNKNOWN)
+    fake.fail_gpm_metric(0, "NVML_GPM_METRIC_DRAM_BW_UTIL", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    collector = make(fake)
+    made.append(collector)
+    rounds = rounds_at(fake, collector, [0.0, 10.0, 20.0])
+    g = {"gpu": "0", "uuid": fake.spec.gpus[0].uuid}
+    last = rounds[-1]
+    assert key("lockstep_gpu_sm_active_cycles_total", **g, gpu_instance_id="") not in last
+    assert last[key("lockstep_gpu_sm_cycles_total", **g, gpu_instance_id="")] == 132 * 1980e6 * 20
+    assert last[key("lockstep_gpu_sm_occupancy_ratio", **g, gpu_instance_id="")] == 0.25
+    # Without its counter, SM activity comes from the windowed metric (from the second round on).
+    assert last[key("lockstep_gpu_sm_active_ratio", **g, gpu_instance_id="")] == 0.5
+    assert key("lockstep_gpu_dram_bandwidth_used_ratio", **g, gpu_instance_id="") not in last
+    # Asked every round, failing every round: counted 3 times, never dropped.
+    assert last[key("lockstep_gpu_nvml_errors_total", **g, error="unknown")] == 3

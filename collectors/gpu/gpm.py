@@ -141,7 +141,9 @@ def _target(reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, instan
     return target
 
 
-def _sample(reader: GpuReader, nvml: Any, gpu: GpuState, target: GpmTarget, into: Any) -> bool:
+def _sample(
+    reader: GpuReader, nvml: Any, gpu: GpuState, target: GpmTarget, into: Any, at_enumeration: bool = False
+) -> bool:
     """A sample of the GPU or instance into the buffer; False if there is none this time."""
     name = "nvmlGpmSampleGet" if target.gpu_instance_id is None else "nvmlGpmMigSampleGet"
     try:
@@ -150,6 +152,10 @@ def _sample(reader: GpuReader, nvml: Any, gpu: GpuState, target: GpmTarget, into
         else:
             nvml.nvmlGpmMigSampleGet(gpu.handle, target.gpu_instance_id, into)
     except UNSUPPORTED as exc:
+        if at_enumeration:
+            # A GPU in MIG mode is sampled per GPU instance, not whole: whether it is in MIG mode
+            # is known only in the round, which decides.
+            return False
         reader._unsupported(gpu, name, exc)
         free_gpm(nvml, gpu)
         gpu.gpm, gpu.gpm_absent = None, f"{name}: {exc}"
@@ -168,7 +174,7 @@ def first_sample(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
         return
     target = _target(reader, nvml, gpu, gpu.gpm, None)
     if target is not None:
-        target.sampled = _sample(reader, nvml, gpu, target, target.previous)
+        target.sampled = _sample(reader, nvml, gpu, target, target.previous, at_enumeration=True)
 
 
 def read_gpm(
