@@ -63,9 +63,9 @@ _CONTAINER_GPU = ("k8s_namespace", "k8s_pod", "k8s_container", "gpu", "uuid")
 CONTAINER_GPU_SM = MetricSpec(
     "lockstep_k8s_container_gpu_sm_utilization_ratio",
     "gauge",
-    "Share of the GPU's SM time used by the container's processes in NVML's latest per-process sample: "
-    "on a GPU shared by several pods (time-slicing, MPS), each one's part. One series per container and GPU "
-    "it runs a process on.",
+    "Share of the GPU's SM time used by the container's processes in NVML's newest per-process sample of the "
+    "last two rounds: on a GPU shared by several pods (time-slicing, MPS), each one's part. One series per "
+    "container and GPU it runs a process on.",
     _CONTAINER_GPU,
     unit="ratio",
 )
@@ -73,7 +73,7 @@ CONTAINER_GPU_MEMORY = MetricSpec(
     "lockstep_k8s_container_gpu_memory_utilization_ratio",
     "gauge",
     "Share of the GPU's memory bandwidth (time device memory was read or written) used by the container's "
-    "processes in NVML's latest per-process sample.",
+    "processes in NVML's newest per-process sample of the last two rounds.",
     _CONTAINER_GPU,
     unit="ratio",
 )

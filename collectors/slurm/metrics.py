@@ -20,8 +20,8 @@ JOB_GPU_INFO = MetricSpec(
 JOB_GPU_SM = MetricSpec(
     "lockstep_slurm_job_gpu_sm_utilization_ratio",
     "gauge",
-    "Share of the GPU's SM time used by the job's processes in NVML's latest per-process sample: on a GPU "
-    "shared by several jobs (oversubscribed GRES, MPS), each one's part.",
+    "Share of the GPU's SM time used by the job's processes in NVML's newest per-process sample of the last two "
+    "rounds: on a GPU shared by several jobs (oversubscribed GRES, MPS), each one's part.",
     ("job_id", "gpu", "uuid"),
     unit="ratio",
 )
@@ -29,7 +29,7 @@ JOB_GPU_MEMORY = MetricSpec(
     "lockstep_slurm_job_gpu_memory_utilization_ratio",
     "gauge",
     "Share of the GPU's memory bandwidth (time device memory was read or written) used by the job's processes "
-    "in NVML's latest per-process sample.",
+    "in NVML's newest per-process sample of the last two rounds.",
     ("job_id", "gpu", "uuid"),
     unit="ratio",
 )
