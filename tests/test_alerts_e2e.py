@@ -204,7 +204,11 @@ CASES: dict[str, Case] = {
         expect("LockstepPCIeLinkDegraded", device="mlx5_5", degraded="generation"),
     ),
     "gpu-volta": case("gpu-volta"),
-    "kubernetes": case("kubernetes"),
+    # GPU 6 is held through a DRA claim by a pod that runs nothing on it: idle while allocated.
+    "kubernetes": case(
+        "kubernetes",
+        expect("LockstepGPUIdleWhileAllocated", gpu="6", k8s_namespace="inference", k8s_pod="embeddings-6b7c9-w4kxd"),
+    ),
     # The kubelet's pod-resources directory exists but its socket does not: the kubernetes
     # collector fails every round.
     "collector-failing": case(
