@@ -49,6 +49,7 @@ class FastGpuCollector(GpuCollector):
     reinit_backoff_initial = 0.0
     listener_wait_ms = 50
     listener_backoff = (0.01, 0.05)
+    gpm_min_interval = 0.0  # the fake's clock is set by the test; its rounds come milliseconds apart
 
 
 def make(fake: FakeNvml, cls: type[GpuCollector] = FastGpuCollector, sysfs: Path | None = None) -> GpuCollector:

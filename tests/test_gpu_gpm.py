@@ -261,3 +261,25 @@ def test_each_gpm_metric_is_checked_by_its_own_return_code(made: list) -> None:
     assert key("lockstep_gpu_dram_bandwidth_used_ratio", **g, gpu_instance_id="") not in last
     # Asked every round, failing every round: counted 3 times, never dropped.
     assert last[key("lockstep_gpu_nvml_errors_total", **g, error="unknown")] == 3
+
+
+def test_a_round_too_soon_after_the_last_reads_the_counters_and_keeps_its_window(made: list) -> None:
+    """NVML wants GPM samples at least 100 ms apart: a round sooner than that (one run at once
+    after an XID) exports the counters but no windowed average, and the next average spans both."""
+    fake = fake_from_gpus([GpuSpec(sm_active_percent=50, sm_occupancy_percent=25)])
+    collector = make(fake)
+    made.append(collector)
+    collector.gpm_min_interval = 3600.0  # every round is "too soon"
+    g = {"gpu": "0", "uuid": fake.spec.gpus[0].uuid, "gpu_instance_id": ""}
+    rounds = rounds_at(fake, collector, [0.0, 10.0, 20.0])
+    for s in rounds:
+        assert key("lockstep_gpu_sm_occupancy_ratio", **g) not in s
+        assert not [k for k in s if k[0] == "lockstep_gpu_nvml_errors_total"]
+    assert [s[key("lockstep_gpu_sm_cycles_total", **g)] for s in rounds] == [132 * 1980e6 * t for t in (0, 10, 20)]
+    session = collector._session
+    assert session is not None and session.gpus[0].gpm is not None
+    window_start = session.gpus[0].gpm.targets[None].previous
+    assert fake._gpm_sample(window_start).t == 0.0  # the window still starts at the first round
+    collector.gpm_min_interval = 0.0
+    fake.set_time(30.0)
+    assert collect(collector)[key("lockstep_gpu_sm_occupancy_ratio", **g)] == 0.25

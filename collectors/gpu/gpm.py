@@ -12,8 +12,9 @@ the previous round's sample and this one, so a round costs two calls (``nvmlGpmS
   a sample taken when the GPU was enumerated.  ``rate()`` of them gives exact activity over any
   window.
 - Windowed metrics (``*_UTIL``, ``SM_OCCUPANCY``) are averages between the two samples: exported
-  as ratio gauges, averaged over the collector's interval, from the second round on (NVML wants
-  the samples at least 100 ms apart).  A windowed metric whose cumulative counterpart the
+  as ratio gauges, averaged over the collector's interval, from the second round on.  NVML
+  wants the samples at least 100 ms apart: a round sooner than that (run at once after an XID)
+  reads the counters only and keeps its window's start.  A windowed metric whose cumulative counterpart the
   driver has is asked for once and then no more (the counter says the same, exactly).
 - Each metric has its own return code: one the driver does not support is dropped for good.
 
@@ -24,6 +25,7 @@ byte counts on every GPU that has GPM.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -100,6 +102,7 @@ class GpmTarget:
     previous: Any  # c_nvmlGpmSample_t holding the last round's sample (or the enumeration's)
     current: Any
     sampled: bool = False  # previous holds a sample
+    sampled_at: float = 0.0  # monotonic time of the sample in previous
     rounds: int = 0  # metrics computed so far: windowed ones only from the second on
 
 
@@ -175,6 +178,7 @@ def first_sample(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
     target = _target(reader, nvml, gpu, gpu.gpm, None)
     if target is not None:
         target.sampled = _sample(reader, nvml, gpu, target, target.previous, at_enumeration=True)
+        target.sampled_at = time.monotonic()
 
 
 def read_gpm(
@@ -195,6 +199,7 @@ def read_gpm(
             continue
         if not target.sampled:  # a new instance: its first sample now, its counters from this round on
             target.sampled = _sample(reader, nvml, gpu, target, target.previous)
+            target.sampled_at = time.monotonic()
             if gpu.gpm is None:
                 return []
             if not target.sampled:
@@ -203,17 +208,24 @@ def read_gpm(
             if gpu.gpm is None:
                 return []
             continue
-        out += _metrics(reader, nvml, gpu, state, target)
-        target.previous, target.current = target.current, target.previous
-        target.rounds += 1
+        now = time.monotonic()
+        # Windowed metrics between two rounds' samples (the first pair spans the enumeration), at
+        # least gpm_min_interval apart: NVML refreshes its samples every 100 ms.  A round that comes
+        # sooner (one asked for at once, after an XID or a hotplug) reads the counters only and keeps
+        # its window's start, so the next round's averages cover the whole time since.
+        windowed = target.rounds > 0 and now - target.sampled_at >= reader.gpm_min_interval
+        out += _metrics(reader, nvml, gpu, state, target, windowed)
+        if windowed or target.rounds == 0:
+            target.previous, target.current = target.current, target.previous
+            target.sampled_at = now
+            target.rounds += 1
     return out
 
 
 def _metrics(
-    reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, target: GpmTarget
+    reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, target: GpmTarget, windowed: bool
 ) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
-    # Windowed metrics only between two rounds' samples; the first pair spans the enumeration.
-    asked = [(use, mid) for use, mid in state.uses if use.cumulative or target.rounds > 0]
+    asked = [(use, mid) for use, mid in state.uses if use.cumulative or windowed]
     if not asked:
         return []
     request = pynvml.c_nvmlGpmMetricsGet_t()

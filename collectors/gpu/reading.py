@@ -88,6 +88,10 @@ class GpuState:
 class GpuReader(Collector):
     """The GPU collector's per-GPU reading (the session and the round are in its subclasses)."""
 
+    # GPM's windowed metrics need their two samples at least this far apart (seconds; NVML
+    # refreshes GPM samples every 100 ms): collectors/gpu/gpm.py.
+    gpm_min_interval = 0.1
+
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self._errors: dict[tuple[int, str, str], int] = {}  # (index, uuid, error) -> count
