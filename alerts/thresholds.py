@@ -154,11 +154,26 @@ CHECKPOINT_DEFAULT_INTERVAL_SECONDS = 3600
 # 63 (a row remapping recorded: the GPU needs a reset, see lockstep_gpu_row_remapping_pending)
 # and the application faults 13, 31, 43, 45 are not here.
 CRITICAL_XIDS = (48, 61, 62, 64, 74, 92, 94, 95, 119, 120)
-# NVLink errors per minute on one link (or one GPU, where only GPU-wide counters exist),
-# averaged over 10 minutes.  Every type counts but Blackwell's raw symbol_errors, which forward
-# error correction repairs (its effective_errors are the ones that got through).
+# NVLink errors per minute on one GPU (summed over its links, NVML's GPU-wide counters) or, on
+# GPUs without those (Blackwell), on one link, averaged over 10 minutes.  Every type counts but
+# Blackwell's raw symbol_errors, which forward error correction repairs (its effective_errors are
+# the ones that got through).
 NVLINK_ERRORS_PER_MINUTE = 1.0
 NVLINK_IGNORED_ERROR_TYPES = ("symbol_errors",)
+# The per-link counters of GPUs that have no GPU-wide ones (Blackwell's; see
+# lockstep_nvlink_errors_total).  Only these are read per link: the DL counters up to Hopper
+# (replay, recovery, crc_flit) are judged by their GPU-wide sums, 32 series a node instead of
+# 432 (docs/performance.md: the per-link rule took 66 s per evaluation at 1,024 nodes).
+NVLINK_PER_LINK_ONLY_ERROR_TYPES = (
+    "effective_errors",
+    "link_recovery_successful",
+    "link_recovery_failed",
+    "receive_errors",
+    "transmit_discards",
+    "malformed_packets",
+    "buffer_overruns",
+    "local_link_integrity_errors",
+)
 # Throttling is judged by its share of time (the rate of lockstep_gpu_clock_event_seconds_total
 # over this window), not by the flag at each evaluation: a GPU hovering at its limit flickers
 # in and out of it.  A 30-second blip is 10 % of the window, a GPU held down a quarter of the

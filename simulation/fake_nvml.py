@@ -536,7 +536,11 @@ class _Parser:
                         self.fail(item_map, name, f"{item_path}.{name}", f"expected a string, got {raw!r}")
                 elif raw is not None:
                     number = self.number(raw, item_map, name, f"{item_path}.{name}", whole=True)
-                    if number is not None:
+                    if number is not None and name.endswith("_percent") and number > 100:
+                        self.fail(
+                            item_map, name, f"{item_path}.{name}", f"expected a percentage up to 100, got {number!r}"
+                        )
+                    elif number is not None:
                         kwargs[name] = number
             missing = [name for name in required if name not in item_map]
             if missing:

@@ -168,3 +168,15 @@ def test_fake_spec_files_take_the_per_process_utilisation(tmp_path) -> None:  # 
     fake.nvmlInit()
     (sample,) = fake.nvmlDeviceGetProcessUtilization(fake.nvmlDeviceGetHandleByIndex(0), 0)
     assert (sample.pid, sample.smUtil, sample.memUtil) == (7, 40, 10)
+
+
+def test_a_percentage_over_100_is_refused_with_its_place(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from lockstep.simulation.fake_nvml import FakeSpecError, load_spec
+
+    spec = tmp_path / "nvml.yml"
+    spec.write_text("gpus:\n  - processes:\n      - pid: 7\n        sm_util_percent: 140\n")
+    with pytest.raises(FakeSpecError) as raised:
+        load_spec(spec)
+    assert raised.value.problems == [
+        f"{spec}:4: gpus[0].processes[0].sm_util_percent: expected a percentage up to 100, got 140"
+    ]
