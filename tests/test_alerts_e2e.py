@@ -278,6 +278,38 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 
 
+def start_prometheus(tmp: Path, port: int, processes: list[subprocess.Popen[bytes]]) -> str:
+    """Start Prometheus on tmp/prometheus.yml (storage tmp/tsdb, log tmp/prometheus.log), add it
+    to processes, and return its URL once it is ready."""
+    log = tmp / "prometheus.log"
+    prometheus = _start(
+        [
+            PROMETHEUS,
+            f"--config.file={tmp / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        log,
+    )
+    processes.append(prometheus)
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _ready(f"{url}/-/ready", prometheus, log), timeout=60, what="Prometheus")
+    return url
+
+
+def stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    """Terminate every process, then wait for each (killing one that does not exit in 15 s)."""
+    for proc in processes:
+        proc.terminate()
+    for proc in processes:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def _ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
     if proc.poll() is not None:
         raise AssertionError(f"{proc.args} exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
@@ -345,20 +377,7 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
             ],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-        prometheus_log = tmp / "prometheus.log"
-        prometheus = _start(
-            [
-                PROMETHEUS,
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{(prometheus_port := new_port())}",
-                "--log.level=warn",
-            ],
-            prometheus_log,
-        )
-        processes.append(prometheus)
-        url = f"http://127.0.0.1:{prometheus_port}"
-        wait_until(lambda: _ready(f"{url}/-/ready", prometheus, prometheus_log), timeout=60, what="Prometheus")
+        url = start_prometheus(tmp, new_port(), processes)
 
         def add_target(name: str, target: dict[str, Any]) -> None:
             staged = tmp / "targets" / f".{name}.json"
@@ -397,7 +416,9 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
             rule_paths = [tmp / Path(name).name for name in rules.RULE_FILES.values()]
             vm = scale_out.ScaleOut(tmp / "scale-out", targets, rule_paths, "1s", new_port)
 
-        result = Run(url, names, time.monotonic(), compression, logs={"prometheus": prometheus_log}, scale_out=vm)
+        result = Run(
+            url, names, time.monotonic(), compression, logs={"prometheus": tmp / "prometheus.log"}, scale_out=vm
+        )
         vm_rules_at = result.started + scale_out.WARMUP
         result.logs.update({log.stem: log for _, _, _, log, _ in demos})
         # Seconds from the start of the observation (negative: before it); no agent: its start.
@@ -432,14 +453,7 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
     finally:
         if vm is not None:
             vm.stop()
-        for proc in processes:
-            proc.terminate()
-        for proc in processes:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_all(processes)
 
 
 @pytest.fixture(scope="module")

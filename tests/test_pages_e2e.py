@@ -45,7 +45,7 @@ from alerts import rules
 from alerts import thresholds as T
 from lockstep.simulation.workloads import DEMO_EPOCH, SLOW_ONSET
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
-from tests.test_alerts_e2e import PROMETHEUS, _alerts, _ready, _start
+from tests.test_alerts_e2e import PROMETHEUS, _alerts, _ready, _start, start_prometheus, stop_all
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 SPEED = 60  # simulated seconds per real second
@@ -283,22 +283,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
         (tmp / "targets.json").write_text("[]")
         prometheus_port = new_port()
-        prometheus_log = tmp / "prometheus.log"
-        processes.append(
-            _start(
-                [
-                    PROMETHEUS,
-                    f"--config.file={tmp / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={tmp / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
-                    "--log.level=warn",
-                ],
-                prometheus_log,
-            )
-        )
-        url = f"http://127.0.0.1:{prometheus_port}"
         # Prometheus first, so it scrapes each demo from (nearly) its simulated start.
-        wait_until(lambda: _ready(f"{url}/-/ready", processes[-1], prometheus_log), timeout=60, what="Prometheus")
+        url = start_prometheus(tmp, prometheus_port, processes)
         am = f"http://127.0.0.1:{alertmanager_port}/-/ready"
         wait_until(lambda: _ready(am, processes[0], am_log), timeout=60, what="Alertmanager")
         started = []
@@ -348,14 +334,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         result.duration = time.monotonic() - began
         yield result
     finally:
-        for proc in processes:
-            proc.terminate()
-        for proc in processes:
-            try:
-                proc.wait(timeout=15)
-            except Exception:
-                proc.kill()
-                proc.wait()
+        stop_all(processes)
         webhook.close()
 
 

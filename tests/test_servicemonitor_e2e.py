@@ -45,7 +45,7 @@ from alerts import thresholds as T
 from lockstep.simulation.gpu import GPU_UUIDS
 from lockstep.simulation.workloads import VLLM_MODEL, VLLM_URL
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
-from tests.test_alerts_e2e import PROMETHEUS, _ready, _start
+from tests.test_alerts_e2e import PROMETHEUS, _ready, _start, start_prometheus, stop_all
 from tests.test_dashboards import checked_in, variable_queries
 
 DEPLOY = REPO / "deploy"
@@ -267,17 +267,6 @@ class Run:
         return json.loads(body)["data"]
 
 
-def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
-    for proc in processes:
-        proc.terminate()
-    for proc in processes:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
@@ -313,21 +302,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             "scrape_configs": [operator_scrape_job(monitor, 0, [discovered_target(instance)])],
         }
         (tmp / "prometheus.yml").write_text(yaml.safe_dump(config, sort_keys=False))
-        prometheus_log = tmp / "prometheus.log"
-        processes.append(
-            _start(
-                [
-                    PROMETHEUS,
-                    f"--config.file={tmp / 'prometheus.yml'}",
-                    f"--storage.tsdb.path={tmp / 'tsdb'}",
-                    f"--web.listen-address=127.0.0.1:{prometheus_port}",
-                    "--log.level=warn",
-                ],
-                prometheus_log,
-            )
-        )
-        url = f"http://127.0.0.1:{prometheus_port}"
-        wait_until(lambda: _ready(f"{url}/-/ready", processes[1], prometheus_log), timeout=60, what="Prometheus")
+        url = start_prometheus(tmp, prometheus_port, processes)
         result = Run(url, instance)
         # Every collector of the demo has published and been scraped, and the relaxed alerts
         # (rate() needs two samples) have fired.
@@ -343,7 +318,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         )
         yield result
     finally:
-        _stop(processes)
+        stop_all(processes)
 
 
 # --- the checks -------------------------------------------------------------------------------
