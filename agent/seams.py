@@ -1,42 +1,76 @@
 """The dependencies a collector reads through, which the simulated node and tests may replace.
 
-Every replaceable dependency is one typed field of ``Seams``.  ``None`` means "the real one"
-(pynvml, the real ``scontrol``, the kubelet's socket, ...): the collector that owns the
-dependency picks its real implementation, so this module imports no collector.  The class
-has ``__slots__``: a misspelt seam (``seams.statfs = ...``) raises ``AttributeError``, and
-``Seams(statfs=...)`` raises ``TypeError``, instead of silently leaving the real dependency
-in place.  In production ``CollectorContext.seams`` is ``Seams()``: nothing replaced.
+A collector that reads through something a test cannot have (NVML, a NIC's ioctl, the
+kubelet's socket, ``scontrol``) declares that dependency once, next to its real
+implementation, as a typed ``Seam``::
+
+    ETHTOOL = Seam[StatsReader]("ethtool", "a NIC's driver info and ethtool statistics")
+
+and asks its context for a replacement, using the real one when there is none::
+
+    reader = context.seams.get(ETHTOOL) or IoctlStatsReader()
+
+The simulated node or a test replaces it: ``Seams(ETHTOOL.replaced_by(CapturedReader()))``;
+mypy checks that the replacement has the seam's type.  The agent only carries ``Seams`` from
+whoever built it to the collectors (``CollectorContext.seams``): it knows no collector's
+types, so this module imports none (the layering test, tests/unit/test_layering.py, checks).
+A seam is an object imported by name, so a misspelt one fails at import instead of silently
+leaving the real dependency in place.  In production ``CollectorContext.seams`` is
+``Seams()``: nothing replaced.
+
+A seam several collectors share (the wall clock) is declared here.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, TypeVar
 
-if TYPE_CHECKING:  # types only: importing them would load grpc/ctypes code for every collector
-    from lockstep.collectors.ethtool import StatsReader
-    from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
+T = TypeVar("T")
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, eq=False)
+class Seam(Generic[T]):
+    """One replaceable dependency: ``name`` for messages, ``what`` says what it is."""
+
+    name: str
+    what: str
+
+    def replaced_by(self, replacement: T) -> Replacement[T]:
+        """This seam with ``replacement`` standing for the real dependency (mypy checks its type)."""
+        return Replacement(self, replacement)
+
+
+@dataclass(frozen=True)
+class Replacement(Generic[T]):
+    seam: Seam[T]
+    value: T
+
+
 class Seams:
-    # A module-like object with the pynvml functions the GPU collector calls and pynvml's
-    # own exception classes (simulation/fake_nvml.py).  Typed Any: pynvml ships no types.
-    nvml: Any = None
-    # Seconds since the epoch, for timestamps the collectors export (time.time when None).
-    wall_clock: Callable[[], float] | None = None
-    # ``scontrol ARGS`` with a timeout in seconds -> its stdout; raises OSError or
-    # subprocess.CalledProcessError like the real one (collectors/slurm/scontrol.py run_scontrol).
-    scontrol: Callable[[list[str], float], str] | None = None
-    # The kubelet's pod-resources List call with a timeout in seconds.
-    kubelet_pod_resources: Callable[[float], ListPodResourcesResponse] | None = None
-    # A NIC's driver info and ethtool statistics (the SIOCETHTOOL ioctl when None).
-    ethtool: StatsReader | None = None
-    # GET URL with a timeout in seconds -> the body; raises OSError (lockstep.collectors.inference.fetch.fetch_http).
-    inference_http: Callable[[str, float], str] | None = None
-    # statvfs(mountpoint) for the filesystem collector (os.statvfs when None).
-    statvfs: Callable[[str], os.statvfs_result] | None = None
-    # The monotonic timer that measures how long a statfs took (time.perf_counter when None).
-    stat_timer: Callable[[], float] | None = None
+    """The replacements in force: ``Seams(STATVFS.replaced_by(fake), ...)``; none in production."""
+
+    __slots__ = ("_values",)  # ``seams.statvfs = ...`` raises AttributeError instead of doing nothing
+
+    def __init__(self, *replacements: Replacement[Any]) -> None:
+        self._values: dict[Seam[Any], Any] = {}
+        self.replace(*replacements)
+
+    def replace(self, *replacements: Replacement[Any]) -> None:
+        for replacement in replacements:
+            if not isinstance(replacement, Replacement):
+                raise TypeError(f"Seams takes SEAM.replaced_by(value), not {type(replacement).__name__}")
+            self._values[replacement.seam] = replacement.value
+
+    def get(self, seam: Seam[T]) -> T | None:
+        """The replacement, or None: the collector then uses the real dependency."""
+        value: T | None = self._values.get(seam)
+        return value
+
+    def __repr__(self) -> str:
+        return f"Seams({', '.join(seam.name for seam in self._values)})"
+
+
+# Seconds since the epoch, for timestamps the collectors export (time.time when not replaced).
+WALL_CLOCK = Seam[Callable[[], float]]("wall_clock", "seconds since the epoch")

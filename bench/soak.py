@@ -68,6 +68,7 @@ class Churn:
         shutil.rmtree(self.cgroups / f"job_{job - 3}", ignore_errors=True)
 
     def _pods(self, k: int) -> None:
+        from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES
         from lockstep.collectors.podresources import api_pb2 as pb
         from lockstep.simulation.gpu import GPU_UUIDS
 
@@ -87,12 +88,13 @@ class Churn:
                 for i in range(8)
             ]
         )
-        self.node.seams.kubelet_pod_resources = lambda timeout: response
+        self.node.seams.replace(KUBELET_POD_RESOURCES.replaced_by(lambda timeout: response))
 
     def _engine(self, k: int) -> None:
+        from lockstep.collectors.inference.fetch import INFERENCE_HTTP
         from lockstep.simulation.workloads import VLLM_MODEL, VLLM_URL, SimulatedEndpoints, vllm_exposition
 
-        endpoints = self.node.seams.inference_http
+        endpoints = self.node.seams.get(INFERENCE_HTTP)
         if not isinstance(endpoints, SimulatedEndpoints):
             return
         if k % 7 == 6:

@@ -14,7 +14,7 @@ Interfaces: the RDMA network interfaces (RoCE/iWARP ports under class/infiniband
 plus ``interfaces_include`` glob patterns over class/net, minus ``interfaces_exclude``.
 
 The ioctl reader sits behind a small interface (``StatsReader``): the simulated node, which
-has no NIC, supplies its own through ``context.seams.ethtool``.  An interface in another
+has no NIC, supplies its own through the seam ``ETHTOOL``.  An interface in another
 network namespace is invisible to the ioctl, which always answers for the namespace of the
 agent's socket: run the agent in the host's network namespace (``hostNetwork: true``).
 """
@@ -39,6 +39,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_bool, parse_string_list
 from lockstep.agent.files import read_text
+from lockstep.agent.seams import Seam
 from lockstep.collectors.infiniband.sysfs import rdma_netdevs
 
 # --- the ioctl reader ---
@@ -73,6 +74,10 @@ class StatsReader(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+# The simulated node's NICs (it has none a real ioctl could read); IoctlStatsReader when not replaced.
+ETHTOOL = Seam[StatsReader]("ethtool", "a NIC's driver info and ethtool statistics")
 
 
 def _c_string(raw: bytes) -> str:
@@ -325,8 +330,7 @@ class EthtoolCollector(Collector):
         self.exclude: tuple[str, ...] = tuple(options.get("interfaces_exclude", ()))
         self.statistics: tuple[str, ...] = tuple(options.get("statistics", ()))
         self.per_queue: bool = bool(options.get("per_queue", False))
-        fake = context.seams.ethtool
-        self.reader: StatsReader = fake if fake is not None else IoctlStatsReader()
+        self.reader: StatsReader = context.seams.get(ETHTOOL) or IoctlStatsReader()
         self._interfaces: Interfaces | None = None
         self._failing: dict[str, str] = {}  # interface -> why its last read failed (log once per change)
 

@@ -32,7 +32,7 @@ import fnmatch
 import re
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -43,11 +43,18 @@ from lockstep.agent import gpus
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
+from lockstep.agent.seams import Seam
 from lockstep.collectors.containers import LOG_LINKS, Container, containers_by_id, process_container_id
 from lockstep.collectors.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device
 
 if TYPE_CHECKING:
     from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
+
+# The kubelet's pod-resources List call with a timeout in seconds (the simulated node's pods).
+# The type is quoted: the generated gRPC code is loaded only when the collector runs.
+KUBELET_POD_RESOURCES = Seam[Callable[[float], "ListPodResourcesResponse"]](
+    "kubelet_pod_resources", "the kubelet's pod-resources List call with a timeout"
+)
 
 POD_GPU_INFO = MetricSpec(
     "lockstep_k8s_pod_gpu_info",
@@ -249,7 +256,7 @@ class KubernetesCollector(Collector):
         return out
 
     def _list(self) -> ListPodResourcesResponse:
-        fake = self.context.seams.kubelet_pod_resources
+        fake = self.context.seams.get(KUBELET_POD_RESOURCES)
         if fake is not None:  # the simulated node (simulation/kubernetes.py)
             return fake(self.timeout)
         try:

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockstep.collectors.ethtool import ETHTOOL
 from lockstep.simulation import Scenario
 from lockstep.simulation.pcie import link_device, pci_function
 from lockstep.simulation.workloads import SLOW_ONSET
@@ -337,7 +338,7 @@ def changed_only(write: Writer) -> Writer:
 def build(node: SimulatedNode, t: float) -> None:
     write = changed_only(node.write)
     build_infiniband(write, node.paths.sysfs, node.scenario, t, ib_hcas=IB_HCAS, roce_ports=len(ROCE_NETDEVS))
-    node.seams.ethtool = SimulatedEthtool(node)
+    node.seams.replace(ETHTOOL.replaced_by(SimulatedEthtool(node)))
     # Show a few more ethtool statistics as generic series (the collector's 'statistics' option).
     node.options.setdefault("ethtool", {})["statistics"] = ["rx_buffer_passed_thres_phy", "rx_pause_ctrl_phy"]
     # And two of the generic RDMA hw_counters (the infiniband collector's 'hw_stats' option; none by default).

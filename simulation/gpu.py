@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
+from lockstep.agent.seams import WALL_CLOCK
+from lockstep.collectors.gpu.nvml import NVML
 from lockstep.simulation import Scenario
 from lockstep.simulation.fake_nvml import (
     MIB,
@@ -378,18 +380,18 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    if node.scenario == "straggler-thermal" and node.seams.nvml is not None and slow(node.scenario, t):
+    fake = node.seams.get(NVML)
+    if node.scenario == "straggler-thermal" and fake is not None and slow(node.scenario, t):
         # The throttle begins at the workloads area's onset: the fake serves the new spec from now on.
-        fake = node.seams.nvml
         if fake.spec.gpus[STRAGGLER_GPU].clock_event_reasons != ("sw_thermal_slowdown",):
             gpus = list(fake.spec.gpus)
             gpus[STRAGGLER_GPU] = thermally_throttled(gpus[STRAGGLER_GPU])
             fake.spec = dataclasses.replace(fake.spec, gpus=tuple(gpus))
-    fake = node.seams.nvml
     if fake is None:
-        fake = node.seams.nvml = FakeNvml(node_spec(node.scenario))
-        if node.seams.wall_clock is None:
-            node.seams.wall_clock = lambda: WALL_CLOCK_AT_START + node.t
+        fake = FakeNvml(node_spec(node.scenario))
+        node.seams.replace(NVML.replaced_by(fake))
+        if node.seams.get(WALL_CLOCK) is None:
+            node.seams.replace(WALL_CLOCK.replaced_by(lambda: WALL_CLOCK_AT_START + node.t))
     if node.scenario == "gpu-faults":
         fake.spec = node_spec(node.scenario, t)  # its counters change with t
     fake.set_time(t)

@@ -22,6 +22,7 @@ import os
 import uuid as uuidlib
 from typing import TYPE_CHECKING
 
+from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES
 from lockstep.simulation import Scenario
 from lockstep.simulation.gpu import GPU_UUIDS  # the fake NVML's GPUs, by NVML index
 
@@ -120,7 +121,7 @@ def pid_cgroup(pid: int) -> str | None:
 def build(node: SimulatedNode, t: float) -> None:
     if node.scenario != "kubernetes":
         return
-    node.seams.kubelet_pod_resources = lambda timeout: _response()
+    node.seams.replace(KUBELET_POD_RESOURCES.replaced_by(lambda timeout: _response()))
     proc = node.paths.procfs
     for pid in NOTEBOOK_PIDS:  # the other pods' processes are written by their areas (gpu, workloads)
         stat = f"{pid} (python) S 1 {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n"

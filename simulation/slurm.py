@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from lockstep.collectors.slurm.scontrol import SCONTROL
+
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
 
@@ -20,7 +22,7 @@ TRAINING_PID = 2200
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    node.seams.scontrol = _scontrol
+    node.seams.replace(SCONTROL.replaced_by(_scontrol))
     node.options.setdefault("slurm", {})["node_name"] = NODE
     if node.scenario == "training-finished":
         return  # the job ended: no job cgroup, no job process

@@ -4,11 +4,11 @@ every 10 minutes.
 
 - Mounts: / (ext4), /dev/shm, /raid (local NVMe RAID), /home (NFS v4.2), /lustre (Lustre
   client of fs "scratch"), /datasets (JuiceFS over FUSE), plus pseudo and container mounts
-  the collector leaves out.  statfs figures come from a fake (``node.seams.statvfs``): the
+  the collector leaves out.  statfs figures come from a fake (the seam ``STATVFS``): the
   real disk's would differ from run to run.  Its call time is a fake too (``stat_timer``).
 - Checkpoints: ``/lustre/ckpt/job=4242/step_NNNNNN/`` with 8 shards ``__R_0.distcp`` (one
   per rank, sparse files of 2 GiB: sizes without the disk space) and ``.metadata`` last.
-  File mtimes and the collector's wall clock (``node.seams.wall_clock``) are simulated time.
+  File mtimes and the collector's wall clock (the seam ``WALL_CLOCK``) are simulated time.
 
 Scenarios:
 - ``checkpoint-stall``: the save that began 1100 s ago wrote 7 of its 8 shards and never
@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockstep.agent.seams import WALL_CLOCK
+from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
 from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
 from lockstep.simulation.workloads import SLOW_ONSET, slow
@@ -122,12 +124,14 @@ def build(node: SimulatedNode, t: float) -> None:
     node.write(proc / "1" / "mountstats", mountstats(node.scenario, t))
     for mountpoint in statfs_table(node.scenario, t):
         (rootfs / mountpoint.lstrip("/")).mkdir(parents=True, exist_ok=True)
-    if node.seams.statvfs is None:  # one for the node's life: collectors keep the one they were given
-        node.seams.statvfs = FakeStatvfs(node)
-    if node.scenario == "straggler-nfs" and slow(node.scenario, t) and isinstance(node.seams.statvfs, FakeStatvfs):
-        node.seams.statvfs.hung.add("/home")  # the server went away at the workloads area's onset
-    node.seams.stat_timer = lambda: 0.0
-    node.seams.wall_clock = lambda: EPOCH + node.t
+    statvfs = node.seams.get(STATVFS)
+    if not isinstance(statvfs, FakeStatvfs):  # one for the node's life: collectors keep the one they were given
+        statvfs = FakeStatvfs(node)
+        node.seams.replace(STATVFS.replaced_by(statvfs))
+    if node.scenario == "straggler-nfs" and slow(node.scenario, t):
+        statvfs.hung.add("/home")  # the server went away at the workloads area's onset
+    node.seams.replace(STAT_TIMER.replaced_by(lambda: 0.0))
+    node.seams.replace(WALL_CLOCK.replaced_by(lambda: EPOCH + node.t))
     # The whole demo round waits for a hung statfs this long, not the 5 s default.
     node.options.setdefault("filesystem", {})["stat_timeout"] = "1s"
 

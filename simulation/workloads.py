@@ -17,7 +17,7 @@ step times stay equal while the peers' communication wait grows.
 
 ``kv-pressure``: a vLLM server, pid 3100 (``vllm serve ... --port 8000``) with its engine
 core 3101, listens on 0.0.0.0:8000; the inference collector finds it from procfs and
-scrapes http://127.0.0.1:8000/metrics, answered by ``node.seams.inference_http``.
+scrapes http://127.0.0.1:8000/metrics, answered through the seam ``INFERENCE_HTTP``.
 Its KV-cache usage climbs towards 0.97 (0.949 at the demo's start), with preemptions and
 a growing queue.
 ``kubernetes``: the same server, calm (KV cache at 42 %, nothing waiting or preempted), as the
@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from lockstep.collectors.inference.fetch import INFERENCE_HTTP
 from lockstep.emitter import format_timestamp, step_lines
 from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
@@ -158,9 +159,10 @@ def build(node: SimulatedNode, t: float) -> None:
     _training_logs(node, t)
     if node.scenario in VLLM_SCENARIOS:
         _vllm_process(node)
-        endpoints = node.seams.inference_http
+        endpoints = node.seams.get(INFERENCE_HTTP)
         if not isinstance(endpoints, SimulatedEndpoints):  # one for the node's life, like every seam
-            endpoints = node.seams.inference_http = SimulatedEndpoints()
+            endpoints = SimulatedEndpoints()
+            node.seams.replace(INFERENCE_HTTP.replaced_by(endpoints))
         endpoints.pages = {VLLM_URL: vllm_exposition(t, node.scenario)}
 
 

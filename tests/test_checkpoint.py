@@ -22,7 +22,7 @@ import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.config import ConfigError, load_config
-from lockstep.agent.seams import Seams
+from lockstep.agent.seams import WALL_CLOCK, Seams
 from lockstep.collectors.checkpoint import CheckpointCollector
 from lockstep.collectors.checkpoint.config import parse_roots
 from lockstep.collectors.checkpoint.markers import final_name
@@ -56,7 +56,7 @@ class Harness:
             paths=Paths(procfs=procfs, rootfs=rootfs),
             options={"roots": parse_roots(roots), **options},
             log=logging.getLogger("test"),
-            seams=Seams(wall_clock=clock),
+            seams=Seams(WALL_CLOCK.replaced_by(clock)),
         )
         self.collector = CheckpointCollector(context)
 
@@ -337,10 +337,11 @@ from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import Seams
 from lockstep.collectors.checkpoint import CheckpointCollector
 from lockstep.collectors.checkpoint.config import parse_roots
+from lockstep.agent.seams import WALL_CLOCK
 logging.basicConfig()
 options = {{"roots": parse_roots([{{"path": "/ckpt", "watch": "poll"}}])}}
 c = CheckpointCollector(CollectorContext(Paths(rootfs=Path({str(tmp_path)!r})),
-    options, logging.getLogger("t"), Seams(wall_clock=lambda: 0.0)))
+    options, logging.getLogger("t"), Seams(WALL_CLOCK.replaced_by(lambda: 0.0))))
 if os.geteuid() == 0:  # imports done: the interpreter's own files may not be readable by nobody
     os.setgid(65534); os.setuid(65534)
 for family in list(c.collect()):

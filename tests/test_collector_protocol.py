@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
 
 from lockstep.agent.collector import CollectorContext, Families, MetricSpec, Paths
 from lockstep.agent.seams import Seams
+from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
 
 SIZE = MetricSpec("lockstep_test_size_bytes", "gauge", "Size.", ("mountpoint",), unit="bytes")
 READS = MetricSpec("lockstep_test_reads_total", "counter", "Reads.", ("mountpoint",))
@@ -36,11 +38,18 @@ def test_an_undeclared_metric_is_refused_by_name() -> None:
         Families((SIZE,))[UNDECLARED]
 
 
-def test_seams_refuse_a_misspelt_dependency() -> None:
+def test_seams_give_a_replacement_only_for_its_own_seam_and_refuse_anything_else() -> None:
+    def fake(path: str) -> os.statvfs_result:
+        return os.statvfs_result((4096,) * 10)
+
+    seams = Seams(STATVFS.replaced_by(fake))
+    assert seams.get(STATVFS) is fake
+    assert seams.get(STAT_TIMER) is None  # not replaced: the collector uses time.perf_counter
+    with pytest.raises(TypeError, match="Seams takes SEAM.replaced_by\\(value\\), not function"):
+        Seams(lambda path: None)  # type: ignore[arg-type]
     with pytest.raises(TypeError):
-        Seams(statfs=lambda path: None)  # type: ignore[call-arg]
-    seams = Seams()
+        Seams(statvfs=lambda path: None)  # type: ignore[call-arg]
     with pytest.raises(AttributeError):
-        seams.statfs = lambda path: None  # type: ignore[attr-defined]
+        seams.statvfs = lambda path: None  # type: ignore[attr-defined]
     with pytest.raises(TypeError, match="CollectorContext.seams must be a Seams, not dict"):
         CollectorContext(Paths(), {}, logging.getLogger("test"), {"statvfs": None})  # type: ignore[arg-type]

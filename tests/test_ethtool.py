@@ -3,7 +3,7 @@
 Fixture: tests/fixtures/fabric/ethtool/<interface>.stats and .info are `ethtool -S` / `ethtool -i`
 output (mlx5 with PFC on priority 3 including the trailing-space storm counter name; mlx5
 with 802.3x global pause; i40e), served through the collector's reader interface the way the
-simulated node serves its own (context.seams.ethtool).  The sysfs fixture has the RDMA
+simulated node serves its own (the seam ETHTOOL).  The sysfs fixture has the RDMA
 netdevs (ens1f0np0 via mlx5_2, eno1 via i40iw0) and MLNX_OFED's ecn/ tree for ens1f0np0.
 """
 
@@ -25,7 +25,7 @@ from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
-from lockstep.collectors.ethtool import DriverInfo, EthtoolCollector, IoctlStatsReader, is_per_queue
+from lockstep.collectors.ethtool import ETHTOOL, DriverInfo, EthtoolCollector, IoctlStatsReader, is_per_queue
 from tests.conftest import FIXTURES, REPO, context, lockstep, require_real, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"
@@ -75,7 +75,7 @@ class CapturedReader:
 
 def make(sys_: Path = SYSFS, reader: object | None = None, **options: object) -> EthtoolCollector:
     base = context(sys_=sys_, **options)
-    ctx = CollectorContext(base.paths, base.options, base.log, Seams(ethtool=reader or CapturedReader()))
+    ctx = CollectorContext(base.paths, base.options, base.log, Seams(ETHTOOL.replaced_by(reader or CapturedReader())))
     return EthtoolCollector(ctx)
 
 

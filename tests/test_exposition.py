@@ -16,6 +16,7 @@ from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import Seams
 from lockstep.collectors.gpu import GpuCollector
 from lockstep.collectors.gpu.metrics import SECOND_ROUND_ONLY
+from lockstep.collectors.gpu.nvml import NVML
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation import scenarios
 from lockstep.simulation.fake_nvml import FakeNvml
@@ -98,7 +99,9 @@ def test_gpm_ratios_from_the_second_round() -> None:
     emitted: set[str] = set()
     for spec in (healthy, ratios_only):
         fake = FakeNvml(spec)
-        context = CollectorContext(Paths(), {"fake_nvml": None}, logging.getLogger("test"), Seams(nvml=fake))
+        context = CollectorContext(
+            Paths(), {"fake_nvml": None}, logging.getLogger("test"), Seams(NVML.replaced_by(fake))
+        )
         collector = GpuCollector(context)
         collector.gpm_min_interval = 0.0  # its rounds come milliseconds apart; the fake's clock says 10 s
         try:

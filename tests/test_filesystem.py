@@ -22,6 +22,7 @@ from lockstep.collectors.filesystem import FilesystemCollector
 from lockstep.collectors.filesystem.lustre import parse_lustre_stats
 from lockstep.collectors.filesystem.mounts import parse_mountinfo, unescape
 from lockstep.collectors.filesystem.nfs import parse_mountstats
+from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
 from tests.conftest import FIXTURES, collected, wait_until
 
 PROC = FIXTURES / "storage" / "proc"
@@ -70,7 +71,7 @@ def make(
     sys_: Path | None = None,
     **options: Any,
 ) -> FilesystemCollector:
-    seams = Seams(statvfs=statvfs or FakeStatvfs(default_table()), stat_timer=lambda: 0.0)
+    seams = Seams(STATVFS.replaced_by(statvfs or FakeStatvfs(default_table())), STAT_TIMER.replaced_by(lambda: 0.0))
     paths = Paths(sysfs=sys_ or proc.parent / "sys", procfs=proc, rootfs=rootfs)
     context = CollectorContext(paths=paths, options=options, log=logging.getLogger("test"), seams=seams)
     return FilesystemCollector(context)

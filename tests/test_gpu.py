@@ -19,10 +19,11 @@ from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.gpus import GpuProcess, MigDevice
 from lockstep.agent.gpus import published as published_gpus
+from lockstep.agent.seams import WALL_CLOCK as WALL_CLOCK_SEAM
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.collectors.gpu import GpuCollector
-from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS, field_id
+from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS, NVML, field_id
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation.fake_nvml import (
     MIB,
@@ -57,7 +58,7 @@ def make(fake: FakeNvml, cls: type[GpuCollector] = FastGpuCollector, sysfs: Path
         paths=Paths(sysfs=sysfs or Path("/sys")),
         options={"fake_nvml": None},
         log=logging.getLogger("test.gpu"),
-        seams=Seams(nvml=fake, wall_clock=lambda: WALL_CLOCK),
+        seams=Seams(NVML.replaced_by(fake), WALL_CLOCK_SEAM.replaced_by(lambda: WALL_CLOCK)),
     )
     return cls(context)
 
@@ -798,7 +799,9 @@ def test_a_gpu_falling_off_the_bus_is_reported_at_once_not_at_the_next_interval(
     fake = FakeNvml(FakeSpec(gpus=(with_defaults(FULL, 0), with_defaults(FULL, 1)), xid_events=()))
     available = {"gpu": FastGpuCollector}
     overrides = Overrides(disable_defaults=True, enable=frozenset({"gpu"}))
-    setup = Setup(None, available, overrides, Seams(nvml=fake, wall_clock=lambda: WALL_CLOCK))
+    setup = Setup(
+        None, available, overrides, Seams(NVML.replaced_by(fake), WALL_CLOCK_SEAM.replaced_by(lambda: WALL_CLOCK))
+    )
     config = load_config(None, available, overrides)
     hour = dataclasses.replace(config.collectors["gpu"], interval=3600.0, deadline=30.0)
     config = dataclasses.replace(config, collectors={"gpu": hour})

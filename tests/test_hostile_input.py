@@ -36,7 +36,7 @@ from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.logs import setup_logging
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, checked_families
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
-from lockstep.agent.seams import Seams
+from lockstep.agent.seams import WALL_CLOCK, Seams
 from lockstep.agent.tail import FileFollower
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
 from lockstep.collectors.checkpoint import CheckpointCollector
@@ -896,7 +896,7 @@ def _checkpoints(rootfs: Path, roots: list[dict[str, str]], now: float) -> Check
             paths=Paths(rootfs=rootfs),
             options={"roots": parse_roots(roots)},
             log=logging.getLogger("test"),
-            seams=Seams(wall_clock=lambda: now),
+            seams=Seams(WALL_CLOCK.replaced_by(lambda: now)),
         )
     )
 

@@ -14,7 +14,7 @@ from lockstep.agent import gpus
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import Seams
 from lockstep.collectors.containers import Container, container_id, containers_by_id
-from lockstep.collectors.kubernetes import KubernetesCollector
+from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesCollector
 from lockstep.collectors.podresources import api_pb2 as pb
 from lockstep.collectors.slurm import SlurmCollector
 from tests.conftest import collected, context
@@ -128,7 +128,7 @@ def node(tmp_path: Path) -> Paths:
 def kubernetes(paths: Paths) -> KubernetesCollector:
     import logging
 
-    seams = Seams(kubelet_pod_resources=lambda timeout: pb.ListPodResourcesResponse())
+    seams = Seams(KUBELET_POD_RESOURCES.replaced_by(lambda timeout: pb.ListPodResourcesResponse()))
     return KubernetesCollector(CollectorContext(paths=paths, options={}, log=logging.getLogger("test"), seams=seams))
 
 

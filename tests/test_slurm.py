@@ -14,6 +14,7 @@ from lockstep.agent.collector import NothingHere
 from lockstep.agent.seams import Seams
 from lockstep.collectors.slurm import SlurmCollector
 from lockstep.collectors.slurm.gres import expand_brackets, parse_gres_conf
+from lockstep.collectors.slurm.scontrol import SCONTROL
 from tests.conftest import FIXTURES, collected, context
 
 SLURM = FIXTURES / "slurm"
@@ -199,7 +200,7 @@ def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypa
     collector = SlurmCollector(
         dataclasses.replace(
             context(proc=SLURM / "nocgroup" / "proc", sys_=SLURM / "nocgroup" / "sys", node_name="node07"),
-            seams=Seams(scontrol=scontrol),
+            seams=Seams(SCONTROL.replaced_by(scontrol)),
         )
     )
     s = collected(collector)

@@ -16,6 +16,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, Option, describe_error
 from lockstep.agent.config import parse_positive_int
 from lockstep.agent.files import read_text
+from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.checkpoint.config import (
     DEFAULT_JOB_ID_PATTERN,
     DEFAULT_MAX_FILES,
@@ -102,7 +103,7 @@ class CheckpointCollector(Collector):
         self.max_files: int = context.options.get("max_files", DEFAULT_MAX_FILES)
         self.job_id_re = re.compile(context.options.get("job_id_pattern", DEFAULT_JOB_ID_PATTERN))
         # Wall clock; the simulated node and the tests set their own.
-        self.clock: Callable[[], float] = context.seams.wall_clock or time.time
+        self.clock: Callable[[], float] = context.seams.get(WALL_CLOCK) or time.time
         self.roots: dict[str, RootState] = {}  # label -> state
         self._observer: Any = None
         self._closed = False

@@ -75,7 +75,7 @@ from lockstep.collectors.filesystem.mounts import (
     parse_patterns,
 )
 from lockstep.collectors.filesystem.nfs import parse_mountstats
-from lockstep.collectors.filesystem.statpool import StatOutcome, StatPool
+from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS, StatOutcome, StatPool
 
 SOURCES = ("mountinfo", "mountstats", "lustre")
 
@@ -121,12 +121,11 @@ class FilesystemCollector(Collector):
         self.fstypes_include = options.get("fstypes_include", ())
         self.mountpoints_exclude = options.get("mountpoints_exclude", DEFAULT_MOUNTPOINTS_EXCLUDE)
         self.mountpoints_include = options.get("mountpoints_include", ())
-        # The simulated node replaces statvfs (real disks' figures are not deterministic).
         self.pool = StatPool(
             workers=options.get("stat_workers", 4),
             timeout=options.get("stat_timeout", 5.0),
-            statvfs=context.seams.statvfs or os.statvfs,
-            timer=context.seams.stat_timer or time.perf_counter,
+            statvfs=context.seams.get(STATVFS) or os.statvfs,
+            timer=context.seams.get(STAT_TIMER) or time.perf_counter,
         )
         self.skipped = dict.fromkeys(SOURCES, 0)
         self._stat_errors_logged: set[str] = set()

@@ -9,6 +9,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from lockstep.agent.collector import describe_error
+from lockstep.agent.seams import Seam
+
+# The simulated node replaces statvfs (real disks' figures are not deterministic) and the timer
+# that measures a call; the collector uses os.statvfs and time.perf_counter otherwise.
+STATVFS = Seam[Callable[[str], os.statvfs_result]]("statvfs", "statvfs(mountpoint)")
+STAT_TIMER = Seam[Callable[[], float]]("stat_timer", "the monotonic timer that times a statfs")
 
 
 @dataclass

@@ -15,12 +15,14 @@ import pynvml
 
 from lockstep.agent.collector import CollectorContext, NothingHere
 from lockstep.agent.files import read_text
+from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.gpu.fields import DEVICE_FIELDS, LINK_FIELDS, NVLINK_TOTAL_FIELDS
 from lockstep.collectors.gpu.gpm import first_sample, free_gpm, start_gpm
 from lockstep.collectors.gpu.nvml import (
     GPU_GONE,
     LIFECYCLE,
     NVIDIA_PCI_VENDOR,
+    NVML,
     driver_major,
     field_id,
     field_number,
@@ -66,12 +68,12 @@ class NvmlSessions(GpuReader):
         self._known: dict[int, GpuState] = {}
         self._seen: dict[str, GpuState] = {}
         self._known_pci: set[tuple[int, int, int, int]] = set()
-        self._xids = XidCounts(context.seams.wall_clock or time.time, context.run_now)  # kept across sessions
+        self._xids = XidCounts(context.seams.get(WALL_CLOCK) or time.time, context.run_now)  # kept across sessions
 
     # --- NVML library and session ---
 
     def _library(self) -> Any:
-        fake = self.context.seams.nvml
+        fake = self.context.seams.get(NVML)
         if fake is not None:
             return fake
         spec = self.context.options.get("fake_nvml")

@@ -20,7 +20,7 @@ from lockstep.agent.config import parse_bool, parse_duration
 from lockstep.agent.procs import Process, descendants, process_table, slurm_job
 from lockstep.collectors.inference.discovery import LocalEngine, local_engines, local_host
 from lockstep.collectors.inference.engines import ENGINE_FORMATS
-from lockstep.collectors.inference.fetch import fetch_http
+from lockstep.collectors.inference.fetch import INFERENCE_HTTP, fetch_http
 from lockstep.collectors.inference.metrics import (
     E2E_LATENCY,
     GENERATION_TOKENS,
@@ -96,7 +96,7 @@ class InferenceCollector(Collector):
         self.configured: tuple[Target, ...] = tuple(context.options.get("targets", ()))
         self.discover = bool(context.options.get("discover", True))
         self.timeout = float(context.options.get("timeout", DEFAULT_TIMEOUT))
-        self.fetch: Callable[[str, float], str] = context.seams.inference_http or fetch_http
+        self.fetch: Callable[[str, float], str] = context.seams.get(INFERENCE_HTTP) or fetch_http
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self._models: dict[str, list[str]] = {}  # endpoint -> models of its last good answer

@@ -6,14 +6,20 @@ import base64
 import http.client
 import socket
 import threading
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 from lockstep import __version__
+from lockstep.agent.seams import Seam
 from lockstep.collectors.inference.readings import ScrapeError
 
 # A real engine's /metrics is 0.1-2 MB; parsed, a body takes ~20 times its size (a 31 MB body
 # took 630 MB of RSS), so it is capped at 4 MiB (16 targets at once: docs/configuration.md).
 MAX_BODY_BYTES = 4 * 1024 * 1024
+
+# GET URL with a timeout in seconds -> the body; a replacement raises OSError (or ScrapeError)
+# like fetch_http below.  The simulated node answers its engines' /metrics through it.
+INFERENCE_HTTP = Seam[Callable[[str, float], str]]("inference_http", "GET url with a timeout -> body")
 
 
 def fetch_http(url: str, timeout: float) -> str:

@@ -10,11 +10,16 @@ lower bounds of grpcio and protobuf in pyproject.toml to the versions the new co
 
 from __future__ import annotations
 
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PROTO = "lockstep/collectors/podresources/api.proto"  # relative to REPO: it gives the generated imports their package
+# The proto's name as protoc sees it: it gives the generated imports their package.  The folder
+# collectors/ is the package lockstep.collectors (pyproject.toml package-dir), so protoc is told
+# that lockstep/collectors/ is the repository's collectors/ (a virtual path, --proto_path=V=DIR).
+PROTO = "lockstep/collectors/podresources/api.proto"
 GENERATED = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 
 
@@ -27,12 +32,12 @@ def generate(out_dir: Path) -> list[Path]:
     status = protoc.main(
         [
             "grpc_tools.protoc",
-            f"--proto_path={REPO}",
+            f"--proto_path=lockstep/collectors={REPO / 'collectors'}",
             f"--proto_path={include}",
             f"--python_out={out_dir}",
             f"--pyi_out={out_dir}",
             f"--grpc_python_out={out_dir}",
-            str(REPO / PROTO),
+            PROTO,
         ]
     )
     if status != 0:
@@ -41,8 +46,11 @@ def generate(out_dir: Path) -> list[Path]:
 
 
 def main() -> int:
-    for path in generate(REPO):
-        print(f"wrote {path.relative_to(REPO)}")
+    with tempfile.TemporaryDirectory() as out_dir:
+        for path in generate(Path(out_dir)):
+            target = REPO / "collectors" / "podresources" / path.name
+            shutil.copyfile(path, target)
+            print(f"wrote {target.relative_to(REPO)}")
     return 0
 
 

@@ -51,7 +51,14 @@ from lockstep.collectors.slurm.metrics import (
     NODE_INFO,
     NODE_STATE,
 )
-from lockstep.collectors.slurm.scontrol import ControllerCache, ControllerSnapshot, JobDetails, run_scontrol, why
+from lockstep.collectors.slurm.scontrol import (
+    SCONTROL,
+    ControllerCache,
+    ControllerSnapshot,
+    JobDetails,
+    run_scontrol,
+    why,
+)
 
 
 class SlurmCollector(Collector):
@@ -100,7 +107,7 @@ class SlurmCollector(Collector):
         opts = context.options
         self.node = opts.get("node_name") or os.uname().nodename.split(".")[0]
         self.gres_conf_path = opts.get("gres_conf") or ""
-        self.scontrol: Callable[[list[str], float], str] = context.seams.scontrol or run_scontrol
+        self.scontrol: Callable[[list[str], float], str] = context.seams.get(SCONTROL) or run_scontrol
         self.controller = ControllerCache(
             self.scontrol,
             self.node,

@@ -12,6 +12,7 @@ from typing import Any
 
 from lockstep.agent.collector import Families
 from lockstep.agent.command import run_command
+from lockstep.agent.seams import Seam
 from lockstep.collectors.slurm.gres import expand_ranges
 from lockstep.collectors.slurm.metrics import CONTROLLER_FAILURES, CONTROLLER_REQUESTS
 
@@ -51,6 +52,11 @@ def why(exc: BaseException) -> str:
         said = (exc.stderr or "").strip().splitlines()
         return f"exit status {exc.returncode}: {said[-1] if said else 'no message'}"
     return str(exc)
+
+
+# ``scontrol ARGS`` with a timeout in seconds -> its stdout; a replacement raises OSError or
+# subprocess.CalledProcessError like run_scontrol below.
+SCONTROL = Seam[Callable[[list[str], float], str]]("scontrol", "scontrol ARGS with a timeout -> stdout")
 
 
 def run_scontrol(args: list[str], timeout: float) -> str:
