@@ -52,6 +52,25 @@ class Scenario:
     starts_healthy: bool = False
 
 
+# Writes one file of the node's trees: (path, text).
+Writer = Callable[[Path, str], None]
+
+
+def changed_only(write: Writer) -> Writer:
+    """Write a file only when its content changes: most of the ~800 files are constant, and an
+    atomic replace costs ~0.5 ms on ext4 (it flushes the data), against ~10 µs to compare."""
+
+    def write_if_changed(path: Path, text: str) -> None:
+        try:
+            if path.read_text() == text:
+                return
+        except OSError:
+            pass
+        write(path, text)
+
+    return write_if_changed
+
+
 HEALTHY = Scenario("healthy", "An 8-GPU training node in steady state: nothing wrong anywhere.")
 
 

@@ -30,14 +30,13 @@ Scenarios:
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.collectors.ethtool import ETHTOOL
-from lockstep.simulation import Scenario
+from lockstep.simulation import Scenario, Writer, changed_only
 from lockstep.simulation.pcie import link_device, pci_function
-from lockstep.simulation.workloads import SLOW_ONSET
+from lockstep.simulation.timeline import SLOW_ONSET
 
 if TYPE_CHECKING:
     from lockstep.agent.collector import Paths
@@ -81,7 +80,6 @@ CONGESTED_WORDS = 5e6
 CONGESTION_SINCE = -300.0
 DCQCN_OFF = "ens3f1np1"
 
-Writer = Callable[[Path, str], None]
 
 # mlx5 RDMA hw_counters: the Q counters every port has, then the RoCE-only ones.
 Q_COUNTERS = (
@@ -318,21 +316,6 @@ def build_infiniband(write: Writer, sysfs: Path, scenario: str, t: float, *, ib_
             scenario=scenario,
         )
         write_ecn(write, sysfs, netdev, scenario)
-
-
-def changed_only(write: Writer) -> Writer:
-    """Write a file only when its content changes: most of the ~800 files are constant, and an
-    atomic replace costs ~0.5 ms on ext4 (it flushes the data), against ~10 µs to compare."""
-
-    def write_if_changed(path: Path, text: str) -> None:
-        try:
-            if path.read_text() == text:
-                return
-        except OSError:
-            pass
-        write(path, text)
-
-    return write_if_changed
 
 
 def build(node: SimulatedNode, t: float) -> None:

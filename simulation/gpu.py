@@ -48,7 +48,7 @@ from lockstep.simulation.fake_nvml import (
     default_uuid,
     with_defaults,
 )
-from lockstep.simulation.workloads import INFERENCE_SCENARIOS, slow
+from lockstep.simulation.timeline import INFERENCE_SCENARIOS, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockstep.simulation import Scenario
+from lockstep.simulation import Scenario, changed_only
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -95,8 +95,6 @@ def aer_files(correctable: dict[str, int]) -> dict[str, str]:
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    from lockstep.simulation.fabric import changed_only  # the fabric area imports this module
-
     write = changed_only(node.write)
     sysfs = node.paths.sysfs
     degraded = node.scenario == "pcie-degraded"

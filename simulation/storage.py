@@ -33,7 +33,7 @@ from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
 from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
-from lockstep.simulation.workloads import SLOW_ONSET, slow
+from lockstep.simulation.timeline import SLOW_ONSET, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode

@@ -45,8 +45,14 @@ from typing import TYPE_CHECKING
 
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP
 from lockstep.emitter import format_timestamp, step_lines
-from lockstep.simulation import Scenario
+from lockstep.simulation import Scenario, kubernetes
 from lockstep.simulation.host import BOOT_TIME
+from lockstep.simulation.timeline import (
+    DATA_SCENARIOS,
+    INFERENCE_SCENARIOS,
+    SLOW_FACTOR,
+    slow,
+)
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -140,7 +146,6 @@ PRESSURE_ONSET = -120.0  # the KV-cache episode began two minutes before the dem
 # demo so the end-to-end test sees its alerts well within its deadline, yet after half a minute
 # of calm that LockstepInferenceThroughputDrop compares with (the test's Prometheus scrapes each
 # demo from its start; its compressed level window, 6 minutes, holds what there is).
-INFERENCE_SCENARIOS = ("inference-slow", "inference-errors", "inference-quiet")
 INFERENCE_ONSET = 30.0
 SERVER_START = -3600.0  # their server has served an hour when the demo starts
 # Where a vLLM server runs: under KV-cache pressure, (kubernetes) calm in the inference pod, and
@@ -213,16 +218,6 @@ def checkpoint_pause(previous: tuple[float, float]) -> float:
 # SLOW_ONSET, after 25 minutes of healthy history to compare it against.
 
 SLOW_RANK = STRAGGLER_RANK
-SLOW_ONSET = 1500.0
-SLOW_FACTOR = 1.10
-SLOW_SCENARIOS = ("slow-rank", "straggler-thermal", "straggler-pfc", "straggler-data", "straggler-nfs")
-# In these the rank's data loader is what is slow: its data wait grows by as much time.
-DATA_SCENARIOS = ("straggler-data", "straggler-nfs")
-
-
-def slow(scenario: str, t: float) -> bool:
-    """Whether the scenario's fault is on at time t (the other areas ask too)."""
-    return scenario in SLOW_SCENARIOS and t >= SLOW_ONSET
 
 
 def rank_times(scenario: str, rank: int, step: int, start: float) -> tuple[float, float]:
@@ -333,8 +328,6 @@ class SimulatedEndpoints:
 
 
 def _vllm_process(node: SimulatedNode) -> None:
-    from lockstep.simulation import kubernetes  # here: kubernetes -> gpu -> workloads at import
-
     proc = node.paths.procfs
     pid_cgroup = kubernetes.pid_cgroup if node.scenario == "kubernetes" else lambda pid: None
     processes = {

@@ -43,7 +43,8 @@ import yaml
 
 from alerts import rules
 from alerts import thresholds as T
-from lockstep.simulation.workloads import DEMO_EPOCH, SLOW_ONSET
+from lockstep.simulation.timeline import SLOW_ONSET
+from lockstep.simulation.workloads import DEMO_EPOCH
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
 from tests.test_alerts_e2e import PROMETHEUS, _alerts, _ready, _start, start_prometheus, stop_all
 
