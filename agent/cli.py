@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -119,21 +118,16 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def demo_description() -> str:
-    from lockstep.simulation import scenarios
+    from lockstep.simulation import demo  # the demo's entry: see simulation/demo.py
 
-    return "Run the agent on a simulated node.\n\nscenarios:\n" + "\n".join(
-        textwrap.fill(s.description, 78, initial_indent=f"  {s.name:<18} ", subsequent_indent=" " * 21)
-        for s in scenarios().values()
-    )
+    return demo.scenario_help()
 
 
 def scenario_name(value: str) -> str:
     """--scenario's type: a known scenario of the simulated node (checked only for ``demo``)."""
-    from lockstep.simulation import scenarios
+    from lockstep.simulation import demo  # the demo's entry: see simulation/demo.py
 
-    if value not in scenarios():
-        raise argparse.ArgumentTypeError(f"unknown scenario {value!r} (choose from {', '.join(sorted(scenarios()))})")
-    return value
+    return demo.scenario_name(value)
 
 
 def _speed(value: str) -> float:
@@ -261,13 +255,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sim_paths: dict[str, str] = {}
     node = None
     if args.command == "demo":
-        from lockstep.simulation import temporary_node
+        from lockstep.simulation import demo  # the demo's entry: see simulation/demo.py
 
         # The simulated node has data for the built-in collectors only.
         available = {name: r.cls for name, r in discovery.collectors.items() if r.builtin}
-        node, _tempdir = temporary_node(args.scenario)
-        seams = node.seams
-        sim_paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
+        simulated = demo.start(args.scenario)
+        node, seams, sim_paths = simulated.node, simulated.seams, simulated.paths
 
     overrides = overrides_from(args, available, sim_paths)
     if node is not None:

@@ -1,0 +1,187 @@
+"""The import graph of the package ``lockstep``: no cycles, and the layers point one way.
+
+    lockstep.agent        the daemon: imports no collector and no simulation code
+    lockstep.collectors   the collectors: import the agent's API, never the simulation
+    lockstep.simulation   the simulated node, the fake NVML: may import both
+
+The one import from the daemon into the simulation is the demo's entry (``lockstep demo``):
+agent/cli.py -> simulation/demo.py, inside the functions that serve that command.  The graph is
+read from the source (every import statement, including those inside functions and under
+``if TYPE_CHECKING:``, which are edges for mypy and for a reader), with each file under its import
+name (pyproject.toml package-dir), so it is the graph an import-graph tool would draw.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import tomllib
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE_DIRS: dict[str, str] = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+# (importer, imported): the daemon's only way into the simulation.
+SANCTIONED = {("lockstep.agent.cli", "lockstep.simulation.demo")}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    in_function: bool
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the package: import name -> its one real file."""
+    found = {}
+    for package, folder in PACKAGE_DIRS.items():
+        root = REPO / folder
+        paths = [root / "__init__.py"] if package == "lockstep" else sorted(root.rglob("*.py"))
+        if package == "lockstep":
+            paths += sorted(p for p in root.glob("*.py") if p.name != "__init__.py")
+        for path in paths:
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+def imports(known: dict[str, Path]) -> list[Import]:
+    """Every import of a lockstep module by a lockstep module, resolved to the module imported."""
+    found = []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        inside = {id(n) for f in functions for n in ast.walk(f) if n is not f}
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*anchor, base] if base else anchor)
+                # `from lockstep.agent import gpus` imports the module lockstep.agent.gpus.
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+            for target in targets:
+                while target and target not in known:
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    found.append(Import(name, target, node.lineno, id(node) in inside))
+    return found
+
+
+def layer(module: str) -> str:
+    return module.split(".")[1] if module.count(".") >= 1 else module
+
+
+def cycles(edges: list[Import]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for edge in edges:
+        graph.setdefault(edge.importer, set()).add(edge.imported)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph.get(node, ())):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return components
+
+
+def test_the_graph_is_read_from_every_file_under_its_import_name() -> None:
+    known = modules()
+    edges = imports(known)
+    assert known["lockstep.agent.cli"] == REPO / "agent" / "cli.py"
+    assert known["lockstep.collectors.gpu.collector"] == REPO / "collectors" / "gpu" / "collector.py"
+    pairs = {(e.importer, e.imported) for e in edges}
+    assert ("lockstep.agent.daemon", "lockstep.agent.scheduler") in pairs  # `from lockstep.agent.scheduler import`
+    assert ("lockstep.collectors.gpu.collector", "lockstep.agent.collector") in pairs
+    assert len(known) > 100 and len(edges) > 300  # the whole package, not a corner of it
+
+
+def test_no_import_cycles() -> None:
+    assert cycles(imports(modules())) == []
+
+
+def test_the_daemon_imports_no_collector_and_collectors_no_simulation() -> None:
+    wrong_way = [
+        f"{known_path(e.importer)}:{e.line}: {e.importer} imports {e.imported}"
+        for e in imports(modules())
+        if (layer(e.importer), layer(e.imported)) in {("agent", "collectors"), ("agent", "simulation")}
+        or (layer(e.importer), layer(e.imported)) == ("collectors", "simulation")
+        if (e.importer, e.imported) not in SANCTIONED
+    ]
+    assert wrong_way == []
+
+
+def test_the_demo_entry_is_imported_only_inside_the_functions_that_serve_demo() -> None:
+    entry = [e for e in imports(modules()) if (e.importer, e.imported) in SANCTIONED]
+    assert entry and all(e.in_function for e in entry), entry
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    edges = [
+        Import("a", "b", 1, False),
+        Import("b", "c", 1, False),
+        Import("c", "a", 1, True),
+        Import("c", "d", 1, False),
+    ]
+    assert cycles(edges) == [["a", "b", "c"]]
+
+
+def known_path(module: str) -> str:
+    return str(modules()[module].relative_to(REPO))
+
+
+def test_once_and_help_load_no_simulation_code() -> None:
+    """What the graph says, checked on the running daemon: a whole `lockstep once` round with every
+    default collector (found through the entry points, as installed) loads no lockstep.simulation module."""
+    code = (
+        "import os, sys, contextlib\n"
+        "from lockstep.agent import cli\n"
+        "real_stdout = os.dup(1)\n"
+        "os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the exposition and the help text\n"
+        "cli.main(['once', '--log.level', 'error'])\n"
+        "with contextlib.suppress(SystemExit):\n"
+        "    cli.main(['run', '--help'])\n"
+        "sys.stdout.flush()\n"
+        "os.dup2(real_stdout, 1)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('lockstep.simulation')))\n"
+        "print(len([m for m in sys.modules if m.startswith('lockstep.collectors.')]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd="/")
+    loaded_simulation, loaded_collectors = result.stdout.splitlines()[-2:]
+    assert loaded_simulation == "[]", result.stderr[-2000:]
+    assert int(loaded_collectors) >= 11  # the round did load the collectors
