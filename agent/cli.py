@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import sys
 import threading
 import time
@@ -110,6 +111,24 @@ class CommandParser(argparse.ArgumentParser):
     """
 
     describe: Callable[[], str] | None = None
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        # argparse hands a command's unknown arguments up to the top-level parser, which then
+        # prints the top-level usage ("lockstep [-h] COMMAND"): say it here, with this command's
+        # usage and the flag that was probably meant.
+        parsed, unknown = super().parse_known_args(args, namespace)
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}{self._did_you_mean(unknown)}")
+        return parsed, unknown
+
+    def _did_you_mean(self, unknown: list[str]) -> str:
+        flags = [f for f in self._option_string_actions if f.startswith("--")]
+        for argument in unknown:
+            if argument.startswith("-"):
+                close = difflib.get_close_matches(argument.split("=", 1)[0], flags, n=1, cutoff=0.8)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
 
     def format_help(self) -> str:
         if self.describe is not None:

@@ -19,7 +19,7 @@ from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Setup
 from lockstep.agent.seams import Seams
-from tests.conftest import FIXTURES, lockstep, samples
+from tests.conftest import FIXTURES, REPO, lockstep, samples
 
 PROC = FIXTURES / "host" / "proc"
 
@@ -38,6 +38,28 @@ def test_once_exits_1_when_a_collector_fails(tmp_path: Path) -> None:
     assert samples(result.stdout)[("lockstep_collector_up", frozenset({("collector", "host")}))] == 0
     assert f"lockstep: collector host: failed: no such file or directory reading {tmp_path}/stat" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_misspelt_flag_is_named_with_the_commands_usage_and_the_flag_meant() -> None:
+    result = lockstep("once", "--no-colector.gpu")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: lockstep once ")
+    assert result.stderr.endswith(
+        "lockstep once: error: unrecognized arguments: --no-colector.gpu (did you mean --no-collector.gpu?)\n"
+    )
+    result = lockstep("config", "check", "--strict", "x.yml")
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (
+        2,
+        "lockstep config check: error: unrecognized arguments: --strict",
+    )
+
+
+def test_dev_run_implies_run_before_a_flag() -> None:
+    result = subprocess.run(
+        [str(REPO / "dev" / "run"), "--listen", ":12401", "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: lockstep run ")
 
 
 def test_once_with_collectors_disabled_runs_nothing() -> None:
