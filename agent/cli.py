@@ -112,7 +112,9 @@ class CommandParser(argparse.ArgumentParser):
 
     describe: Callable[[], str] | None = None
 
-    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+    def parse_known_args(  # type: ignore[override]  # typeshed overloads on the namespace type
+        self, args: Any = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
         # argparse hands a command's unknown arguments up to the top-level parser, which then
         # prints the top-level usage ("lockstep [-h] COMMAND"): say it here, with this command's
         # usage and the flag that was probably meant.
