@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from alerts.rules import render_all
+from alerts.render import render_all
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -35,7 +35,8 @@ from grafanalib.core import (
 )
 
 from alerts import thresholds as T
-from alerts.rules import SM_ACTIVE, TENSOR_ACTIVE, num
+from alerts.promql import num
+from alerts.recording import SM_ACTIVE, TENSOR_ACTIVE
 
 # The data source every panel and variable queries: the dashboard's datasource variable.
 DS = {"type": "prometheus", "uid": "${datasource}"}
