@@ -5,7 +5,7 @@ One Prometheus (Debian `prometheus`, started here on a free port with a temporar
 scrapes one `lockstep demo --scenario X` per case every 5 s, each target labelled
 cluster=<case>: the scenarios, a healthy node whose kubernetes collector fails, and a target
 nobody listens on (agent-down).  It loads the generated rule files, rendered with two test-only
-changes (alerts/rules.py Compression):
+changes (alerts/compression.py Compression):
 
 - durations are compressed: every `for:` 30 times (10m becomes 20 s) and to no more than 30 s
   (LockstepFilesystemAlmostFull's 30m), every range

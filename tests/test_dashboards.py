@@ -18,7 +18,8 @@ import yaml
 from alerts import generated, rules
 from alerts import thresholds as T
 from dashboards.__main__ import DASHBOARDS
-from dashboards.build import DS, boards
+from dashboards.build import boards
+from dashboards.panels import DS
 from dashboards.render import CONFIGMAPS, json_path
 from tests.conftest import REPO
 from tests.test_alert_rules import WORKLOAD_CONTRACT, declared_metrics, metrics_in

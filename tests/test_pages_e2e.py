@@ -19,7 +19,7 @@ The whole run takes about a minute and a half.  LOCKSTEP_E2E_SHORT=1 keeps only 
 leaf-switch, at speed 1 (grouping and inhibition in 30 s or so), for a machine too busy for 60x
 (see LONG below).
 
-The rules are rendered with every `for:` and range window divided by the speed (alerts/rules.py
+The rules are rendered with every `for:` and range window divided by the speed (alerts/compression.py
 Compression), so their durations are simulated time.  The Alertmanager runs the shipped
 alerts/alertmanager.yml with its receivers pointed at a webhook server in this test and its
 timers shortened.  While the run lasts the test keeps every alert seen firing in Prometheus
