@@ -8,8 +8,6 @@ from dataclasses import dataclass
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 _RANGE = re.compile(r"\[(\d+[smhd])\]|offset (\d+[smhd])")
 
 

@@ -8,6 +8,7 @@ from alerts.model import Alert
 from alerts.promql import JOB_ON, VALUE_2F, VALUE_DURATION, VALUE_PERCENT, WHERE, job_by, label, num, percent
 from alerts.straggler_recording import GPU_THROTTLE, HOST_INFO, INSTANCE_SUSPECT, RANK_SUSPECT, WORK, W
 
+# What the straggler alerts say about suspects.
 # Annotations run a query at evaluation (Prometheus' template function `query`), so the suspects
 # are those of the moment the alert is sent, and a change of suspect does not make a new alert.
 
