@@ -5,17 +5,7 @@ from __future__ import annotations
 
 from alerts import thresholds as T
 from dashboards.board import Board
-from dashboards.panels import (
-    NONE_BAD,
-    RATE,
-    RED,
-    SEL,
-    Cell,
-    above,
-    below,
-    table,
-    timeseries,
-)
+from dashboards.panels import NONE_BAD, RATE, RED, SEL, Cell, above, below, table, timeseries
 
 
 def infiniband_ports() -> list[Cell]:

@@ -5,17 +5,7 @@ from __future__ import annotations
 
 from alerts import thresholds as T
 from dashboards.board import Board
-from dashboards.panels import (
-    NONE_BAD,
-    RED,
-    Cell,
-    above,
-    below,
-    heatmap,
-    stat,
-    table,
-    timeseries,
-)
+from dashboards.panels import NONE_BAD, RED, Cell, above, below, heatmap, stat, table, timeseries
 from dashboards.variables import CLUSTER
 
 # The fleet dashboard selects on the cluster only: it shows every node.

@@ -6,17 +6,7 @@ from __future__ import annotations
 from alerts import thresholds as T
 from alerts.promql import num
 from dashboards.board import Board
-from dashboards.panels import (
-    RATE,
-    RED,
-    SEL,
-    Cell,
-    above,
-    below,
-    heatmap,
-    table,
-    timeseries,
-)
+from dashboards.panels import RATE, RED, SEL, Cell, above, below, heatmap, table, timeseries
 
 # An inference endpoint's level of generation throughput, as LockstepInferenceThroughputDrop sees it.
 TOKENS_LEVEL = (

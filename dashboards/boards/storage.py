@@ -6,18 +6,7 @@ from __future__ import annotations
 from alerts import thresholds as T
 from alerts.recording import EXPECTED_INTERVAL
 from dashboards.board import Board
-from dashboards.panels import (
-    GREEN,
-    ORANGE,
-    RATE,
-    RED,
-    SEL,
-    Cell,
-    above,
-    below,
-    table,
-    timeseries,
-)
+from dashboards.panels import GREEN, ORANGE, RATE, RED, SEL, Cell, above, below, table, timeseries
 
 
 def filesystems() -> list[Cell]:
