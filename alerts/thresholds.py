@@ -1,9 +1,9 @@
 """Every threshold of Lockstep's alert rules, in one place.
 
-The rule files (alerts/*.rules.yml, deploy/prometheusrule.yaml) are generated from
-alerts/rules.py, which takes its numbers from here, and the dashboards draw the same numbers
-as threshold lines and colours (dashboards/build.py imports this module).  Change a value,
-then regenerate both:
+The rule files (alerts/*.rules.yml, deploy/prometheusrule.yaml) are generated from the rule
+modules (alerts/rules.py lists them), which take their numbers from here, and the dashboards
+draw the same numbers as threshold lines and colours (dashboards/boards/ import this module).
+Change a value, then regenerate both:
 
     .venv/bin/python -m alerts --write && .venv/bin/python -m dashboards --write
 
@@ -86,8 +86,8 @@ SUSPECT_CPU_PRESSURE_RATIO = 0.25
 SUSPECT_IO_PRESSURE_RATIO = 0.1
 
 # Where the straggler alerts' dashboard_url points: your Grafana's base URL, and the Slurm job
-# dashboard's panel that shows each rank's deviation with its suspects (dashboards/build.py
-# gives that panel this id).
+# dashboard's panel that shows each rank's deviation with its suspects
+# (dashboards/boards/slurm_job.py gives that panel this id).
 GRAFANA_URL = "http://grafana.example.com"
 SLURM_JOB_DASHBOARD_UID = "lockstep-slurm-job"
 RANK_DEVIATION_PANEL_ID = 100

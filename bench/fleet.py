@@ -58,7 +58,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # alerts/ and dashboards/ are repository packages, not installed
 
-from alerts import rules  # noqa: E402
+from alerts import render  # noqa: E402
 from alerts import thresholds as T  # noqa: E402
 from lockstep.simulation.snapshot import expositions  # noqa: E402
 from lockstep.simulation.storage import EPOCH  # noqa: E402
@@ -69,7 +69,7 @@ MOMENTS = (0.0, 600.0)  # simulated seconds: a checkpoint interval apart, so eve
 SIM_JOB = "4242"  # the simulated node's Slurm job
 RANKS_PER_NODE = 8
 FLEET_DASHBOARD = REPO / "dashboards" / "lockstep-fleet.json"
-RULE_FILES = [REPO / path for path in rules.RULE_FILES.values()]
+RULE_FILES = [REPO / path for path in render.RULE_FILES.values()]
 DASHBOARD_RANGE = 3 * 3600  # the fleet dashboard's default time range (now-3h)
 GRAFANA_MAX_POINTS = 1000
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

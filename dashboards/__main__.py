@@ -2,55 +2,19 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
-from pathlib import Path
 
+from alerts.generated import Generator, main
 from dashboards.render import render_all
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def stale_files() -> list[str]:
-    stale = [path for path, text in render_all().items() if _read(REPO / path) != text]
-    generated = set(render_all())
+DASHBOARDS = Generator(
+    prog="python -m dashboards",
+    description=__doc__,
+    files="the generated dashboards and ConfigMaps",
+    render_all=render_all,
     # A dashboard that was renamed or removed leaves its old JSON behind: that is stale too.
-    stale += [
-        f"dashboards/{p.name}"
-        for p in sorted((REPO / "dashboards").glob("*.json"))
-        if f"dashboards/{p.name}" not in generated
-    ]
-    return stale
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return None
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m dashboards", description=__doc__)
-    mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--write", action="store_true", help="write the generated dashboards and ConfigMaps")
-    mode.add_argument("--check", action="store_true", help="exit 1 if a generated file is out of date")
-    args = parser.parse_args(argv)
-    if args.write:
-        files = render_all()
-        for old in (REPO / "dashboards").glob("*.json"):
-            if f"dashboards/{old.name}" not in files:
-                old.unlink()
-                print(f"removed {old.relative_to(REPO)}")
-        for path, text in files.items():
-            (REPO / path).write_text(text)
-            print(f"wrote {path}")
-        return 0
-    stale = stale_files()
-    for path in stale:
-        print(f"{path} is out of date: run python -m dashboards --write", file=sys.stderr)
-    return 1 if stale else 0
-
+    owned=("dashboards/*.json",),
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(DASHBOARDS))

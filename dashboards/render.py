@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import yaml
 
-from dashboards.build import Board, boards
+from dashboards.board import Board
+from dashboards.build import boards
 
 CONFIGMAPS = "deploy/dashboards-configmap.yaml"
 HEADER = (

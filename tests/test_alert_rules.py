@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import rules
+from alerts import generated, render, rules
 from alerts import thresholds as T
-from alerts.__main__ import stale_files
+from alerts.__main__ import RULES
+from alerts.compression import Compression, scale_duration
+from alerts.inference import above_ttft_slo, ttft_slo_text
+from alerts.recording import TTFT_P95
 from alerts.tests import stragglers
 from dashboards.build import boards
 from lockstep.agent.catalogue import declared
@@ -106,7 +109,7 @@ def metrics_in(expr: str) -> set[str]:
 
 
 def test_generated_rule_files_are_current() -> None:
-    assert stale_files() == [], "run: .venv/bin/python -m alerts --write"
+    assert generated.stale_files(RULES) == [], "run: .venv/bin/python -m alerts --write"
 
 
 def test_the_generated_straggler_unit_tests_are_current() -> None:
@@ -116,9 +119,9 @@ def test_the_generated_straggler_unit_tests_are_current() -> None:
 
 def test_promtool_check_rules_is_clean(tmp_path: Path) -> None:
     promtool = require_promtool()
-    files = [str(REPO / path) for path in rules.RULE_FILES.values()]
+    files = [str(REPO / path) for path in render.RULE_FILES.values()]
     # The PrometheusRule for Kubernetes holds the same groups: check them as a rule file too.
-    spec = yaml.safe_load((REPO / rules.PROMETHEUS_RULE).read_text())["spec"]
+    spec = yaml.safe_load((REPO / render.PROMETHEUS_RULE).read_text())["spec"]
     (tmp_path / "prometheusrule.rules.yml").write_text(yaml.safe_dump(spec))
     result = subprocess.run(
         [promtool, "check", "rules", *files, str(tmp_path / "prometheusrule.rules.yml")],
@@ -142,9 +145,9 @@ def test_promtool_unit_tests_pass() -> None:
 
 
 def test_the_prometheus_rule_holds_exactly_the_rule_files_groups() -> None:
-    spec = yaml.safe_load((REPO / rules.PROMETHEUS_RULE).read_text())["spec"]
+    spec = yaml.safe_load((REPO / render.PROMETHEUS_RULE).read_text())["spec"]
     from_files = []
-    for path in rules.RULE_FILES.values():
+    for path in render.RULE_FILES.values():
         from_files += yaml.safe_load((REPO / path).read_text())["groups"]
     assert spec["groups"] == from_files
 
@@ -154,7 +157,7 @@ def test_the_alerts_are_the_products_with_severity_and_annotations() -> None:
     assert [a.name for a in alerts if a.name not in PRODUCT_ALERTS] == []
     assert PRODUCT_ALERTS - {a.name for a in alerts} == set()
     assert len(alerts) == len(PRODUCT_ALERTS)  # no duplicates
-    for group in yaml.safe_load((REPO / rules.RULE_FILES["alerting"]).read_text())["groups"]:
+    for group in yaml.safe_load((REPO / render.RULE_FILES["alerting"]).read_text())["groups"]:
         for rule in group["rules"]:
             assert rule["labels"]["severity"] in ("critical", "warning"), rule["alert"]
             annotations = rule["annotations"]
@@ -244,13 +247,13 @@ def test_every_alert_has_a_runbook_section_naming_an_existing_panel() -> None:
     ],
 )
 def test_durations_scale_for_the_end_to_end_test(duration: str, factor: float, minimum: int, scaled: str) -> None:
-    assert rules.scale_duration(duration, factor, minimum) == scaled
+    assert scale_duration(duration, factor, minimum) == scaled
 
 
 def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> None:
-    compression = rules.Compression(for_scale=1 / 30, range_scale=1 / 10, min_range=30, clock_offset=1000)
-    production = yaml.safe_load(rules.render_rule_files()[rules.RULE_FILES["alerting"]])
-    compressed = yaml.safe_load(rules.render_rule_files(compression)[rules.RULE_FILES["alerting"]])
+    compression = Compression(for_scale=1 / 30, range_scale=1 / 10, min_range=30, clock_offset=1000)
+    production = yaml.safe_load(render.render_rule_files()[render.RULE_FILES["alerting"]])
+    compressed = yaml.safe_load(render.render_rule_files(compression)[render.RULE_FILES["alerting"]])
     durations = re.compile(r"\[\d+[smhd]\]|offset \d+[smhd]|\(?time\(\)( - \d+\))?")
     for group, compressed_group in zip(production["groups"], compressed["groups"]):
         for rule, compressed_rule in zip(group["rules"], compressed_group["rules"]):
@@ -259,7 +262,7 @@ def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> No
     by_name = {r["alert"]: r for g in compressed["groups"] for r in g["rules"]}
     assert by_name["LockstepIOStall"]["for"] == "20s"
     assert by_name["LockstepIBSymbolErrors"]["expr"].startswith("increase(lockstep_ib_port_symbol_errors_total[360s])")
-    recording = rules.render_rule_files(compression)[rules.RULE_FILES["recording"]]
+    recording = render.render_rule_files(compression)[render.RULE_FILES["recording"]]
     assert "(time() - 1000) - lockstep_checkpoint_last_success_timestamp_seconds" in recording
     assert "rate(lockstep_training_compute_seconds_total[30s])" in recording
 
@@ -282,20 +285,20 @@ def test_a_models_own_ttft_slo_replaces_the_default_for_it_alone(tmp_path: Path)
     3 s breaks the default (2 s) but not the 405B model's 5 s; 6 s breaks both."""
     promtool = require_promtool()
     big = 'meta-llama/Llama-3.1-405B-Instruct"\\'  # quotes and backslashes are escaped, not injected
-    expr = rules.above_ttft_slo(2.0, {big: 5.0})
+    expr = above_ttft_slo(2.0, {big: 5.0})
     assert expr == (
-        f'{rules.TTFT_P95}{{model!="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}} > 2\n'
+        f'{TTFT_P95}{{model!="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}} > 2\n'
         "or\n"
-        f'{rules.TTFT_P95}{{model="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}} > 5'
+        f'{TTFT_P95}{{model="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}} > 5'
     )
-    assert rules.ttft_slo_text(2.0, {big: 5.0}) == (
+    assert ttft_slo_text(2.0, {big: 5.0}) == (
         '{{ if eq $labels.model "meta-llama/Llama-3.1-405B-Instruct\\"\\\\" }}5{{ else }}2{{ end }}'
     )
-    assert rules.above_ttft_slo(2.0, {}) == f"{rules.TTFT_P95} > 2"
+    assert above_ttft_slo(2.0, {}) == f"{TTFT_P95} > 2"
     (tmp_path / "slo.rules.yml").write_text(
         yaml.safe_dump({"groups": [{"name": "slo", "rules": [{"alert": "SLO", "expr": expr}]}]})
     )
-    p95 = rules.TTFT_P95
+    p95 = TTFT_P95
     series = [
         (f'{p95}{{server="a", model="small"}}', "3x10"),
         (f'{p95}{{server="b", model="meta-llama/Llama-3.1-405B-Instruct\\"\\\\"}}', "3x10"),

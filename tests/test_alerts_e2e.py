@@ -5,7 +5,7 @@ One Prometheus (Debian `prometheus`, started here on a free port with a temporar
 scrapes one `lockstep demo --scenario X` per case every 5 s, each target labelled
 cluster=<case>: the scenarios, a healthy node whose kubernetes collector fails, and a target
 nobody listens on (agent-down).  It loads the generated rule files, rendered with two test-only
-changes (alerts/rules.py Compression):
+changes (alerts/compression.py Compression):
 
 - durations are compressed: every `for:` 30 times (10m becomes 20 s) and to no more than 30 s
   (LockstepFilesystemAlmostFull's 30m), every range
@@ -43,8 +43,9 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import rules
+from alerts import render, rules
 from alerts import thresholds as T
+from alerts.compression import Compression
 from lockstep.simulation.gpu import XID_AT
 from lockstep.simulation.storage import EPOCH
 from lockstep.simulation.workloads import INFERENCE_ONSET
@@ -235,7 +236,7 @@ class Run:
     prometheus: str
     scenarios: list[str]
     started: float
-    compression: rules.Compression
+    compression: Compression
     fired: dict[str, dict[frozenset[tuple[str, str]], float]] = field(default_factory=dict)  # seconds in
     demo_started: dict[str, float] = field(default_factory=dict)  # per case: seconds in when its demo served
     at_end: list[dict[str, Any]] = field(default_factory=list)  # every alert (firing or pending) at the end
@@ -352,10 +353,10 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
             used.add(port)
             return port
 
-        compression = rules.Compression(
+        compression = Compression(
             for_scale=1 / 30, max_for=30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset
         )
-        for name, text in rules.render_rule_files(compression).items():
+        for name, text in render.render_rule_files(compression).items():
             (tmp / Path(name).name).write_text(text)
         # Prometheus first, its targets from files: each demo is added the moment it serves, so
         # Prometheus sees it from its first seconds, before any fault begins (a counter that
@@ -368,7 +369,7 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
                 "scrape_timeout": SCRAPE_INTERVAL,
                 "evaluation_interval": EVALUATION_INTERVAL,
             },
-            "rule_files": [str(tmp / Path(name).name) for name in rules.RULE_FILES.values()],
+            "rule_files": [str(tmp / Path(name).name) for name in render.RULE_FILES.values()],
             "scrape_configs": [
                 {
                     "job_name": T.AGENT_JOB,
@@ -413,7 +414,7 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
 
         if with_scale_out:
             (tmp / "scale-out").mkdir()
-            rule_paths = [tmp / Path(name).name for name in rules.RULE_FILES.values()]
+            rule_paths = [tmp / Path(name).name for name in render.RULE_FILES.values()]
             vm = scale_out.ScaleOut(tmp / "scale-out", targets, rule_paths, "1s", new_port)
 
         result = Run(
@@ -552,7 +553,7 @@ def test_every_dashboard_query_runs_and_returns_data(run: Run, title: str) -> No
 def rule_file_alerts() -> set[str]:
     """Every alert in the rule files of alerts/, whoever added it."""
     names = set()
-    for path in rules.RULE_FILES.values():
+    for path in render.RULE_FILES.values():
         for group in yaml.safe_load((REPO / path).read_text())["groups"]:
             names |= {rule["alert"] for rule in group["rules"] if "alert" in rule}
     return names
@@ -581,7 +582,7 @@ def _seconds(duration: str) -> int:
     return int(duration.removesuffix("s"))
 
 
-def detection_bound(compression: rules.Compression, alertname: str) -> float:
+def detection_bound(compression: Compression, alertname: str) -> float:
     """The alert's 'for' plus its longest range window (its recording rules' included) plus two
     refreshes of the data, as rendered for this run (seconds)."""
     recorded = {r.record: compression.expr(r.expr) for r in rules.recordings()}

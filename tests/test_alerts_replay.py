@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import rules
+from alerts import render
 from lockstep import __version__
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere
 from lockstep.agent.config import Overrides, load_config
@@ -161,7 +161,7 @@ def promtool_test(
             },
         ]
     test = {
-        "rule_files": [str(REPO / path) for path in rules.RULE_FILES.values()],
+        "rule_files": [str(REPO / path) for path in render.RULE_FILES.values()],
         "evaluation_interval": f"{STEP}s",
         "tests": [
             {

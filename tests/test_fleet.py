@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from alerts import rules
+from alerts import render, rules
+from alerts.model import Alert, Recording
 from tests.conftest import REPO, require_promtool, require_real, wait_until
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -52,16 +53,16 @@ def _problems(expr: str) -> list[str]:
     return found
 
 
-def _rule_id(rule: rules.Recording | rules.Alert) -> str:
-    return rule.record if isinstance(rule, rules.Recording) else rule.name
+def _rule_id(rule: Recording | Alert) -> str:
+    return rule.record if isinstance(rule, Recording) else rule.name
 
 
 @pytest.mark.parametrize("rule", [*rules.recordings(), *rules.alerts()], ids=_rule_id)
-def test_every_rule_keeps_the_cluster_label(rule: rules.Recording | rules.Alert) -> None:
+def test_every_rule_keeps_the_cluster_label(rule: Recording | Alert) -> None:
     """Every aggregation of every recording and alerting rule keeps `cluster` (one Prometheus or
     VictoriaMetrics holds several clusters; a rule that dropped it would merge their jobs)."""
     expr = rule.expr
-    if isinstance(rule, rules.Alert) and rule.name in WITHOUT_CLUSTER:
+    if isinstance(rule, Alert) and rule.name in WITHOUT_CLUSTER:
         assert WITHOUT_CLUSTER[rule.name] in expr
         expr = expr.split(WITHOUT_CLUSTER[rule.name])[0]
     assert _problems(expr) == [], expr
@@ -79,7 +80,7 @@ def test_vmalert_accepts_the_shipped_rule_files() -> None:
     vmalert = "/usr/bin/vmalert"
     require_real("vmalert (Debian package victoria-metrics)", os.access(vmalert, os.X_OK))
     result = subprocess.run(
-        [vmalert, "-dryRun", *(f"-rule={REPO / path}" for path in rules.RULE_FILES.values())],
+        [vmalert, "-dryRun", *(f"-rule={REPO / path}" for path in render.RULE_FILES.values())],
         capture_output=True,
         text=True,
         timeout=60,

@@ -19,7 +19,7 @@ The whole run takes about a minute and a half.  LOCKSTEP_E2E_SHORT=1 keeps only 
 leaf-switch, at speed 1 (grouping and inhibition in 30 s or so), for a machine too busy for 60x
 (see LONG below).
 
-The rules are rendered with every `for:` and range window divided by the speed (alerts/rules.py
+The rules are rendered with every `for:` and range window divided by the speed (alerts/compression.py
 Compression), so their durations are simulated time.  The Alertmanager runs the shipped
 alerts/alertmanager.yml with its receivers pointed at a webhook server in this test and its
 timers shortened.  While the run lasts the test keeps every alert seen firing in Prometheus
@@ -41,8 +41,9 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import rules
+from alerts import render
 from alerts import thresholds as T
+from alerts.compression import Compression
 from lockstep.simulation.timeline import SLOW_ONSET
 from lockstep.simulation.workloads import DEMO_EPOCH
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
@@ -237,8 +238,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         )
         # Durations are simulated: divide them by the speed.
         # Scrapes every 3 s (a loaded machine answers a 1 s scrape timeout late): windows of at least 9 s.
-        compression = rules.Compression(for_scale=1 / SPEED, range_scale=1 / SPEED, min_range=9)
-        for name, text in rules.render_rule_files(compression).items():
+        compression = Compression(for_scale=1 / SPEED, range_scale=1 / SPEED, min_range=9)
+        for name, text in render.render_rule_files(compression).items():
             groups = yaml.safe_load(text)["groups"]
             for group in groups:
                 group["rules"] = [r for r in group["rules"] if r.get("alert") not in AGENT_HEALTH]
@@ -271,7 +272,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 demos.append((f"http://127.0.0.1:{port}/healthz", log, [*args, "--listen", f"127.0.0.1:{port}"]))
         prometheus_config = {
             "global": {"scrape_interval": "3s", "scrape_timeout": "3s", "evaluation_interval": "1s"},
-            "rule_files": [str(tmp / Path(name).name) for name in rules.RULE_FILES.values()],
+            "rule_files": [str(tmp / Path(name).name) for name in render.RULE_FILES.values()],
             "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]},
             # Each demo is added once it serves (a target not yet up would fire LockstepAgentDown).
             "scrape_configs": [

@@ -40,8 +40,9 @@ from typing import Any
 import pytest
 import yaml
 
-from alerts import rules
+from alerts import render, rules
 from alerts import thresholds as T
+from alerts.model import Alert
 from lockstep.simulation.gpu import GPU_UUIDS
 from lockstep.simulation.workloads import VLLM_MODEL, VLLM_URL
 from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
@@ -240,7 +241,7 @@ def relaxed(expr: str) -> str:
     return out
 
 
-def workload_alerts() -> list[rules.Alert]:
+def workload_alerts() -> list[Alert]:
     """The alerts on the inference and Kubernetes metrics: those whose annotations name a workload.
     Not the per-GPU ones (LockstepGPUIdleWhileAllocated joins the pods' GPUs): relaxed, they fire
     once per GPU of the scenario, not once; promtool proves their pod labels and annotations
@@ -285,11 +286,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # The recording rules too: the inference alerts read them.
         test_rules = {
             "groups": [
-                *rules.groups_dict(rules.RECORDING_GROUPS),
+                *render.groups_dict(rules.RECORDING_GROUPS),
                 {
                     "name": "workload-alerts-relaxed",
                     "rules": [
-                        {**rules.rule_dict(alert), "expr": relaxed(alert.expr), "for": "0s"}
+                        {**render.rule_dict(alert), "expr": relaxed(alert.expr), "for": "0s"}
                         for alert in workload_alerts()
                     ],
                 },
@@ -428,7 +429,7 @@ def test_workload_alert_annotations_name_the_workload(run: Run) -> None:
     assert {"LockstepKVCachePressure", "LockstepKVCachePreemptions"} <= set(alerts)
     for alert in workload_alerts():
         fired = alerts[alert.name]
-        templates = " ".join(str(v) for v in rules.rule_dict(alert)["annotations"].values())  # type: ignore[union-attr]
+        templates = " ".join(str(v) for v in render.rule_dict(alert)["annotations"].values())  # type: ignore[union-attr]
         named = set(re.findall(r"\$labels\.(\w+)", templates))
         assert named, alert.name
         for label in named:

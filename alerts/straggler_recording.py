@@ -1,0 +1,193 @@
+"""The sustained straggler rules: each rank's (each busy GPU's) 30-minute mean against its job's
+median and median absolute deviation (MAD), and the suspects on a slow rank's node."""
+
+from __future__ import annotations
+
+from alerts import thresholds as T
+from alerts.model import Group, Recording
+from alerts.promql import JOB_ON, by, job_by, num, on, regex
+
+W = T.STRAGGLER_SUSTAINED_WINDOW
+TARGET = ", ".join(T.TARGET_LABELS)
+WORK = "lockstep_training_work_seconds"  # compute + data wait per step: the rank's own time
+
+
+def _work_per_step(window: str) -> Recording:
+    """The rank's own time per step (not waiting for its peers): compute plus data wait.  A rank
+    starved by its loader is as slow as one with a slow GPU; ranks that report no data wait
+    count compute alone."""
+    return Recording(
+        f"job_rank:{WORK}:mean{window}",
+        f"(\n  rate(lockstep_training_compute_seconds_total[{window}])\n"
+        f"  + (rate(lockstep_training_data_wait_seconds_total[{window}])"
+        f" or 0 * rate(lockstep_training_compute_seconds_total[{window}]))\n)\n"
+        f"/ (rate(lockstep_training_steps_total[{window}]) > 0)",
+    )
+
+
+def _median_and_mad(level: str, metric: str, window: str) -> tuple[Recording, ...]:
+    """The job's median of a per-rank (per-GPU) series, its median absolute deviation, and each
+    member's ratio to the median."""
+    member = f"{level}:{metric}:{'avg' if level == 'job_gpu' else 'mean'}{window}"
+    median = f"job:{metric}:median{window}"
+    return (
+        Recording(median, f"quantile {job_by()} (0.5, {member})"),
+        Recording(
+            f"job:{metric}:mad{window}",
+            f"quantile {job_by()} (\n  0.5,\n  abs({member} - {JOB_ON} group_left () {median})\n)",
+        ),
+        Recording(f"{level}:{metric}:ratio_to_median{window}", f"{member}\n/ {JOB_ON} group_left ()\n{median}"),
+    )
+
+
+def _gpu_pace(window: str) -> str:
+    """What a busy GPU's pace is measured by: its SM clock, averaged over the window.
+
+    Not GPM's SM activity (issue 13 looked at it): in synchronous training the slow GPU is
+    the *busiest* (its peers wait for it in NCCL kernels, which hold only a few SMs), and a GPU
+    stalled on memory or NVLink keeps its warps resident, so its SM activity stays high too.
+    Activity says how much of a GPU a job uses (LockstepGPUIdleWhileAllocated, the dashboards),
+    not which GPU is slow; a GPU that keeps its clock but does less work shows in its rank's
+    time per step (the training straggler rules)."""
+    return (
+        f"lockstep_slurm_job_gpu_info\n* {on('uuid')} group_left ()\n"
+        f"(\n  avg_over_time(lockstep_gpu_sm_clock_hertz[{window}])\n"
+        f"  and avg_over_time(lockstep_gpu_utilization_ratio[{window}]) > {num(T.GPU_STRAGGLER_MIN_UTILIZATION)}\n)"
+    )
+
+
+def _suspect(record: str, name: str, expr: str) -> Recording:
+    """A suspect series: 1 where expr has a sample, labelled suspect=<name> by the rule."""
+    return Recording(record, expr, (("suspect", name),))
+
+
+INSTANCE_SUSPECT = f"instance:lockstep_straggler_suspect:active{W}"
+HOST_SUSPECT = f"host:lockstep_straggler_suspect:active{W}"
+RANK_SUSPECT = f"job_rank:lockstep_training_suspect:active{W}"
+GPU_THROTTLE = f"gpu:lockstep_gpu_clock_event_active:avg{W}"
+HOST_INFO = "instance:lockstep_host:info"
+SLOWDOWN_REASONS = regex(T.SUSPECT_GPU_THROTTLE_REASONS)
+
+# Node-wide suspects: (name, PromQL that has a sample per target where the node shows it).
+NODE_SUSPECTS = (
+    (
+        "ib_errors",
+        f"rate(lockstep_ib_port_symbol_errors_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_link_error_recovery_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_link_downed_total[{W}]) > 0\n"
+        f"    or rate(lockstep_ib_port_receive_errors_total[{W}]) > 0\n"
+        f"    or min_over_time(lockstep_ib_port_state[{W}]) < 4",
+    ),
+    (
+        "ib_congestion",
+        f"rate(lockstep_ib_port_transmit_wait_total[{W}])\n"
+        f"    / (rate(lockstep_ib_port_transmit_wait_total[{W}])"
+        f" + rate(lockstep_ib_port_transmitted_bytes_total[{W}]) / 4 > 0)\n"
+        f"    > {num(T.SUSPECT_IB_TRANSMIT_WAIT_RATIO)}",
+    ),
+    ("pfc_pause", f"rate(lockstep_pfc_pause_seconds_total[{W}]) > {num(T.SUSPECT_PFC_PAUSE_RATIO)}"),
+    (
+        "hung_mount",
+        f"min_over_time(lockstep_filesystem_responsive[{W}]) == 0\n"
+        f"    or rate(lockstep_nfs_major_timeouts_total[{W}]) > 0",
+    ),
+    (
+        "cpu_pressure",
+        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="cpu", kind="some"}}[{W}])'
+        f" > {num(T.SUSPECT_CPU_PRESSURE_RATIO)}",
+    ),
+    (
+        "io_pressure",
+        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="io", kind="full"}}[{W}])'
+        f" > {num(T.SUSPECT_IO_PRESSURE_RATIO)}",
+    ),
+)
+
+# Ranks slow enough by the relative margin to be given suspects.
+SLOW_RANKS = f"job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}"
+
+
+def _rank_suspects() -> tuple[Recording, ...]:
+    """Each slow rank gets its node's suspects.  A rank's series come from whichever agent reads
+    its log (on a shared filesystem, maybe not its own node's), so the join is on the rank's
+    host label, which instance:lockstep_host:info maps to the node's agent."""
+    slow = f"group by ({TARGET}, job_id, rank, host) ({SLOW_RANKS})"
+    rules = [
+        _suspect(RANK_SUSPECT, name, f'{slow}\n* on (cluster, host) group_left ()\n{HOST_SUSPECT}{{suspect="{name}"}}')
+        for name, _ in NODE_SUSPECTS
+    ]
+    # A throttled GPU of the same job on the rank's node (which GPU runs which rank is not known).
+    rules.append(
+        _suspect(
+            RANK_SUSPECT,
+            "gpu_throttle",
+            f"{slow}\n* on (cluster, host, job_id) group_left ()\n"
+            f"group by (cluster, host, job_id) (\n"
+            f"  max by ({TARGET}, uuid) ({GPU_THROTTLE})\n"
+            f"  * on ({TARGET}, uuid) group_right () lockstep_slurm_job_gpu_info\n"
+            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+        )
+    )
+    # The rank's own data wait explains most of its excess time.
+    excess = f"(job_rank:{WORK}:mean{W} - {JOB_ON} group_left () job:{WORK}:median{W})"
+    data_excess = (
+        f"(job_rank:lockstep_training_data_wait_seconds:mean{W}"
+        f" - {JOB_ON} group_left () job:lockstep_training_data_wait_seconds:median{W})"
+    )
+    rules.append(
+        _suspect(
+            RANK_SUSPECT,
+            "data_wait",
+            f"{slow}\nand on ({TARGET}, job_id, rank, host)\n"
+            f"{data_excess}\n> {num(T.SUSPECT_DATA_WAIT_SHARE)} * {excess}",
+        )
+    )
+    return tuple(rules)
+
+
+STRAGGLER_RECORDING = Group(
+    "lockstep-stragglers.recording",
+    (
+        _work_per_step("5m"),
+        Recording(f"job:{WORK}:median5m", f"quantile {job_by()} (0.5, job_rank:{WORK}:mean5m)"),
+        Recording(
+            f"job_rank:{WORK}:ratio_to_median5m",
+            f"job_rank:{WORK}:mean5m\n/ {JOB_ON} group_left ()\njob:{WORK}:median5m",
+        ),
+        _work_per_step(W),
+        *_median_and_mad("job_rank", WORK, W),
+        Recording(
+            f"job_rank:lockstep_training_data_wait_seconds:mean{W}",
+            f"rate(lockstep_training_data_wait_seconds_total[{W}])\n/ (rate(lockstep_training_steps_total[{W}]) > 0)",
+        ),
+        Recording(
+            f"job:lockstep_training_data_wait_seconds:median{W}",
+            f"quantile {job_by()} (0.5, job_rank:lockstep_training_data_wait_seconds:mean{W})",
+        ),
+        Recording(f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}", _gpu_pace(W)),
+        *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
+        # Suspects.  Which host each agent runs on, for ranks whose series another agent exports:
+        # the Slurm node name, else the Kubernetes node name the scrape adds.
+        # One agent per host (topk): the joins on it must find one, or PromQL refuses them.
+        Recording(
+            HOST_INFO,
+            f"topk by (cluster, host) (\n  1,\n  max by ({TARGET}, host) (\n"
+            '    label_replace(lockstep_slurm_node_info{slurm_node!=""}, "host", "$1", "slurm_node", "(.+)")\n'
+            f"    or on (cluster, instance)\n"
+            f'    label_replace(group by ({TARGET}) (lockstep_build_info{{node!=""}}), "host", "$1", "node", "(.+)")\n'
+            "  )\n)",
+        ),
+        Recording(
+            GPU_THROTTLE,
+            f'avg_over_time(lockstep_gpu_clock_event_active{{reason=~"{SLOWDOWN_REASONS}"}}[{W}])'
+            f" > {num(T.SUSPECT_GPU_THROTTLE_SHARE)}",
+        ),
+        *(_suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)") for name, expr in NODE_SUSPECTS),
+        Recording(
+            HOST_SUSPECT,
+            f"max by (cluster, host, suspect) (\n  {INSTANCE_SUSPECT}\n"
+            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+        ),
+        *_rank_suspects(),
+    ),
+)
