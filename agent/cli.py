@@ -76,11 +76,24 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lockstep {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
-    commands.add_parser("run", parents=[shared], help="run the agent (the daemon)")
-    commands.add_parser(
-        "once", parents=[shared], help="one collection round, exposition to stdout; exit 1 if a collector failed"
+    # run, once and doctor may read GPUs from a fake NVML (demo has its own simulated GPUs).
+    fake_gpus = CommandParser(add_help=False)
+    fake_gpus.add_argument(
+        "--gpu.fake-nvml",
+        dest="fake_nvml",
+        type=Path,
+        metavar="SPEC",
+        help="use a fake NVML described by this YAML spec instead of the real library (demos, tests; docs/gpu.md)",
     )
-    commands.add_parser("doctor", parents=[shared], help="which collectors can run on this machine, and why not")
+    commands.add_parser("run", parents=[shared, fake_gpus], help="run the agent (the daemon)")
+    commands.add_parser(
+        "once",
+        parents=[shared, fake_gpus],
+        help="one collection round, exposition to stdout; exit 1 if a collector failed",
+    )
+    commands.add_parser(
+        "doctor", parents=[shared, fake_gpus], help="which collectors can run on this machine, and why not"
+    )
     demo = commands.add_parser(
         "demo",
         parents=[shared],
@@ -176,6 +189,22 @@ def overrides_from(
     )
 
 
+def seams_with_fake_nvml(spec: Path) -> Seams:
+    """The seams of ``run|once|doctor --gpu.fake-nvml SPEC``: the GPU collector reads the fake
+    NVML the spec describes; ConfigError (file:line of each problem) if the spec is wrong.
+
+    The one edge from the daemon's code into lockstep.simulation apart from the ``demo``
+    command's: imported here, only when the flag is given, so ``run`` and ``once`` without it
+    load no simulation module.
+    """
+    from lockstep.simulation.fake_nvml import FakeSpecError, from_spec_file
+
+    try:
+        return Seams(nvml=from_spec_file(spec))
+    except FakeSpecError as exc:
+        raise ConfigError([f"--gpu.fake-nvml: {'; '.join(exc.problems)}"]) from None
+
+
 def report_problems(problems: Sequence[str]) -> int:
     for problem in problems:
         print(f"lockstep: {problem}", file=sys.stderr)
@@ -268,6 +297,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         node, _tempdir = temporary_node(args.scenario)
         seams = node.seams
         sim_paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
+
+    if args.command != "demo" and args.fake_nvml is not None:
+        try:
+            seams = seams_with_fake_nvml(args.fake_nvml)
+        except ConfigError as exc:
+            return report_problems(exc.problems)
 
     overrides = overrides_from(args, available, sim_paths)
     if node is not None:

@@ -13,18 +13,19 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # types only: importing them would load grpc/ctypes code for every collector
     from lockstep.collectors.ethtool import StatsReader
+    from lockstep.collectors.gpu.provider import NvmlProvider
     from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
 
 
 @dataclass(slots=True)
 class Seams:
-    # A module-like object with the pynvml functions the GPU collector calls and pynvml's
-    # own exception classes (simulation/fake_nvml.py).  Typed Any: pynvml ships no types.
-    nvml: Any = None
+    # The pynvml functions the GPU collector calls (collectors/gpu/provider.py): the fake NVML
+    # of the simulated node, the tests and ``--gpu.fake-nvml`` (simulation/fake_nvml/); pynvml when None.
+    nvml: NvmlProvider | None = None
     # Seconds since the epoch, for timestamps the collectors export (time.time when None).
     wall_clock: Callable[[], float] | None = None
     # ``scontrol ARGS`` with a timeout in seconds -> its stdout; raises OSError or

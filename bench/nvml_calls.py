@@ -44,7 +44,7 @@ def main() -> int:
     fake = FakeNvml(node_spec(args.scenario))
     gpus = len(fake.spec.gpus)
     links = max(g.nvlink_links for g in fake.spec.gpus)
-    context = CollectorContext(Paths(), {"fake_nvml": None}, logging.getLogger("bench"), Seams(nvml=fake))
+    context = CollectorContext(Paths(), {}, logging.getLogger("bench"), Seams(nvml=fake))
     collector = GpuCollector(context)
     try:
         list(collector.collect())

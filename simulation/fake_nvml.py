@@ -51,6 +51,7 @@ import pynvml
 
 from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS
+from lockstep.collectors.gpu.provider import NvmlProvider
 
 # Per-process utilisation: NVML keeps samples stamped with the CPU clock in microseconds; the
 # fake takes one a second, the first at PROCESS_SAMPLES_EPOCH_US (2026-01-02T00:00:00Z) at t=0.
@@ -1457,3 +1458,11 @@ def _clock(gpu: GpuSpec, clock_type: int, sm_mhz: int) -> int:
 def fake_from_gpus(gpus: Iterable[GpuSpec], **spec: Any) -> FakeNvml:
     """A manual-clock fake from GPU specs (identity filled in from their positions)."""
     return FakeNvml(FakeSpec(gpus=tuple(with_defaults(g, i) for i, g in enumerate(gpus)), **spec))
+
+
+def from_spec_file(path: Path | str) -> NvmlProvider:
+    """The fake NVML of ``lockstep run|once|doctor --gpu.fake-nvml SPEC``: the spec file loaded
+    and checked (FakeSpecError names file:line), its counters running with real time.
+
+    Typed as the GPU collector's ``NvmlProvider``: mypy checks here that the fake conforms."""
+    return FakeNvml(load_spec(path), real_time=True)

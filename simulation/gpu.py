@@ -378,16 +378,17 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    if node.scenario == "straggler-thermal" and node.seams.nvml is not None and slow(node.scenario, t):
+    # This area puts its fake NVML in the seams at the first build; later builds change it.
+    fake = node.seams.nvml if isinstance(node.seams.nvml, FakeNvml) else None
+    if node.scenario == "straggler-thermal" and fake is not None and slow(node.scenario, t):
         # The throttle begins at the workloads area's onset: the fake serves the new spec from now on.
-        fake = node.seams.nvml
         if fake.spec.gpus[STRAGGLER_GPU].clock_event_reasons != ("sw_thermal_slowdown",):
             gpus = list(fake.spec.gpus)
             gpus[STRAGGLER_GPU] = thermally_throttled(gpus[STRAGGLER_GPU])
             fake.spec = dataclasses.replace(fake.spec, gpus=tuple(gpus))
-    fake = node.seams.nvml
     if fake is None:
-        fake = node.seams.nvml = FakeNvml(node_spec(node.scenario))
+        fake = FakeNvml(node_spec(node.scenario))
+        node.seams.nvml = fake
         if node.seams.wall_clock is None:
             node.seams.wall_clock = lambda: WALL_CLOCK_AT_START + node.t
     if node.scenario == "gpu-faults":

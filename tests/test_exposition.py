@@ -98,7 +98,7 @@ def test_gpm_ratios_from_the_second_round() -> None:
     emitted: set[str] = set()
     for spec in (healthy, ratios_only):
         fake = FakeNvml(spec)
-        context = CollectorContext(Paths(), {"fake_nvml": None}, logging.getLogger("test"), Seams(nvml=fake))
+        context = CollectorContext(Paths(), {}, logging.getLogger("test"), Seams(nvml=fake))
         collector = GpuCollector(context)
         collector.gpm_min_interval = 0.0  # its rounds come milliseconds apart; the fake's clock says 10 s
         try:

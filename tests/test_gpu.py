@@ -55,7 +55,7 @@ class FastGpuCollector(GpuCollector):
 def make(fake: FakeNvml, cls: type[GpuCollector] = FastGpuCollector, sysfs: Path | None = None) -> GpuCollector:
     context = CollectorContext(
         paths=Paths(sysfs=sysfs or Path("/sys")),
-        options={"fake_nvml": None},
+        options={},
         log=logging.getLogger("test.gpu"),
         seams=Seams(nvml=fake, wall_clock=lambda: WALL_CLOCK),
     )
@@ -625,7 +625,7 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     if ctypes.util.find_library("nvidia-ml"):
         pytest.skip("this machine has libnvidia-ml: the real-GPU case")
     collector = GpuCollector(
-        CollectorContext(paths=Paths(), options={"fake_nvml": None}, log=logging.getLogger("test.gpu"))
+        CollectorContext(paths=Paths(), options={}, log=logging.getLogger("test.gpu"))
     )
     with pytest.raises(NothingHere, match=r"^libnvidia-ml\.so\.1 not found \(no NVIDIA driver installed\)"):
         list(collector.collect())

@@ -29,13 +29,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client.core import Metric
 
 from lockstep.agent import gpus
-from lockstep.agent.collector import Families, MetricSpec, Option
-from lockstep.agent.config import parse_string
+from lockstep.agent.collector import Families, MetricSpec
 from lockstep.collectors.gpu.fields import omitted_metrics
 from lockstep.collectors.gpu.metrics import INFO, METRICS, NVML_ERRORS, UP
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE
@@ -43,30 +41,11 @@ from lockstep.collectors.gpu.pcie import PCIE_LINK_METRICS
 from lockstep.collectors.gpu.session import NvmlSessions
 
 
-def parse_fake_nvml(value: Any) -> Any:
-    """The fake NVML spec file: loaded and checked when the config is (errors name file:line)."""
-    from lockstep.simulation.fake_nvml import FakeSpecError, load_spec  # only when asked for
-
-    try:
-        return load_spec(parse_string(value))
-    except FakeSpecError as exc:
-        raise ValueError("; ".join(exc.problems)) from None
-
-
 class GpuCollector(NvmlSessions):
     name = "gpu"
     help = "NVIDIA GPUs and NVLink through NVML: utilization, memory, clocks and their throttling, power, XID errors."
     default_interval = 10.0
     hotplug_subsystems = ("pci",)
-    options = (
-        Option(
-            "fake_nvml",
-            parse_fake_nvml,
-            None,
-            "use a fake NVML described by this YAML spec instead of the real library (demos, tests; docs/gpu.md)",
-            flag="--gpu.fake-nvml",
-        ),
-    )
     metrics = METRICS + PCIE_LINK_METRICS
     # How long the first round waits for the XID listener to be registered, so an XID
     # right at start is not missed and the first exposition already has it.

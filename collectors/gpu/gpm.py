@@ -42,6 +42,7 @@ from lockstep.collectors.gpu.metrics import (
     SM_OCCUPANCY,
 )
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, UNSUPPORTED
+from lockstep.collectors.gpu.provider import NvmlProvider
 
 if TYPE_CHECKING:
     from lockstep.collectors.gpu.reading import GpuReader, GpuState
@@ -117,7 +118,7 @@ class GpmState:
         return [b for t in self.targets.values() for b in (t.previous, t.current)]
 
 
-def start_gpm(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
+def start_gpm(reader: GpuReader, nvml: NvmlProvider, gpu: GpuState) -> None:
     """At enumeration: does the GPU have GPM?  If so, allocate its buffers and take a first sample."""
     support = reader._optional(gpu, "nvmlGpmQueryDeviceSupport", nvml.nvmlGpmQueryDeviceSupport, gpu.handle)
     if support is None:
@@ -130,7 +131,9 @@ def start_gpm(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
     gpu.gpm = GpmState(uses=[(use, mid) for use, mid in ids if mid is not None])  # the binding may lack some
 
 
-def _target(reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, instance: int | None) -> GpmTarget | None:
+def _target(
+    reader: GpuReader, nvml: NvmlProvider, gpu: GpuState, state: GpmState, instance: int | None
+) -> GpmTarget | None:
     target = state.targets.get(instance)
     if target is None:
         try:
@@ -145,7 +148,7 @@ def _target(reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, instan
 
 
 def _sample(
-    reader: GpuReader, nvml: Any, gpu: GpuState, target: GpmTarget, into: Any, at_enumeration: bool = False
+    reader: GpuReader, nvml: NvmlProvider, gpu: GpuState, target: GpmTarget, into: Any, at_enumeration: bool = False
 ) -> bool:
     """A sample of the GPU or instance into the buffer; False if there is none this time."""
     name = "nvmlGpmSampleGet" if target.gpu_instance_id is None else "nvmlGpmMigSampleGet"
@@ -171,7 +174,7 @@ def _sample(
     return True
 
 
-def first_sample(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
+def first_sample(reader: GpuReader, nvml: NvmlProvider, gpu: GpuState) -> None:
     """The whole GPU's first sample, taken at enumeration, so the first round has the counters."""
     if gpu.gpm is None:
         return
@@ -182,7 +185,7 @@ def first_sample(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
 
 
 def read_gpm(
-    reader: GpuReader, nvml: Any, gpu: GpuState, instances: list[int] | None
+    reader: GpuReader, nvml: NvmlProvider, gpu: GpuState, instances: list[int] | None
 ) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
     """This round's GPM values of the GPU (``instances`` None) or of its MIG GPU instances."""
     state = gpu.gpm
@@ -223,7 +226,7 @@ def read_gpm(
 
 
 def _metrics(
-    reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, target: GpmTarget, windowed: bool
+    reader: GpuReader, nvml: NvmlProvider, gpu: GpuState, state: GpmState, target: GpmTarget, windowed: bool
 ) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
     asked = [(use, mid) for use, mid in state.uses if use.cumulative or windowed]
     if not asked:
@@ -266,7 +269,7 @@ def _metrics(
     return out
 
 
-def _free(nvml: Any, buffers: tuple[Any, ...] | list[Any]) -> None:
+def _free(nvml: NvmlProvider, buffers: tuple[Any, ...] | list[Any]) -> None:
     for buffer in buffers:
         try:
             nvml.nvmlGpmSampleFree(buffer)
@@ -274,7 +277,7 @@ def _free(nvml: Any, buffers: tuple[Any, ...] | list[Any]) -> None:
             pass  # freeing at the end of a session or of an instance: nothing more to do
 
 
-def free_gpm(nvml: Any, gpu: GpuState) -> None:
+def free_gpm(nvml: NvmlProvider, gpu: GpuState) -> None:
     """Free the GPU's sample buffers (before NVML is shut down)."""
     if gpu.gpm is not None:
         _free(nvml, gpu.gpm.buffers())

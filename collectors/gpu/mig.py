@@ -5,7 +5,7 @@ which of the GPU's compute processes run in each.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pynvml
 
@@ -13,6 +13,7 @@ from lockstep.agent.collector import MetricSpec
 from lockstep.agent.gpus import GpuProcess, MigDevice
 from lockstep.collectors.gpu.metrics import MIG_INFO, MIG_MEMORY_TOTAL, MIG_MEMORY_USED, MIG_PROCESSES
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, text
+from lockstep.collectors.gpu.provider import NvmlProvider
 
 if TYPE_CHECKING:
     from lockstep.collectors.gpu.reading import GpuReader, GpuState
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 
 def read_mig(
     reader: GpuReader,
-    nvml: Any,
+    nvml: NvmlProvider,
     gpu: GpuState,
     out: list[tuple[MetricSpec, tuple[str, ...], float]],
     processes: Sequence[GpuProcess],

@@ -32,6 +32,7 @@ import pynvml
 
 from lockstep.agent.gpus import GpuProcess
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, UNSUPPORTED
+from lockstep.collectors.gpu.provider import NvmlProvider
 
 if TYPE_CHECKING:
     from lockstep.collectors.gpu.reading import GpuReader, GpuState
@@ -41,7 +42,7 @@ CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilizati
 
 
 def with_utilization(
-    reader: GpuReader, nvml: Any, gpu: GpuState, processes: tuple[GpuProcess, ...]
+    reader: GpuReader, nvml: NvmlProvider, gpu: GpuState, processes: tuple[GpuProcess, ...]
 ) -> tuple[GpuProcess, ...]:
     """The GPU's compute processes, each with its SM and memory-bandwidth share since the last
     round (0 without a sample), or unchanged (None) where NVML cannot say."""
@@ -62,7 +63,7 @@ def with_utilization(
     return tuple(out)
 
 
-def _samples(reader: GpuReader, nvml: Any, gpu: GpuState) -> list[Any] | None:
+def _samples(reader: GpuReader, nvml: NvmlProvider, gpu: GpuState) -> list[Any] | None:
     """The samples since the GPU's last one ([] when there are none), None when NVML cannot say."""
     for name in CALLS:
         if name in gpu.unsupported:

@@ -51,6 +51,7 @@ from lockstep.collectors.gpu.nvml import (
 )
 from lockstep.collectors.gpu.pcie import read_pcie_link
 from lockstep.collectors.gpu.processes import with_utilization
+from lockstep.collectors.gpu.provider import NvmlProvider
 
 
 @dataclass
@@ -97,7 +98,7 @@ class GpuReader(Collector):
         self._errors: dict[tuple[int, str, str], int] = {}  # (index, uuid, error) -> count
 
     def _read_gpu(
-        self, nvml: Any, gpu: GpuState
+        self, nvml: NvmlProvider, gpu: GpuState
     ) -> tuple[list[tuple[MetricSpec, tuple[str, ...], float]], tuple[GpuProcess, ...], tuple[MigDevice, ...]]:
         """All of one GPU's values, or an exception (GPU_GONE, LIFECYCLE): nothing partial."""
         out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
@@ -161,7 +162,7 @@ class GpuReader(Collector):
             out += read_gpm(self, nvml, gpu, instances)
         return out, processes or (), migs
 
-    def _read_fabric(self, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    def _read_fabric(self, nvml: NvmlProvider, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
         """NVSwitch fabric registration state and health (one call); nothing on GPUs without a fabric."""
         name = "nvmlDeviceGetGpuFabricInfoV"
         if name in gpu.unsupported:
@@ -184,7 +185,7 @@ class GpuReader(Collector):
             out.append((FABRIC_HEALTH, (*gpu.labels, condition), holds))
         return out
 
-    def _read_fields(self, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    def _read_fields(self, nvml: NvmlProvider, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
         """The batched fields: one call; each field checked by its own return code."""
         if not gpu.field_uses:
             return []
@@ -236,7 +237,7 @@ class GpuReader(Collector):
         gpu.field_uses = keep
         return out
 
-    def _processes(self, nvml: Any, gpu: GpuState) -> tuple[GpuProcess, ...] | None:
+    def _processes(self, nvml: NvmlProvider, gpu: GpuState) -> tuple[GpuProcess, ...] | None:
         found = self._optional(
             gpu, "nvmlDeviceGetComputeRunningProcesses", nvml.nvmlDeviceGetComputeRunningProcesses, gpu.handle
         )

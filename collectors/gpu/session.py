@@ -9,7 +9,6 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pynvml
 
@@ -27,6 +26,7 @@ from lockstep.collectors.gpu.nvml import (
     pci_key,
     text,
 )
+from lockstep.collectors.gpu.provider import NvmlProvider
 from lockstep.collectors.gpu.reading import GpuReader, GpuState
 from lockstep.collectors.gpu.xid import XidCounts, XidListener
 
@@ -35,7 +35,7 @@ from lockstep.collectors.gpu.xid import XidCounts, XidListener
 class Session:
     """One nvmlInit .. nvmlShutdown."""
 
-    nvml: Any
+    nvml: NvmlProvider
     driver_version: str
     gpus: list[GpuState]
     listener: XidListener | None = None
@@ -56,7 +56,6 @@ class NvmlSessions(GpuReader):
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self._session: Session | None = None
-        self._own_fake: Any = None
         self._retry_at = 0.0  # monotonic time before which NVML is not re-initialised
         self._retry_delay = self.reinit_backoff_initial
         self._broken = ""  # why the last attempt to use NVML as a whole failed
@@ -70,18 +69,10 @@ class NvmlSessions(GpuReader):
 
     # --- NVML library and session ---
 
-    def _library(self) -> Any:
-        fake = self.context.seams.nvml
-        if fake is not None:
-            return fake
-        spec = self.context.options.get("fake_nvml")
-        if spec is not None:
-            if self._own_fake is None:
-                from lockstep.simulation.fake_nvml import FakeNvml
-
-                self._own_fake = FakeNvml(spec, real_time=True)
-            return self._own_fake
-        return pynvml
+    def _library(self) -> NvmlProvider:
+        """The fake NVML a test, the simulated node or ``--gpu.fake-nvml`` put in the seams, else pynvml."""
+        replaced = self.context.seams.nvml
+        return pynvml if replaced is None else replaced
 
     def _start_session(self) -> Session:
         nvml = self._library()
@@ -129,7 +120,7 @@ class NvmlSessions(GpuReader):
             raise
         return session
 
-    def _enumerate(self, nvml: Any, index: int, driver: int | None) -> GpuState:
+    def _enumerate(self, nvml: NvmlProvider, index: int, driver: int | None) -> GpuState:
         """A GPU's identity and static facts; a GPU that does not answer is kept, lost."""
         known = self._known.get(index)
         gpu = GpuState(index=index, handle=None)
@@ -177,7 +168,7 @@ class NvmlSessions(GpuReader):
             gpu.model, gpu.vbios_version = known.model, known.vbios_version
         self._count_error(gpu, exc)
 
-    def _link_count(self, nvml: Any, gpu: GpuState) -> int:
+    def _link_count(self, nvml: NvmlProvider, gpu: GpuState) -> int:
         values = nvml.nvmlDeviceGetFieldValues(gpu.handle, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
         fv = values[0]
         if fv.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
@@ -186,12 +177,12 @@ class NvmlSessions(GpuReader):
             return 0  # no NVLink (or not reported): no link metrics
         return int(field_number(fv) or 0)
 
-    def _free_gpm(self, nvml: Any, gpus: list[GpuState]) -> None:
+    def _free_gpm(self, nvml: NvmlProvider, gpus: list[GpuState]) -> None:
         """The GPUs' GPM sample buffers, freed before NVML is shut down."""
         for gpu in gpus:
             free_gpm(nvml, gpu)
 
-    def _shutdown(self, nvml: Any) -> None:
+    def _shutdown(self, nvml: NvmlProvider) -> None:
         try:
             nvml.nvmlShutdown()
         except pynvml.NVMLError:

@@ -14,6 +14,7 @@ import pynvml
 from lockstep.agent.collector import MetricSpec
 from lockstep.collectors.gpu.metrics import LAST_XID, XID_ERRORS
 from lockstep.collectors.gpu.nvml import UNSUPPORTED, error_name, handle_address
+from lockstep.collectors.gpu.provider import NvmlProvider
 
 if TYPE_CHECKING:
     from lockstep.collectors.gpu.reading import GpuState
@@ -62,7 +63,7 @@ class XidListener:
     def __init__(
         self,
         xids: XidCounts,
-        nvml: Any,
+        nvml: NvmlProvider,
         gpus: Sequence[GpuState],
         log: logging.Logger,
         wait_ms: int,
