@@ -147,9 +147,9 @@ def test_gpm_buffers_are_freed_when_the_session_ends(made: list) -> None:
     fake = fake_from_gpus([GpuSpec(), GpuSpec()])
     collector = make(fake)
     rounds_at(fake, collector, [0.0, 10.0])
-    assert len(fake._gpm_samples) == 4
+    assert len(fake.gpm.samples) == 4
     collector.close()
-    assert fake._gpm_samples == {}
+    assert fake.gpm.samples == {}
 
 
 def test_recovery_action_fabric_health_and_lifetime_ecc(made: list) -> None:
@@ -227,7 +227,7 @@ def test_gpm_buffers_are_freed_when_a_session_fails_to_open(made: list) -> None:
     with pytest.raises(RuntimeError, match="NVML initialisation failed"):
         collect(collector)
     assert fake.calls[("nvmlGpmSampleAlloc", None)] == 2  # GPU 0's pair
-    assert fake._gpm_samples == {}
+    assert fake.gpm.samples == {}
 
 
 def test_lockstep_doctor_says_in_one_line_why_an_ampere_node_has_no_activity(tmp_path: Path) -> None:
@@ -279,7 +279,7 @@ def test_a_round_too_soon_after_the_last_reads_the_counters_and_keeps_its_window
     session = collector._session
     assert session is not None and session.gpus[0].gpm is not None
     window_start = session.gpus[0].gpm.targets[None].previous
-    assert fake._gpm_sample(window_start).t == 0.0  # the window still starts at the first round
+    assert fake.gpm.sample(window_start).t == 0.0  # the window still starts at the first round
     collector.gpm_min_interval = 0.0
     fake.set_time(30.0)
     assert collect(collector)[key("lockstep_gpu_sm_occupancy_ratio", **g)] == 0.25
