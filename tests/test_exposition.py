@@ -100,7 +100,7 @@ def test_gpm_ratios_from_the_second_round() -> None:
         fake = FakeNvml(spec)
         context = CollectorContext(Paths(), {}, logging.getLogger("test"), Seams(nvml=fake))
         collector = GpuCollector(context)
-        collector.gpm_min_interval = 0.0  # its rounds come milliseconds apart; the fake's clock says 10 s
+        collector.reader.gpm_min_interval = 0.0  # its rounds come milliseconds apart; the fake's clock says 10 s
         try:
             for t in (0.0, 10.0):
                 fake.set_time(t)

@@ -404,7 +404,7 @@ def test_reinit_with_backoff_until_the_gpu_is_back(collectors: list[GpuCollector
     collect(collector)
     fake.lose_gpu(0)
     collect(collector)  # finds GPU 0 lost
-    assert collector._retry_delay == 0  # doubling zero: the test's backoff
+    assert collector.sessions.retry_delay == 0  # doubling zero: the test's backoff
     s = collect(collector)  # re-initialises: GPU 0 still lost, its identity kept
     assert fake.calls[("nvmlInit", None)] == 2 and fake.calls[("nvmlShutdown", None)] == 1
     uuid0 = fake.spec.gpus[0].uuid
@@ -453,7 +453,7 @@ def test_backoff_doubles(collectors: list[GpuCollector]) -> None:
     with pytest.raises(RuntimeError, match=r"re-initialising in \d+s$"):
         collect(collector)  # within the backoff: NVML is not touched
     assert fake.calls[("nvmlInit", None)] == 1
-    assert collector._retry_delay == 120
+    assert collector.sessions.retry_delay == 120
 
 
 def test_lifecycle_error_reinitialises_nvml(collectors: list[GpuCollector]) -> None:
@@ -543,8 +543,8 @@ def test_xid_listener_survives_timeouts_and_a_lost_gpu(collectors: list[GpuColle
     fake.inject_xid(0, 48)
     fake.inject_xid(0, 13)
     wait_until(lambda: xids(collector) == {("0", "48"): 2, ("0", "13"): 1, ("1", "79"): 1}, what="XIDs after loss")
-    assert collector._session is not None and collector._session.listener is not None
-    assert collector._session.listener._thread.is_alive()
+    assert collector.sessions.session is not None and collector.sessions.session.listener is not None
+    assert collector.sessions.session.listener._thread.is_alive()
 
 
 def test_xid_before_registration_is_lost_as_with_nvml(collectors: list[GpuCollector]) -> None:
@@ -560,7 +560,7 @@ def test_listener_is_stopped_on_close(collectors: list[GpuCollector]) -> None:
     fake = fake_from_gpus([FULL])
     collector = make(fake)
     collect(collector)
-    listener = collector._session.listener  # type: ignore[union-attr]
+    listener = collector.sessions.session.listener  # type: ignore[union-attr]
     collector.close()
     assert not listener._thread.is_alive()  # type: ignore[union-attr]
     assert fake.calls[("nvmlShutdown", None)] == 1
