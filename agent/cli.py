@@ -20,6 +20,7 @@ from lockstep import __version__
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere, describe_error
 from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
 from lockstep.agent.daemon import Agent, Setup, serve
+from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.registry import Discovery, discover
 from lockstep.agent.scheduler import HEALTHY_STATES
@@ -252,9 +253,14 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
     """Print, for each collector, whether it can run here and why not."""
     rows = []
     worst = 0
+    # One inventory for every probe: those checked after the GPU collector (by name: inference,
+    # kubernetes, slurm) see the GPUs it found.
+    gpu_inventory = GpuInventory()
     for name, cls in sorted(setup.available.items()):
         settings = config.collectors[name]
-        context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), setup.seams)
+        context = CollectorContext(
+            config.paths, dict(settings.options), collector_logger(name), setup.seams, gpu_inventory=gpu_inventory
+        )
         result: list[tuple[str, str]] = []
         thread = threading.Thread(target=lambda c=cls, x=context, out=result: out.append(probe(c, x)), daemon=True)
         try:

@@ -17,8 +17,7 @@ import pytest
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
-from lockstep.agent.gpus import GpuProcess, MigDevice
-from lockstep.agent.gpus import published as published_gpus
+from lockstep.agent.gpus import GpuInventory, GpuProcess, MigDevice
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.collectors.gpu import GpuCollector
@@ -52,12 +51,19 @@ class FastGpuCollector(GpuCollector):
     gpm_min_interval = 0.0  # the fake's clock is set by the test; its rounds come milliseconds apart
 
 
-def make(fake: FakeNvml, cls: type[GpuCollector] = FastGpuCollector, sysfs: Path | None = None) -> GpuCollector:
+def make(
+    fake: FakeNvml,
+    cls: type[GpuCollector] = FastGpuCollector,
+    sysfs: Path | None = None,
+    gpu_inventory: GpuInventory | None = None,
+) -> GpuCollector:
+    """A GPU collector on the fake; it publishes into ``gpu_inventory`` (else one of its own)."""
     context = CollectorContext(
         paths=Paths(sysfs=sysfs or Path("/sys")),
         options={},
         log=logging.getLogger("test.gpu"),
         seams=Seams(nvml=fake, wall_clock=lambda: WALL_CLOCK),
+        gpu_inventory=GpuInventory() if gpu_inventory is None else gpu_inventory,
     )
     return cls(context)
 
@@ -133,7 +139,8 @@ FULL = GpuSpec(
 def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> None:
     fake = fake_from_gpus([FULL], driver_version="550.90.07")
     fake.set_time(10)
-    s = collect(started(collectors, fake))
+    collector = started(collectors, fake)
+    s = collect(collector)
     uuid = fake.spec.gpus[0].uuid
     g = {"gpu": "0", "uuid": uuid}
     info = {
@@ -224,7 +231,9 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         )
     expected[key("lockstep_gpu_pipe_active_cycles_total", **g, gpu_instance_id="", pipe="integer")] = 0
     assert s == expected
-    assert published_gpus()[0].processes == (  # no per-process samples: idle (tests/test_gpu_processes.py)
+    assert collector.context.gpu_inventory.published()[
+        0
+    ].processes == (  # no per-process samples: idle (tests/test_gpu_processes.py)
         GpuProcess(2200, 30_000 * MIB, None, None, sm_utilization=0.0, memory_utilization=0.0),
         GpuProcess(2300, None, None, None, sm_utilization=0.0, memory_utilization=0.0),
     )
@@ -390,7 +399,7 @@ def test_lost_gpu_reports_down_and_no_stale_values_while_the_others_go_on(collec
     assert after[key("lockstep_gpu_nvml_errors_total", gpu="1", uuid=uuid, error="gpu_is_lost")] == 1
     for other in (0, 2):
         assert of_gpu(after, other).keys() == of_gpu(before, other).keys()
-    assert [g.up for g in published_gpus()] == [True, False, True]
+    assert [g.up for g in collector.context.gpu_inventory.published()] == [True, False, True]
     # Within the backoff, the lost GPU is not asked again and NVML is not re-initialised.
     calls_on_lost = fake.calls_for(gpu=1)
     collect(collector)
@@ -611,7 +620,7 @@ def test_mig_devices_and_what_nvml_cannot_give_per_mig_device(collectors: list[G
     # Identity of a MIG device is read once; its memory every round.
     assert fake.calls[("nvmlDeviceGetGpuInstanceId", 0)] == 2
     assert fake.calls[("nvmlDeviceGetMemoryInfo", 0)] == 2 * 2 + 2
-    assert published_gpus()[0].mig_devices == (
+    assert collector.context.gpu_inventory.published()[0].mig_devices == (
         MigDevice("MIG-a", 1, 0, "3g.40gb"),
         MigDevice("MIG-b", 2, 0, "1g.10gb"),
     )
@@ -624,9 +633,7 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     """The real pynvml on this machine: no libnvidia-ml.so.1."""
     if ctypes.util.find_library("nvidia-ml"):
         pytest.skip("this machine has libnvidia-ml: the real-GPU case")
-    collector = GpuCollector(
-        CollectorContext(paths=Paths(), options={}, log=logging.getLogger("test.gpu"))
-    )
+    collector = GpuCollector(CollectorContext(paths=Paths(), options={}, log=logging.getLogger("test.gpu")))
     with pytest.raises(NothingHere, match=r"^libnvidia-ml\.so\.1 not found \(no NVIDIA driver installed\)"):
         list(collector.collect())
     result = lockstep("doctor", "--no-collector.host")
@@ -639,12 +646,13 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
 
 
 def test_driver_not_loaded_is_nothing_here_and_nothing_is_published(collectors: list[GpuCollector]) -> None:
-    collect(started(collectors, fake_from_gpus([FULL])))
-    assert len(published_gpus()) == 1
+    inventory = GpuInventory()  # one for both, as the agent's
+    collect(started(collectors, fake_from_gpus([FULL]), gpu_inventory=inventory))
+    assert len(inventory.published()) == 1
     fake = FakeNvml(FakeSpec(gpus=(with_defaults(FULL, 0),), driver_loaded=False))
     with pytest.raises(NothingHere, match="NVIDIA kernel driver is not loaded"):
-        collect(started(collectors, fake))
-    assert published_gpus() == ()
+        collect(started(collectors, fake, gpu_inventory=inventory))
+    assert inventory.published() == ()
 
 
 # --- the fake NVML option and spec ---
@@ -766,8 +774,9 @@ def test_simulated_straggler_gpu_is_throttled(collectors: list[GpuCollector]) ->
 
 
 def test_simulated_node_gpus_run_the_training_process(collectors: list[GpuCollector]) -> None:
-    collect(started(collectors, FakeNvml(sim_gpu.node_spec("healthy"))))
-    gpus = published_gpus()
+    collector = started(collectors, FakeNvml(sim_gpu.node_spec("healthy")))
+    collect(collector)
+    gpus = collector.context.gpu_inventory.published()
     assert [(g.index, g.minor_number, g.uuid, g.pci_bus_id) for g in gpus] == [
         (i, i, sim_gpu.GPU_UUIDS[i], sim_gpu.PCI_BUS_IDS[i]) for i in range(8)
     ]

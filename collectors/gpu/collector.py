@@ -21,7 +21,8 @@ Traps handled (see docs/gpu.md):
 - NVLink traffic is reported by NVML in KiB and exported in bytes; energy in mJ -> J.
 
 After each round the GPUs, their identity and their compute processes' host PIDs are
-published in agent/gpus.py, where the Slurm, Kubernetes and inference collectors attribute
+published in the GPU inventory (agent/gpus.py, ``context.gpu_inventory``), where the Slurm,
+Kubernetes and inference collectors attribute
 GPUs to jobs, pods and engines.  PIDs are not exported as labels.
 """
 
@@ -34,7 +35,6 @@ from pathlib import Path
 import pynvml
 from prometheus_client.core import Metric
 
-from lockstep.agent import gpus
 from lockstep.agent.collector import Collector, CollectorContext, Families
 from lockstep.agent.files import read_text
 from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
@@ -91,7 +91,7 @@ class GpuCollector(Collector):
         try:
             session, new = self.sessions.ensure()
         except BaseException:
-            gpus.publish(())  # no NVML: nothing to attribute, rather than last round's GPUs
+            self.context.gpu_inventory.publish(())  # no NVML: nothing to attribute, rather than last round's GPUs
             raise
         if new and session.listener is not None:
             session.listener.ready.wait(self.listener_ready_timeout)
@@ -105,7 +105,7 @@ class GpuCollector(Collector):
                     self.log.warning("GPU %d (%s) is lost: %s", gpu.index, gpu.uuid or "uuid unknown", exc)
                     self.sessions.gpu_lost(gpu, exc)
                 except LIFECYCLE as exc:
-                    gpus.publish(())
+                    self.context.gpu_inventory.publish(())
                     delay = self.sessions.nvml_broken(exc)
                     raise RuntimeError(f"NVML: {exc} (re-initialising in {delay:g}s)") from None
                 else:
@@ -120,7 +120,7 @@ class GpuCollector(Collector):
             samples.append((UP, gpu.labels, 0 if gpu.lost else 1))
         samples += self.xids.samples(session.gpus)
         samples += [(NVML_ERRORS, (str(i), u, e), n) for (i, u, e), n in sorted(self.calls.errors.items())]
-        gpus.publish(tuple(published))
+        self.context.gpu_inventory.publish(tuple(published))
         families = Families(self.metrics)
         for spec, labels, value in samples:
             families[spec].add_metric(list(labels), value)
