@@ -198,6 +198,8 @@ def seams_with_fake_nvml(spec: Path) -> Seams:
     command's: imported here, only when the flag is given, so ``run`` and ``once`` without it
     load no simulation module.
     """
+    # SANCTIONED EDGE into lockstep.simulation (with the ``demo`` command's entry, the only
+    # ones): lazy, so the daemon's import graph stays free of the simulation.
     from lockstep.simulation.fake_nvml import FakeSpecError, from_spec_file
 
     try:
