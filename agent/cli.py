@@ -20,6 +20,7 @@ from lockstep import __version__
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere, describe_error
 from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
 from lockstep.agent.daemon import Agent, Setup, serve
+from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.registry import Discovery, discover
 from lockstep.agent.scheduler import HEALTHY_STATES
@@ -76,11 +77,24 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"lockstep {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=CommandParser)
-    commands.add_parser("run", parents=[shared], help="run the agent (the daemon)")
-    commands.add_parser(
-        "once", parents=[shared], help="one collection round, exposition to stdout; exit 1 if a collector failed"
+    # run, once and doctor may read GPUs from a fake NVML (demo has its own simulated GPUs).
+    fake_gpus = CommandParser(add_help=False)
+    fake_gpus.add_argument(
+        "--gpu.fake-nvml",
+        dest="fake_nvml",
+        type=Path,
+        metavar="SPEC",
+        help="use a fake NVML described by this YAML spec instead of the real library (demos, tests; docs/gpu.md)",
     )
-    commands.add_parser("doctor", parents=[shared], help="which collectors can run on this machine, and why not")
+    commands.add_parser("run", parents=[shared, fake_gpus], help="run the agent (the daemon)")
+    commands.add_parser(
+        "once",
+        parents=[shared, fake_gpus],
+        help="one collection round, exposition to stdout; exit 1 if a collector failed",
+    )
+    commands.add_parser(
+        "doctor", parents=[shared, fake_gpus], help="which collectors can run on this machine, and why not"
+    )
     demo = commands.add_parser(
         "demo",
         parents=[shared],
@@ -191,6 +205,21 @@ def overrides_from(
     )
 
 
+def seams_with_fake_nvml(spec: Path) -> Seams:
+    """The seams of ``run|once|doctor --gpu.fake-nvml SPEC``: the GPU collector reads the fake
+    NVML the spec describes; ConfigError (file:line of each problem) if the spec is wrong.
+
+    The fake comes through the demo's entry (simulation/demo.py), imported here only when the
+    flag is given, so ``run`` and ``once`` without it load no simulation module.
+    """
+    from lockstep.simulation import demo  # the demo's entry: see simulation/demo.py
+
+    try:
+        return demo.seams_with_fake_nvml(spec)
+    except ValueError as exc:
+        raise ConfigError([f"--gpu.fake-nvml: {exc}"]) from None
+
+
 def report_problems(problems: Sequence[str]) -> int:
     for problem in problems:
         print(f"lockstep: {problem}", file=sys.stderr)
@@ -238,9 +267,14 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
     """Print, for each collector, whether it can run here and why not."""
     rows = []
     worst = 0
+    # One inventory for every probe: those checked after the GPU collector (by name: inference,
+    # kubernetes, slurm) see the GPUs it found.
+    gpu_inventory = GpuInventory()
     for name, cls in sorted(setup.available.items()):
         settings = config.collectors[name]
-        context = CollectorContext(config.paths, dict(settings.options), collector_logger(name), setup.seams)
+        context = CollectorContext(
+            config.paths, dict(settings.options), collector_logger(name), setup.seams, gpu_inventory=gpu_inventory
+        )
         result: list[tuple[str, str]] = []
         thread = threading.Thread(target=lambda c=cls, x=context, out=result: out.append(probe(c, x)), daemon=True)
         try:
@@ -282,6 +316,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         available = {name: r.cls for name, r in discovery.collectors.items() if r.builtin}
         simulated = demo.start(args.scenario)
         node, seams, sim_paths = simulated.node, simulated.seams, simulated.paths
+
+    if args.command != "demo" and args.fake_nvml is not None:
+        try:
+            seams = seams_with_fake_nvml(args.fake_nvml)
+        except ConfigError as exc:
+            return report_problems(exc.problems)
 
     overrides = overrides_from(args, available, sim_paths)
     if node is not None:

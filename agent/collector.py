@@ -30,6 +30,7 @@ from prometheus_client.core import (
 )
 
 from lockstep.agent.files import FileTooLarge, NotRegularFile
+from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.seams import Seams
 
 # "unknown" is for values whose kind the agent cannot know, such as a NIC driver's ethtool
@@ -181,6 +182,9 @@ class CollectorContext:
     # Dependencies replaced by the simulated node or a test (agent/seams.py); none in production.
     seams: Seams = field(default_factory=Seams)
     run_now: RunRequest = field(default_factory=RunRequest)
+    # This node's GPUs as the GPU collector last published them (agent/gpus.py): one for the
+    # whole agent, shared by every collector it builds; a collector built alone gets its own.
+    gpu_inventory: GpuInventory = field(default_factory=GpuInventory)
 
     def __post_init__(self) -> None:
         if not isinstance(self.seams, Seams):  # e.g. the dict of fakes older code passed
@@ -202,7 +206,7 @@ class Collector:
     # events should make this collector run at once; see on_hotplug.
     hotplug_subsystems: ClassVar[Sequence[str]] = ()
     # Collectors whose first round this one's first round waits for (up to their deadline),
-    # when they are enabled: e.g. ("gpu",) to read the GPU inventory (agent/gpus.py).
+    # when they are enabled: e.g. ("gpu",) to read the GPU inventory (context.gpu_inventory).
     needs: ClassVar[Sequence[str]] = ()
 
     def __init__(self, context: CollectorContext) -> None:

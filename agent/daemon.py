@@ -20,6 +20,7 @@ from typing import Any
 from lockstep.agent.collector import Collector, CollectorContext, describe_error
 from lockstep.agent.config import Config, ConfigError, Overrides, load_config
 from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.hotplug import HotplugMonitor
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.scheduler import State, Worker, WorkerView
@@ -68,6 +69,9 @@ class Agent:
         self._health_thread: threading.Thread | None = None
         self._stuck_logged: set[str] = set()
         self.hotplug: HotplugMonitor | None = None
+        # The GPUs the GPU collector publishes and the Slurm, Kubernetes and inference collectors
+        # read: one for the agent's life, across reloads (agent/gpus.py).
+        self.gpu_inventory = GpuInventory()
         self._apply_collectors(config)
 
     def views(self) -> list[WorkerView]:
@@ -77,7 +81,11 @@ class Agent:
         settings = config.collectors[name]
         logger = collector_logger(name)
         context = CollectorContext(
-            paths=config.paths, options=dict(settings.options), log=logger, seams=self.setup.seams
+            paths=config.paths,
+            options=dict(settings.options),
+            log=logger,
+            seams=self.setup.seams,
+            gpu_inventory=self.gpu_inventory,
         )
         collector = self.setup.available[name](context)
         after = [started[needed] for needed in collector.needs if needed in started]

@@ -3,10 +3,11 @@ attribute GPUs to jobs, pods and inference engines.
 
 Only the GPU collector talks to NVML.  After each round it publishes the GPUs it found with
 their identity (NVML index, UUID, PCI bus id, /dev/nvidiaN minor), their MIG devices and the
-host PIDs of their compute processes; the Slurm, Kubernetes and inference collectors read
-that instead of calling NVML themselves.  It is a process-wide table because the machine is
-process-wide: one agent, one set of GPUs.  A collector that needs it declares
-``needs = ("gpu",)`` so its first round runs after the GPU collector's first round.
+host PIDs of their compute processes into a ``GpuInventory``; the Slurm, Kubernetes and
+inference collectors read that instead of calling NVML themselves.  The agent makes one
+inventory and hands it to every collector it builds (``CollectorContext.gpu_inventory``); a
+collector built alone (a test) gets an empty one of its own.  A collector that reads it
+declares ``needs = ("gpu",)`` so its first round runs after the GPU collector's first round.
 """
 
 from __future__ import annotations
@@ -48,26 +49,27 @@ class PublishedGpu:
     mig_devices: tuple[MigDevice, ...]
 
 
-_lock = threading.Lock()
-_published: tuple[PublishedGpu, ...] = ()
+class GpuInventory:
+    """The GPUs of the GPU collector's latest round; written by its worker, read by the others'
+    (hence the lock)."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._published: tuple[PublishedGpu, ...] = ()
 
-def publish(gpus: tuple[PublishedGpu, ...]) -> None:
-    """Replace the table (the GPU collector, after each round; empty when NVML is unusable)."""
-    global _published
-    with _lock:
-        _published = gpus
+    def publish(self, gpus: tuple[PublishedGpu, ...]) -> None:
+        """Replace the table (the GPU collector, after each round; empty when NVML is unusable)."""
+        with self._lock:
+            self._published = gpus
 
+    def published(self) -> tuple[PublishedGpu, ...]:
+        """The GPUs of the GPU collector's latest round; empty until it has run or when it finds none."""
+        with self._lock:
+            return self._published
 
-def published() -> tuple[PublishedGpu, ...]:
-    """The GPUs of the GPU collector's latest round; empty until it has run or when it finds none."""
-    with _lock:
-        return _published
-
-
-def index_of(uuid: str) -> str | None:
-    """The NVML index of the GPU with this UUID (or owning this MIG device), None if unknown."""
-    for gpu in published():
-        if gpu.uuid == uuid or any(mig.uuid == uuid for mig in gpu.mig_devices):
-            return str(gpu.index)
-    return None
+    def index_of(self, uuid: str) -> str | None:
+        """The NVML index of the GPU with this UUID (or owning this MIG device), None if unknown."""
+        for gpu in self.published():
+            if gpu.uuid == uuid or any(mig.uuid == uuid for mig in gpu.mig_devices):
+                return str(gpu.index)
+        return None

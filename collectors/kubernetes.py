@@ -18,7 +18,7 @@ for the replica; GKE's plugin uses device file names (``nvidia0``), which are ma
 through the driver's ``/proc/driver/nvidia/gpus/*/information``.  GPUs allocated through
 Dynamic Resource Allocation come in the same answer (``dynamic_resources``, collectors/dra.py),
 with the DRA driver (``gpu.nvidia.com``) as ``resource``.  ``gpu`` is the NVML index
-when the GPU collector has published it (agent/gpus.py), else empty.
+when the GPU collector has published it (the GPU inventory, agent/gpus.py), else empty.
 
 The kubelet is asked at most every ``refresh`` (30 s); rounds in between re-serve that
 answer.  Each call has its own deadline (``timeout``, 5 s) well inside the collector's, and
@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import Metric
 
-from lockstep.agent import gpus
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
@@ -170,7 +169,7 @@ class KubernetesCollector(Collector):
     default_enabled = True
     default_interval = 15.0
     metrics = (POD_GPU_INFO, CONTAINER_GPU_SM, CONTAINER_GPU_MEMORY)
-    needs = ("gpu",)  # the GPU inventory (agent/gpus.py) gives each UUID its NVML index
+    needs = ("gpu",)  # the GPU inventory (context.gpu_inventory) gives each UUID its NVML index
     options = (
         Option(
             "socket",
@@ -218,16 +217,17 @@ class KubernetesCollector(Collector):
             found, claimed = assignments(response, self.resources), dra_devices(response, self.dra_drivers)
             self._cached = (now, found, claimed)
         uuid_by_minor = self._uuid_by_minor() if any(_DEVICE_FILE_ID.match(a.device_id) for a in found) else {}
+        inventory = self.context.gpu_inventory  # the GPU collector's latest round
         families = Families(self.metrics)
         series = set()
         for a in found:
             uuid = uuid_of(a.device_id, uuid_by_minor)
-            series.add((a.namespace, a.pod, a.container, a.resource, gpus.index_of(uuid) or "", uuid))
-        uuid_by_index = {gpu.index: gpu.uuid for gpu in gpus.published() if gpu.uuid}
+            series.add((a.namespace, a.pod, a.container, a.resource, inventory.index_of(uuid) or "", uuid))
+        uuid_by_index = {gpu.index: gpu.uuid for gpu in inventory.published() if gpu.uuid}
         for d in claimed:  # DRA (collectors/dra.py): resource is the DRA driver
             dra_uuid = uuid_of_dra_device(d.device, uuid_by_index)
             if dra_uuid is not None:  # an index the GPU collector has not published, a MIG placement
-                series.add((d.namespace, d.pod, d.container, d.driver, gpus.index_of(dra_uuid) or "", dra_uuid))
+                series.add((d.namespace, d.pod, d.container, d.driver, inventory.index_of(dra_uuid) or "", dra_uuid))
         for labels in sorted(series):  # replicas of one time-sliced GPU are one series
             families[POD_GPU_INFO].add_metric(list(labels), 1)
         for (container, gpu, uuid), (sm, memory) in sorted(self._utilization_by_container().items()):
@@ -240,7 +240,12 @@ class KubernetesCollector(Collector):
         """(container, gpu, uuid) -> the SM and memory-bandwidth shares of its processes on that
         GPU, summed: per-process samples from the GPU collector (agent/gpus.py), each PID mapped
         to its container through its cgroup (collectors/containers.py).  No PID is exported."""
-        measured = [(gpu, p) for gpu in gpus.published() for p in gpu.processes if p.sm_utilization is not None]
+        measured = [
+            (gpu, p)
+            for gpu in self.context.gpu_inventory.published()
+            for p in gpu.processes
+            if p.sm_utilization is not None
+        ]
         if not measured:
             return {}
         names = containers_by_id(self.paths.rootfs / LOG_LINKS)

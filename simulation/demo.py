@@ -1,11 +1,12 @@
-"""The demo's entry: what ``lockstep demo`` (agent/cli.py) takes from the simulated node.
+"""The demo's entry: what ``lockstep demo`` and ``--gpu.fake-nvml`` (agent/cli.py) take from the simulation.
 
 The daemon's own code never loads the simulation: ``run``, ``once`` and ``doctor`` work on the
-real machine.  The one way in is this module, imported by agent/cli.py inside the function that
-serves the ``demo`` command (and ``demo --help``), so that a newcomer finds in one place what the
-demo hands the real agent: the node's trees (``--path.*``), its fakes (``Seams``) and the
-collector options that point collectors at its data.  tests/unit/test_layering.py holds the
-daemon to that: no other import of ``lockstep.simulation`` from agent/ or collectors/.
+real machine.  The one way in is this module, imported by agent/cli.py inside the functions that
+serve the ``demo`` command (and ``demo --help``) and the ``--gpu.fake-nvml SPEC`` flag, so that a
+newcomer finds in one place what the simulation hands the real agent: the node's trees
+(``--path.*``), its fakes (``Seams``) and the collector options that point collectors at its
+data.  tests/unit/test_layering.py holds the daemon to that: no other import of
+``lockstep.simulation`` from agent/ or collectors/.
 """
 
 from __future__ import annotations
@@ -14,10 +15,13 @@ import argparse
 import tempfile
 import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from lockstep.agent.seams import Seams
+from lockstep.collectors.gpu.provider import NVML
 from lockstep.simulation import SimulatedNode, scenarios, temporary_node
+from lockstep.simulation.fake_nvml import FakeSpecError, from_spec_file
 
 
 def scenario_help() -> str:
@@ -62,3 +66,13 @@ class Demo:
 def start(scenario: str) -> Demo:
     node, directory = temporary_node(scenario)
     return Demo(node, directory)
+
+
+def seams_with_fake_nvml(spec: Path) -> Seams:
+    """``run|once|doctor --gpu.fake-nvml SPEC``: the real agent on this machine, with the GPU
+    collector reading the fake NVML the spec describes.  ValueError names each problem of the
+    spec with its file:line."""
+    try:
+        return Seams(NVML.replaced_by(from_spec_file(spec)))
+    except FakeSpecError as exc:
+        raise ValueError("; ".join(exc.problems)) from None

@@ -8,7 +8,7 @@
   instead, so its pause statistics are ``rx_global_pause*``.
 
 The sysfs files are written under ``node.paths.sysfs``; the ethtool statistics come from
-``SimulatedEthtool`` in ``node.seams.ethtool`` (the collector's ioctl reader interface).
+``SimulatedEthtool`` through the seam ``ETHTOOL`` (the collector's ioctl reader interface).
 Every value is a pure function of (scenario, t): counters are a day's worth of traffic
 plus a rate times t.
 

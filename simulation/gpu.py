@@ -35,7 +35,7 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from lockstep.agent.seams import WALL_CLOCK
-from lockstep.collectors.gpu.nvml import NVML
+from lockstep.collectors.gpu.provider import NVML
 from lockstep.simulation import Scenario
 from lockstep.simulation.fake_nvml import (
     MIB,
@@ -380,7 +380,9 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
 
 
 def build(node: SimulatedNode, t: float) -> None:
+    # This area puts its fake NVML in the seams at the first build; later builds change it.
     fake = node.seams.get(NVML)
+    fake = fake if isinstance(fake, FakeNvml) else None
     if node.scenario == "straggler-thermal" and fake is not None and slow(node.scenario, t):
         # The throttle begins at the workloads area's onset: the fake serves the new spec from now on.
         if fake.spec.gpus[STRAGGLER_GPU].clock_event_reasons != ("sw_thermal_slowdown",):

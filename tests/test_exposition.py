@@ -16,7 +16,7 @@ from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import Seams
 from lockstep.collectors.gpu import GpuCollector
 from lockstep.collectors.gpu.metrics import SECOND_ROUND_ONLY
-from lockstep.collectors.gpu.nvml import NVML
+from lockstep.collectors.gpu.provider import NVML
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation import scenarios
 from lockstep.simulation.fake_nvml import FakeNvml
@@ -99,11 +99,9 @@ def test_gpm_ratios_from_the_second_round() -> None:
     emitted: set[str] = set()
     for spec in (healthy, ratios_only):
         fake = FakeNvml(spec)
-        context = CollectorContext(
-            Paths(), {"fake_nvml": None}, logging.getLogger("test"), Seams(NVML.replaced_by(fake))
-        )
+        context = CollectorContext(Paths(), {}, logging.getLogger("test"), Seams(NVML.replaced_by(fake)))
         collector = GpuCollector(context)
-        collector.gpm_min_interval = 0.0  # its rounds come milliseconds apart; the fake's clock says 10 s
+        collector.reader.gpm_min_interval = 0.0  # its rounds come milliseconds apart; the fake's clock says 10 s
         try:
             for t in (0.0, 10.0):
                 fake.set_time(t)

@@ -17,13 +17,13 @@ import pytest
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
-from lockstep.agent.gpus import GpuProcess, MigDevice
-from lockstep.agent.gpus import published as published_gpus
+from lockstep.agent.gpus import GpuInventory, GpuProcess, MigDevice
 from lockstep.agent.seams import WALL_CLOCK as WALL_CLOCK_SEAM
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.collectors.gpu import GpuCollector
-from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS, NVML, field_id
+from lockstep.collectors.gpu.nvml import CLOCK_EVENT_REASONS, field_id
+from lockstep.collectors.gpu.provider import NVML
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation.fake_nvml import (
     MIB,
@@ -53,12 +53,19 @@ class FastGpuCollector(GpuCollector):
     gpm_min_interval = 0.0  # the fake's clock is set by the test; its rounds come milliseconds apart
 
 
-def make(fake: FakeNvml, cls: type[GpuCollector] = FastGpuCollector, sysfs: Path | None = None) -> GpuCollector:
+def make(
+    fake: FakeNvml,
+    cls: type[GpuCollector] = FastGpuCollector,
+    sysfs: Path | None = None,
+    gpu_inventory: GpuInventory | None = None,
+) -> GpuCollector:
+    """A GPU collector on the fake; it publishes into ``gpu_inventory`` (else one of its own)."""
     context = CollectorContext(
         paths=Paths(sysfs=sysfs or Path("/sys")),
-        options={"fake_nvml": None},
+        options={},
         log=logging.getLogger("test.gpu"),
         seams=Seams(NVML.replaced_by(fake), WALL_CLOCK_SEAM.replaced_by(lambda: WALL_CLOCK)),
+        gpu_inventory=GpuInventory() if gpu_inventory is None else gpu_inventory,
     )
     return cls(context)
 
@@ -134,7 +141,8 @@ FULL = GpuSpec(
 def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> None:
     fake = fake_from_gpus([FULL], driver_version="550.90.07")
     fake.set_time(10)
-    s = collect(started(collectors, fake))
+    collector = started(collectors, fake)
+    s = collect(collector)
     uuid = fake.spec.gpus[0].uuid
     g = {"gpu": "0", "uuid": uuid}
     info = {
@@ -225,7 +233,9 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
         )
     expected[key("lockstep_gpu_pipe_active_cycles_total", **g, gpu_instance_id="", pipe="integer")] = 0
     assert s == expected
-    assert published_gpus()[0].processes == (  # no per-process samples: idle (tests/test_gpu_processes.py)
+    assert collector.context.gpu_inventory.published()[
+        0
+    ].processes == (  # no per-process samples: idle (tests/test_gpu_processes.py)
         GpuProcess(2200, 30_000 * MIB, None, None, sm_utilization=0.0, memory_utilization=0.0),
         GpuProcess(2300, None, None, None, sm_utilization=0.0, memory_utilization=0.0),
     )
@@ -391,7 +401,7 @@ def test_lost_gpu_reports_down_and_no_stale_values_while_the_others_go_on(collec
     assert after[key("lockstep_gpu_nvml_errors_total", gpu="1", uuid=uuid, error="gpu_is_lost")] == 1
     for other in (0, 2):
         assert of_gpu(after, other).keys() == of_gpu(before, other).keys()
-    assert [g.up for g in published_gpus()] == [True, False, True]
+    assert [g.up for g in collector.context.gpu_inventory.published()] == [True, False, True]
     # Within the backoff, the lost GPU is not asked again and NVML is not re-initialised.
     calls_on_lost = fake.calls_for(gpu=1)
     collect(collector)
@@ -405,7 +415,7 @@ def test_reinit_with_backoff_until_the_gpu_is_back(collectors: list[GpuCollector
     collect(collector)
     fake.lose_gpu(0)
     collect(collector)  # finds GPU 0 lost
-    assert collector._retry_delay == 0  # doubling zero: the test's backoff
+    assert collector.sessions.retry_delay == 0  # doubling zero: the test's backoff
     s = collect(collector)  # re-initialises: GPU 0 still lost, its identity kept
     assert fake.calls[("nvmlInit", None)] == 2 and fake.calls[("nvmlShutdown", None)] == 1
     uuid0 = fake.spec.gpus[0].uuid
@@ -454,7 +464,7 @@ def test_backoff_doubles(collectors: list[GpuCollector]) -> None:
     with pytest.raises(RuntimeError, match=r"re-initialising in \d+s$"):
         collect(collector)  # within the backoff: NVML is not touched
     assert fake.calls[("nvmlInit", None)] == 1
-    assert collector._retry_delay == 120
+    assert collector.sessions.retry_delay == 120
 
 
 def test_lifecycle_error_reinitialises_nvml(collectors: list[GpuCollector]) -> None:
@@ -544,8 +554,8 @@ def test_xid_listener_survives_timeouts_and_a_lost_gpu(collectors: list[GpuColle
     fake.inject_xid(0, 48)
     fake.inject_xid(0, 13)
     wait_until(lambda: xids(collector) == {("0", "48"): 2, ("0", "13"): 1, ("1", "79"): 1}, what="XIDs after loss")
-    assert collector._session is not None and collector._session.listener is not None
-    assert collector._session.listener._thread.is_alive()
+    assert collector.sessions.session is not None and collector.sessions.session.listener is not None
+    assert collector.sessions.session.listener._thread.is_alive()
 
 
 def test_xid_before_registration_is_lost_as_with_nvml(collectors: list[GpuCollector]) -> None:
@@ -561,7 +571,7 @@ def test_listener_is_stopped_on_close(collectors: list[GpuCollector]) -> None:
     fake = fake_from_gpus([FULL])
     collector = make(fake)
     collect(collector)
-    listener = collector._session.listener  # type: ignore[union-attr]
+    listener = collector.sessions.session.listener  # type: ignore[union-attr]
     collector.close()
     assert not listener._thread.is_alive()  # type: ignore[union-attr]
     assert fake.calls[("nvmlShutdown", None)] == 1
@@ -612,7 +622,7 @@ def test_mig_devices_and_what_nvml_cannot_give_per_mig_device(collectors: list[G
     # Identity of a MIG device is read once; its memory every round.
     assert fake.calls[("nvmlDeviceGetGpuInstanceId", 0)] == 2
     assert fake.calls[("nvmlDeviceGetMemoryInfo", 0)] == 2 * 2 + 2
-    assert published_gpus()[0].mig_devices == (
+    assert collector.context.gpu_inventory.published()[0].mig_devices == (
         MigDevice("MIG-a", 1, 0, "3g.40gb"),
         MigDevice("MIG-b", 2, 0, "1g.10gb"),
     )
@@ -625,9 +635,7 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     """The real pynvml on this machine: no libnvidia-ml.so.1."""
     if ctypes.util.find_library("nvidia-ml"):
         pytest.skip("this machine has libnvidia-ml: the real-GPU case")
-    collector = GpuCollector(
-        CollectorContext(paths=Paths(), options={"fake_nvml": None}, log=logging.getLogger("test.gpu"))
-    )
+    collector = GpuCollector(CollectorContext(paths=Paths(), options={}, log=logging.getLogger("test.gpu")))
     with pytest.raises(NothingHere, match=r"^libnvidia-ml\.so\.1 not found \(no NVIDIA driver installed\)"):
         list(collector.collect())
     result = lockstep("doctor", "--no-collector.host")
@@ -640,12 +648,13 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
 
 
 def test_driver_not_loaded_is_nothing_here_and_nothing_is_published(collectors: list[GpuCollector]) -> None:
-    collect(started(collectors, fake_from_gpus([FULL])))
-    assert len(published_gpus()) == 1
+    inventory = GpuInventory()  # one for both, as the agent's
+    collect(started(collectors, fake_from_gpus([FULL]), gpu_inventory=inventory))
+    assert len(inventory.published()) == 1
     fake = FakeNvml(FakeSpec(gpus=(with_defaults(FULL, 0),), driver_loaded=False))
     with pytest.raises(NothingHere, match="NVIDIA kernel driver is not loaded"):
-        collect(started(collectors, fake))
-    assert published_gpus() == ()
+        collect(started(collectors, fake, gpu_inventory=inventory))
+    assert inventory.published() == ()
 
 
 # --- the fake NVML option and spec ---
@@ -767,8 +776,9 @@ def test_simulated_straggler_gpu_is_throttled(collectors: list[GpuCollector]) ->
 
 
 def test_simulated_node_gpus_run_the_training_process(collectors: list[GpuCollector]) -> None:
-    collect(started(collectors, FakeNvml(sim_gpu.node_spec("healthy"))))
-    gpus = published_gpus()
+    collector = started(collectors, FakeNvml(sim_gpu.node_spec("healthy")))
+    collect(collector)
+    gpus = collector.context.gpu_inventory.published()
     assert [(g.index, g.minor_number, g.uuid, g.pci_bus_id) for g in gpus] == [
         (i, i, sim_gpu.GPU_UUIDS[i], sim_gpu.PCI_BUS_IDS[i]) for i in range(8)
     ]

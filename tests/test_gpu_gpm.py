@@ -147,9 +147,9 @@ def test_gpm_buffers_are_freed_when_the_session_ends(made: list) -> None:
     fake = fake_from_gpus([GpuSpec(), GpuSpec()])
     collector = make(fake)
     rounds_at(fake, collector, [0.0, 10.0])
-    assert len(fake._gpm_samples) == 4
+    assert len(fake.gpm.samples) == 4
     collector.close()
-    assert fake._gpm_samples == {}
+    assert fake.gpm.samples == {}
 
 
 def test_recovery_action_fabric_health_and_lifetime_ecc(made: list) -> None:
@@ -227,7 +227,7 @@ def test_gpm_buffers_are_freed_when_a_session_fails_to_open(made: list) -> None:
     with pytest.raises(RuntimeError, match="NVML initialisation failed"):
         collect(collector)
     assert fake.calls[("nvmlGpmSampleAlloc", None)] == 2  # GPU 0's pair
-    assert fake._gpm_samples == {}
+    assert fake.gpm.samples == {}
 
 
 def test_lockstep_doctor_says_in_one_line_why_an_ampere_node_has_no_activity(tmp_path: Path) -> None:
@@ -269,17 +269,17 @@ def test_a_round_too_soon_after_the_last_reads_the_counters_and_keeps_its_window
     fake = fake_from_gpus([GpuSpec(sm_active_percent=50, sm_occupancy_percent=25)])
     collector = make(fake)
     made.append(collector)
-    collector.gpm_min_interval = 3600.0  # every round is "too soon"
+    collector.reader.gpm_min_interval = 3600.0  # every round is "too soon"
     g = {"gpu": "0", "uuid": fake.spec.gpus[0].uuid, "gpu_instance_id": ""}
     rounds = rounds_at(fake, collector, [0.0, 10.0, 20.0])
     for s in rounds:
         assert key("lockstep_gpu_sm_occupancy_ratio", **g) not in s
         assert not [k for k in s if k[0] == "lockstep_gpu_nvml_errors_total"]
     assert [s[key("lockstep_gpu_sm_cycles_total", **g)] for s in rounds] == [132 * 1980e6 * t for t in (0, 10, 20)]
-    session = collector._session
+    session = collector.sessions.session
     assert session is not None and session.gpus[0].gpm is not None
     window_start = session.gpus[0].gpm.targets[None].previous
-    assert fake._gpm_sample(window_start).t == 0.0  # the window still starts at the first round
-    collector.gpm_min_interval = 0.0
+    assert fake.gpm.sample(window_start).t == 0.0  # the window still starts at the first round
+    collector.reader.gpm_min_interval = 0.0
     fake.set_time(30.0)
     assert collect(collector)[key("lockstep_gpu_sm_occupancy_ratio", **g)] == 0.25

@@ -4,12 +4,10 @@ publishes each compute process's SM and memory-bandwidth share (collectors/gpu/p
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pynvml
 import pytest
 
-from lockstep.agent import gpus
 from lockstep.collectors.gpu import GpuCollector
 from lockstep.simulation.fake_nvml import (
     MIB,
@@ -31,16 +29,10 @@ SHARED = GpuSpec(utilization_gpu_percent=75, utilization_memory_percent=42, proc
 NEWER, OLDER = "nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization"
 
 
-@pytest.fixture
-def published() -> Iterator[None]:
-    yield
-    gpus.publish(())
-
-
 def run_round(collector: GpuCollector) -> dict[int, tuple[float | None, float | None]]:
     """One round; pid -> (SM share, memory-bandwidth share) of GPU 0's published processes."""
     list(collector.collect())
-    (gpu, *_) = gpus.published()
+    (gpu, *_) = collector.context.gpu_inventory.published()
     return {p.pid: (p.sm_utilization, p.memory_utilization) for p in gpu.processes}
 
 
@@ -89,7 +81,7 @@ def test_the_fake_finds_no_samples_on_an_idle_gpu_and_none_in_mig_mode_or_before
 # --- the collector ---
 
 
-def test_each_process_gets_its_share_and_an_idle_one_zero(published: None) -> None:
+def test_each_process_gets_its_share_and_an_idle_one_zero() -> None:
     fake = fake_from_gpus([SHARED])
     collector = make(fake)
     try:
@@ -107,7 +99,7 @@ def test_each_process_gets_its_share_and_an_idle_one_zero(published: None) -> No
         collector.close()
 
 
-def test_an_older_driver_is_asked_the_older_call_after_one_try_of_the_newer(published: None) -> None:
+def test_an_older_driver_is_asked_the_older_call_after_one_try_of_the_newer() -> None:
     fake = fake_from_gpus([SHARED], driver_version="535.183.06")
     collector = make(fake)
     try:
@@ -120,7 +112,7 @@ def test_an_older_driver_is_asked_the_older_call_after_one_try_of_the_newer(publ
     assert (fake.calls_for(0, NEWER), fake.calls_for(0, OLDER)) == (1, 2)
 
 
-def test_mig_mode_leaves_the_share_unknown_and_stops_asking(published: None) -> None:
+def test_mig_mode_leaves_the_share_unknown_and_stops_asking() -> None:
     mig = GpuSpec(mig_devices=(MigDeviceSpec(gpu_instance_id=1),), processes=(dataclasses.replace(ALICE),))
     fake = fake_from_gpus([mig])
     collector = make(fake)
@@ -132,7 +124,7 @@ def test_mig_mode_leaves_the_share_unknown_and_stops_asking(published: None) -> 
     assert (fake.calls_for(0, NEWER), fake.calls_for(0, OLDER)) == (1, 1)
 
 
-def test_a_failing_call_is_counted_and_leaves_the_share_unknown(published: None) -> None:
+def test_a_failing_call_is_counted_and_leaves_the_share_unknown() -> None:
     fake = fake_from_gpus([SHARED])
     fake.fail(NEWER, pynvml.NVMLError_Unknown, gpu=0)
     collector = make(fake)
@@ -147,7 +139,7 @@ def test_a_failing_call_is_counted_and_leaves_the_share_unknown(published: None)
     assert errors == {"unknown": 1}
 
 
-def test_no_gpu_call_without_compute_processes_and_no_pid_label(published: None) -> None:
+def test_no_gpu_call_without_compute_processes_and_no_pid_label() -> None:
     fake = fake_from_gpus([GpuSpec(), SHARED])
     collector = make(fake)
     try:

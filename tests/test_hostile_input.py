@@ -649,15 +649,13 @@ def test_watchdogs_stopped_emitter_race_is_not_logged_as_an_error(capsys: pytest
     ],
     ids=["pid -1", "pid x", "1e8 gpus", "nan", "inf", "pci bus id"],
 )
-def test_a_bad_fake_nvml_spec_is_named_by_line_even_from_config_check(
+def test_a_bad_fake_nvml_spec_is_named_by_line(
     tmp_path: Path, spec: str, problem: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = tmp_path / "gpus.yml"
     path.write_text(spec)
-    config = tmp_path / "lockstep.yml"
-    config.write_text(f"collectors:\n  gpu:\n    fake_nvml: {path}\n")
-    assert cli.main(["config", "check", str(config)]) == 2
-    assert capsys.readouterr().err == f"lockstep: {config}:3: collectors.gpu.fake_nvml: {problem.format(f=path)}\n"
+    assert cli.main(["once", "--gpu.fake-nvml", str(path)]) == 2
+    assert capsys.readouterr().err == f"lockstep: --gpu.fake-nvml: {problem.format(f=path)}\n"
 
 
 # --- generated inputs (hypothesis): whatever the value, a clear rejection or a valid result ---

@@ -7,6 +7,7 @@ The exposition texts below are written from the metric names in the engines' doc
 
 from __future__ import annotations
 
+import dataclasses
 import http.server
 import os
 import subprocess
@@ -18,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.agent import gpus
 from lockstep.agent.collector import NothingHere
+from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.collectors.inference import InferenceCollector
 from lockstep.collectors.inference.discovery import engine_of
 from lockstep.collectors.inference.targets import parse_target, parse_targets
@@ -692,7 +693,8 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
     )
     endpoint = f"http://127.0.0.1:{port}/metrics"
     up = ("lockstep_inference_up", frozenset({"engine": "vllm", "server": endpoint, "model": "llama"}.items()))
-    collector = InferenceCollector(context(proc=Path("/proc")))
+    gpu_inventory = GpuInventory()  # what the GPU collector publishes, filled in below
+    collector = InferenceCollector(dataclasses.replace(context(proc=Path("/proc")), gpu_inventory=gpu_inventory))
     clock = [1000.0]
     collector.clock = lambda: clock[0]
 
@@ -718,17 +720,16 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
         )
         assert info == sorted([(str(server.pid), "777"), (str(worker), "777")])
         # The GPU collector saw the worker on GPU 5: the engine is tied to that GPU.
-        gpus.publish(
+        gpu_inventory.publish(
             (
-                gpus.PublishedGpu(4, "GPU-four", "", 4, "", True, (gpus.GpuProcess(1, None, None, None),), ()),
-                gpus.PublishedGpu(5, "GPU-five", "", 5, "", True, (gpus.GpuProcess(worker, 1, None, None),), ()),
+                PublishedGpu(4, "GPU-four", "", 4, "", True, (GpuProcess(1, None, None, None),), ()),
+                PublishedGpu(5, "GPU-five", "", 5, "", True, (GpuProcess(worker, 1, None, None),), ()),
             )
         )
         s = run(collector)
         tied = {dict(labels)["gpu"] for (name, labels), _ in s.items() if name == "lockstep_inference_gpu_info"}
         assert tied == {"5"}
     finally:
-        gpus.publish(())
         stop(server, worker)
     clock[0] += 599
     assert ours(run_or_nothing()) == {up: 0}  # gone: down, same labels, no process info

@@ -3,6 +3,7 @@ PodResourcesLister on a unix socket, started by the tests; plus the generated co
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import stat
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,8 +19,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from lockstep.agent import gpus
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.agent.gpus import GpuInventory, PublishedGpu
 from lockstep.collectors.kubernetes import KubernetesCollector, PodResourcesError
 from lockstep.collectors.podresources import api_pb2 as pb
 from lockstep.collectors.podresources import api_pb2_grpc
@@ -86,8 +87,19 @@ def kubelet_socket(servicer: Kubelet | None, directory: Path) -> Iterator[Path]:
         server.stop(grace=None).wait()
 
 
-def collector(socket: Path, **options: object) -> KubernetesCollector:
-    return KubernetesCollector(context(socket=socket, **options))
+def collector(socket: Path, gpu_inventory: GpuInventory | None = None, **options: object) -> KubernetesCollector:
+    """The collector on the kubelet socket, reading ``gpu_inventory`` (else an empty one of its own)."""
+    made = context(socket=socket, **options)
+    if gpu_inventory is not None:
+        made = dataclasses.replace(made, gpu_inventory=gpu_inventory)
+    return KubernetesCollector(made)
+
+
+def inventory_of(published: Iterable[PublishedGpu]) -> GpuInventory:
+    """An inventory as the GPU collector would have published it."""
+    inventory = GpuInventory()
+    inventory.publish(tuple(published))
+    return inventory
 
 
 def series(c: KubernetesCollector) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -116,12 +128,9 @@ def test_each_gpu_of_each_container_from_a_real_kubelet_api(tmp_path: Path) -> N
 
 
 def test_gpu_label_is_the_nvml_index_once_published(tmp_path: Path) -> None:
-    gpus.publish(tuple(gpus.PublishedGpu(i, UUID[n], "", None, "", True, (), ()) for n, i in ((0, 0), (1, 5))))
-    try:
-        with kubelet_socket(Kubelet(NODE), tmp_path) as socket:
-            got = series(collector(socket, resources=("nvidia.com/gpu",)))
-    finally:
-        gpus.publish(())
+    inventory = inventory_of(PublishedGpu(i, UUID[n], "", None, "", True, (), ()) for n, i in ((0, 0), (1, 5)))
+    with kubelet_socket(Kubelet(NODE), tmp_path) as socket:
+        got = series(collector(socket, inventory, resources=("nvidia.com/gpu",)))
     assert got == {
         key("ml", "train-0", "trainer", "nvidia.com/gpu", UUID[0], gpu="0"): 1,
         key("ml", "train-0", "trainer", "nvidia.com/gpu", UUID[1], gpu="5"): 1,
@@ -335,12 +344,9 @@ DRA_NODE = pb.ListPodResourcesResponse(
 
 
 def test_gpus_allocated_through_dra_from_a_real_kubelet_api(tmp_path: Path) -> None:
-    gpus.publish(tuple(gpus.PublishedGpu(i, UUID[i], "", i, "", True, (), ()) for i in range(4)))
-    try:
-        with kubelet_socket(Kubelet(DRA_NODE), tmp_path) as socket:
-            got = series(collector(socket))
-    finally:
-        gpus.publish(())
+    inventory = inventory_of(PublishedGpu(i, UUID[i], "", i, "", True, (), ()) for i in range(4))
+    with kubelet_socket(Kubelet(DRA_NODE), tmp_path) as socket:
+        got = series(collector(socket, inventory))
     assert got == {
         key("ml", "dra-train-0", "trainer", "gpu.nvidia.com", UUID[0], gpu="0"): 1,
         key("ml", "dra-train-0", "trainer", "gpu.nvidia.com", UUID[1], gpu="1"): 1,
@@ -351,12 +357,9 @@ def test_gpus_allocated_through_dra_from_a_real_kubelet_api(tmp_path: Path) -> N
 
 
 def test_dra_drivers_are_an_option(tmp_path: Path) -> None:
-    gpus.publish(tuple(gpus.PublishedGpu(i, UUID[i], "", i, "", True, (), ()) for i in range(4)))
-    try:
-        with kubelet_socket(Kubelet(DRA_NODE), tmp_path) as socket:
-            got = series(collector(socket, dra_drivers=("other.example.com",), resources=()))
-    finally:
-        gpus.publish(())
+    inventory = inventory_of(PublishedGpu(i, UUID[i], "", i, "", True, (), ()) for i in range(4))
+    with kubelet_socket(Kubelet(DRA_NODE), tmp_path) as socket:
+        got = series(collector(socket, inventory, dra_drivers=("other.example.com",), resources=()))
     assert got == {}
 
 

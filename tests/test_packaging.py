@@ -44,7 +44,7 @@ def test_the_wheel_installs_one_top_level_package_lockstep(tmp_path: Path) -> No
         "lockstep/agent/cli.py",
         "lockstep/collectors/host.py",
         "lockstep/collectors/podresources/api_pb2.py",
-        "lockstep/simulation/fake_nvml.py",
+        "lockstep/simulation/fake_nvml/__init__.py",
         "lockstep/emitter.py",
     ):
         assert module in names

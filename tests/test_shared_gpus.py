@@ -4,14 +4,14 @@ ID and the kubelet's log links; Slurm: the job's cgroup).  Never a series per PI
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lockstep.agent import gpus
 from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import Seams
 from lockstep.collectors.containers import Container, container_id, containers_by_id
 from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesCollector
@@ -74,37 +74,40 @@ def test_containers_are_named_by_the_kubelets_log_links(tmp_path: Path) -> None:
     assert containers_by_id(tmp_path / "absent") == {}
 
 
-def process(pid: int, sm: float | None, memory: float | None) -> gpus.GpuProcess:
-    return gpus.GpuProcess(pid, 1 << 30, None, None, sm_utilization=sm, memory_utilization=memory)
+def process(pid: int, sm: float | None, memory: float | None) -> GpuProcess:
+    return GpuProcess(pid, 1 << 30, None, None, sm_utilization=sm, memory_utilization=memory)
+
+
+def inventory_of(*published: PublishedGpu) -> GpuInventory:
+    """An inventory as the GPU collector would have published it."""
+    inventory = GpuInventory()
+    inventory.publish(published)
+    return inventory
 
 
 @pytest.fixture
-def shared_gpu() -> Iterator[None]:
+def shared_gpu() -> GpuInventory:
     """GPU 7 shared by two pods (one with two processes), a host process and a process whose
     container is gone; GPU 6 in MIG mode (no per-process utilisation)."""
-    gpus.publish(
-        (
-            gpus.PublishedGpu(6, UUID_MIG_GPU, "", 6, "", True, (process(4400, None, None),), ()),
-            gpus.PublishedGpu(
-                7,
-                UUID,
-                "",
-                7,
-                "",
-                True,
-                (
-                    process(4100, 0.5, 0.25),  # alice's notebook
-                    process(4101, 0.125, 0.0625),  # alice's notebook, a second process
-                    process(4200, 0.25, 0.125),  # bob's notebook
-                    process(900, 0.0625, 0.0),  # the host's (nvidia-smi, a benchmark)
-                    process(4300, 0.0625, 0.0),  # its container's log link is gone
-                ),
-                (),
+    return inventory_of(
+        PublishedGpu(6, UUID_MIG_GPU, "", 6, "", True, (process(4400, None, None),), ()),
+        PublishedGpu(
+            7,
+            UUID,
+            "",
+            7,
+            "",
+            True,
+            (
+                process(4100, 0.5, 0.25),  # alice's notebook
+                process(4101, 0.125, 0.0625),  # alice's notebook, a second process
+                process(4200, 0.25, 0.125),  # bob's notebook
+                process(900, 0.0625, 0.0),  # the host's (nvidia-smi, a benchmark)
+                process(4300, 0.0625, 0.0),  # its container's log link is gone
             ),
-        )
+            (),
+        ),
     )
-    yield
-    gpus.publish(())
 
 
 def node(tmp_path: Path) -> Paths:
@@ -125,11 +128,14 @@ def node(tmp_path: Path) -> Paths:
     return Paths(procfs=proc, rootfs=rootfs)
 
 
-def kubernetes(paths: Paths) -> KubernetesCollector:
+def kubernetes(paths: Paths, gpu_inventory: GpuInventory) -> KubernetesCollector:
     import logging
 
     seams = Seams(KUBELET_POD_RESOURCES.replaced_by(lambda timeout: pb.ListPodResourcesResponse()))
-    return KubernetesCollector(CollectorContext(paths=paths, options={}, log=logging.getLogger("test"), seams=seams))
+    context = CollectorContext(
+        paths=paths, options={}, log=logging.getLogger("test"), seams=seams, gpu_inventory=gpu_inventory
+    )
+    return KubernetesCollector(context)
 
 
 def share(name: str, pod: str, gpu: str = "7", uuid: str = UUID) -> tuple[str, frozenset[tuple[str, str]]]:
@@ -137,8 +143,8 @@ def share(name: str, pod: str, gpu: str = "7", uuid: str = UUID) -> tuple[str, f
     return (name, frozenset(labels.items()))
 
 
-def test_each_pod_sharing_a_gpu_gets_its_own_share(tmp_path: Path, shared_gpu: None) -> None:
-    values = collected(kubernetes(node(tmp_path)))
+def test_each_pod_sharing_a_gpu_gets_its_own_share(tmp_path: Path, shared_gpu: GpuInventory) -> None:
+    values = collected(kubernetes(node(tmp_path), shared_gpu))
     assert {k: v for k, v in values.items() if k[0] in (SM, MEMORY)} == {
         share(SM, "notebook-alice"): 0.625,  # 0.5 + 0.125: its two processes
         share(MEMORY, "notebook-alice"): 0.3125,
@@ -149,11 +155,8 @@ def test_each_pod_sharing_a_gpu_gets_its_own_share(tmp_path: Path, shared_gpu: N
 
 
 def test_no_per_process_utilisation_no_series_and_no_lookup(tmp_path: Path) -> None:
-    gpus.publish((gpus.PublishedGpu(7, UUID, "", 7, "", True, (process(4100, None, None),), ()),))
-    try:
-        values = collected(kubernetes(Paths(procfs=tmp_path / "no-proc", rootfs=tmp_path / "no-root")))
-    finally:
-        gpus.publish(())
+    inventory = inventory_of(PublishedGpu(7, UUID, "", 7, "", True, (process(4100, None, None),), ()))
+    values = collected(kubernetes(Paths(procfs=tmp_path / "no-proc", rootfs=tmp_path / "no-root"), inventory))
     assert [k for k in values if k[0] in (SM, MEMORY)] == []
 
 
@@ -164,31 +167,27 @@ def job_share(name: str, job_id: str, gpu: str = "7", uuid: str = UUID) -> tuple
 def test_each_slurm_job_sharing_a_gpu_gets_its_own_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The v2 fixture: job 101 runs pids 5001-5003, job 102 pid 6001 (their cgroups)."""
     fake_scontrol(tmp_path, monkeypatch)
-    gpus.publish(
-        (
-            gpus.PublishedGpu(
-                0,
-                UUID,
-                "",
-                0,
-                "",
-                True,
-                (
-                    process(5002, 0.5, 0.125),
-                    process(5003, 0.25, 0.0625),
-                    process(6001, 0.125, 0.25),
-                    process(7, 0.5, 0),
-                ),
-                (),
+    inventory = inventory_of(
+        PublishedGpu(
+            0,
+            UUID,
+            "",
+            0,
+            "",
+            True,
+            (
+                process(5002, 0.5, 0.125),
+                process(5003, 0.25, 0.0625),
+                process(6001, 0.125, 0.25),
+                process(7, 0.5, 0),
             ),
-            gpus.PublishedGpu(1, UUID_MIG_GPU, "", 1, "", True, (process(5001, None, None),), ()),
-        )
+            (),
+        ),
+        PublishedGpu(1, UUID_MIG_GPU, "", 1, "", True, (process(5001, None, None),), ()),
     )
-    try:
-        collector = SlurmCollector(context(proc=SLURM / "v2" / "proc", sys_=SLURM / "v2" / "sys", node_name="node07"))
-        values = collected(collector)
-    finally:
-        gpus.publish(())
+    slurm_context = context(proc=SLURM / "v2" / "proc", sys_=SLURM / "v2" / "sys", node_name="node07")
+    collector = SlurmCollector(dataclasses.replace(slurm_context, gpu_inventory=inventory))
+    values = collected(collector)
     sm, memory = "lockstep_slurm_job_gpu_sm_utilization_ratio", "lockstep_slurm_job_gpu_memory_utilization_ratio"
     assert {k: v for k, v in values.items() if k[0] in (sm, memory)} == {
         job_share(sm, "101", "0"): 0.75,

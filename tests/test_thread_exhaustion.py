@@ -159,14 +159,14 @@ def test_a_gpu_session_whose_xid_listener_cannot_start_is_opened_whole_later(ref
         refuse_thread.add("gpu-xid-listener")
         with pytest.raises(RuntimeError, match="can't start new thread"):
             list(collector.collect())  # the round fails: no session without its XID listener
-        assert collector._session is None
+        assert collector.sessions.session is None
         assert fake.calls[("nvmlShutdown", None)] == 1  # NVML closed again, nothing half-open
 
         refuse_thread.clear()
         values = collected(collector)
         assert values[("lockstep_gpu_up", frozenset({("gpu", "0"), ("uuid", fake.spec.gpus[0].uuid)}))] == 1.0
-        assert collector._session is not None and collector._session.listener is not None
-        wait_until(collector._session.listener.ready.is_set, what="the XID listener registered")
+        assert collector.sessions.session is not None and collector.sessions.session.listener is not None
+        wait_until(collector.sessions.session.listener.ready.is_set, what="the XID listener registered")
         fake.inject_xid(0, 48)
         wait_until(lambda: xids(collector) == {("0", "48"): 1}, what="XID 48 counted by the new listener")
     finally:

@@ -21,7 +21,8 @@ Traps handled (see docs/gpu.md):
 - NVLink traffic is reported by NVML in KiB and exported in bytes; energy in mJ -> J.
 
 After each round the GPUs, their identity and their compute processes' host PIDs are
-published in agent/gpus.py, where the Slurm, Kubernetes and inference collectors attribute
+published in the GPU inventory (agent/gpus.py, ``context.gpu_inventory``), where the Slurm,
+Kubernetes and inference collectors attribute
 GPUs to jobs, pods and engines.  PIDs are not exported as labels.
 """
 
@@ -29,90 +30,100 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
 
+import pynvml
 from prometheus_client.core import Metric
 
-from lockstep.agent import gpus
-from lockstep.agent.collector import Families, MetricSpec, Option
-from lockstep.agent.config import parse_string
+from lockstep.agent.collector import Collector, CollectorContext, Families
+from lockstep.agent.files import read_text
+from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
+from lockstep.agent.seams import WALL_CLOCK
+from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.fields import omitted_metrics
 from lockstep.collectors.gpu.metrics import INFO, METRICS, NVML_ERRORS, UP
-from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE
+from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, NVIDIA_PCI_VENDOR
 from lockstep.collectors.gpu.pcie import PCIE_LINK_METRICS
-from lockstep.collectors.gpu.session import NvmlSessions
+from lockstep.collectors.gpu.provider import NVML
+from lockstep.collectors.gpu.reading import GpuReader
+from lockstep.collectors.gpu.session import NvmlSessions, SessionTimings
+from lockstep.collectors.gpu.state import GpuState, Sample
+from lockstep.collectors.gpu.xid import XidCounts
 
 
-def parse_fake_nvml(value: Any) -> Any:
-    """The fake NVML spec file: loaded and checked when the config is (errors name file:line)."""
-    from lockstep.simulation.fake_nvml import FakeSpecError, load_spec  # only when asked for
+class GpuCollector(Collector):
+    """The GPU collector: owns the NVML sessions (session.py), the per-GPU reader (reading.py)
+    and the XID counts (xid.py), and turns each round into metrics and the GPU inventory."""
 
-    try:
-        return load_spec(parse_string(value))
-    except FakeSpecError as exc:
-        raise ValueError("; ".join(exc.problems)) from None
-
-
-class GpuCollector(NvmlSessions):
     name = "gpu"
     help = "NVIDIA GPUs and NVLink through NVML: utilization, memory, clocks and their throttling, power, XID errors."
     default_interval = 10.0
     hotplug_subsystems = ("pci",)
-    options = (
-        Option(
-            "fake_nvml",
-            parse_fake_nvml,
-            None,
-            "use a fake NVML described by this YAML spec instead of the real library (demos, tests; docs/gpu.md)",
-            flag="--gpu.fake-nvml",
-        ),
-    )
     metrics = METRICS + PCIE_LINK_METRICS
+    # Timings, read when the collector is made (tests shorten them in a subclass).
+    # Re-initialisation backoff (seconds): doubles after each attempt that still finds a
+    # problem, back to the start once all GPUs answer.
+    reinit_backoff_initial = 5.0
+    reinit_backoff_max = 300.0
+    # The XID listener's wait per call into NVML, and its backoff (initial, maximum) after an error.
+    listener_wait_ms = 1000
+    listener_backoff = (0.5, 30.0)
     # How long the first round waits for the XID listener to be registered, so an XID
     # right at start is not missed and the first exposition already has it.
     listener_ready_timeout = 3.0
+    # GPM's windowed metrics need their two samples at least this far apart (seconds; NVML
+    # refreshes GPM samples every 100 ms): collectors/gpu/gpm.py.
+    gpm_min_interval = 0.1
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        # The fake NVML a test, the simulated node or ``--gpu.fake-nvml`` put in the seams, else pynvml.
+        fake = context.seams.get(NVML)
+        nvml = pynvml if fake is None else fake
+        self.calls = NvmlCalls(self.log)  # its error counts are kept across sessions
+        self.xids = XidCounts(context.seams.get(WALL_CLOCK) or time.time, context.run_now)  # kept across sessions
+        timings = SessionTimings(
+            self.reinit_backoff_initial, self.reinit_backoff_max, self.listener_wait_ms, self.listener_backoff
+        )
+        self.sessions = NvmlSessions(nvml, self.calls, self.xids, timings, self.log)
+        self.reader = GpuReader(self.calls, self.gpm_min_interval)
 
     # --- one round ---
 
     def collect(self) -> Iterator[Metric]:
         try:
-            session, new = self._ensure_session()
+            session, new = self.sessions.ensure()
         except BaseException:
-            gpus.publish(())  # no NVML: nothing to attribute, rather than last round's GPUs
+            self.context.gpu_inventory.publish(())  # no NVML: nothing to attribute, rather than last round's GPUs
             raise
         if new and session.listener is not None:
             session.listener.ready.wait(self.listener_ready_timeout)
-        samples: list[tuple[MetricSpec, tuple[str, ...], float]] = []
+        samples: list[Sample] = []
         published = []
         for gpu in session.gpus:
             if not gpu.lost:
                 try:
-                    reading, processes, migs = self._read_gpu(session.nvml, gpu)
+                    reading, processes, migs = self.reader.read(session.nvml, gpu)
                 except GPU_GONE as exc:
                     self.log.warning("GPU %d (%s) is lost: %s", gpu.index, gpu.uuid or "uuid unknown", exc)
-                    self._lose(gpu, exc, None)
-                    if not session.reinit_wanted:
-                        session.reinit_wanted = True
-                        self._schedule_reinit(time.monotonic())
+                    self.sessions.gpu_lost(gpu, exc)
                 except LIFECYCLE as exc:
-                    gpus.publish(())
-                    self._end_session()
-                    delay = self._schedule_reinit(time.monotonic())
-                    self._broken = f"NVML: {exc}"
+                    self.context.gpu_inventory.publish(())
+                    delay = self.sessions.nvml_broken(exc)
                     raise RuntimeError(f"NVML: {exc} (re-initialising in {delay:g}s)") from None
                 else:
                     samples += reading
-                    published.append(self._published(gpu, True, processes, migs))
+                    published.append(published_gpu(gpu, True, processes, migs))
             if gpu.lost:
-                published.append(self._published(gpu, False, (), ()))
+                published.append(published_gpu(gpu, False, (), ()))
             if gpu.uuid or not gpu.lost:
                 info = (gpu.pci_bus_id, gpu.model, session.driver_version, gpu.vbios_version)
                 minor = "" if gpu.minor_number is None else str(gpu.minor_number)
                 samples.append((INFO, (*gpu.labels, *info, minor), 1))
             samples.append((UP, gpu.labels, 0 if gpu.lost else 1))
-        samples += self._xids.samples(session.gpus)
-        samples += [(NVML_ERRORS, (str(i), u, e), n) for (i, u, e), n in sorted(self._errors.items())]
-        gpus.publish(tuple(published))
+        samples += self.xids.samples(session.gpus)
+        samples += [(NVML_ERRORS, (str(i), u, e), n) for (i, u, e), n in sorted(self.calls.errors.items())]
+        self.context.gpu_inventory.publish(tuple(published))
         families = Families(self.metrics)
         for spec, labels, value in samples:
             families[spec].add_metric(list(labels), value)
@@ -122,7 +133,7 @@ class GpuCollector(NvmlSessions):
         try:
             for _ in self.collect():
                 pass
-            session = self._session
+            session = self.sessions.session
             if session is None:
                 return ""
             notes = []
@@ -148,4 +159,33 @@ class GpuCollector(NvmlSessions):
             self.close()
 
     def close(self) -> None:
-        self._end_session()
+        self.sessions.end()
+
+    # --- hotplug ---
+
+    def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
+        """A PCI device came or went: if it is (or was) an NVIDIA GPU, re-enumerate at once."""
+        name = sys_path.rstrip("/").rsplit("/", 1)[-1]
+        if self.sessions.knows_pci_device(name) or is_nvidia_gpu(self.paths.sysfs, sys_path):
+            self.log.info("PCI %s of NVIDIA GPU %s: re-enumerating GPUs", action, name)
+            self.sessions.rediscover()
+
+
+def is_nvidia_gpu(sysfs: Path, sys_path: str) -> bool:
+    """Whether the PCI device at sys_path (a /sys path of the hotplug event) is an NVIDIA GPU."""
+    path = Path(sys_path)
+    if path.is_relative_to("/sys"):
+        path = sysfs / path.relative_to("/sys")  # the host's sysfs may be mounted elsewhere
+    try:
+        vendor = read_text(path / "vendor").strip()
+        device_class = read_text(path / "class").strip()
+    except OSError:
+        return False  # removed already (then it is matched by its known PCI address) or not a device
+    return vendor == NVIDIA_PCI_VENDOR and device_class.startswith("0x03")  # display controller
+
+
+def published_gpu(
+    gpu: GpuState, up: bool, processes: tuple[GpuProcess, ...], migs: tuple[MigDevice, ...]
+) -> PublishedGpu:
+    """A GPU as the inventory shows it to the collectors that attribute GPUs."""
+    return PublishedGpu(gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.minor_number, gpu.model, up, processes, migs)

@@ -4,9 +4,6 @@ as data, read by the per-GPU reading and by doctor's note on what a GPU cannot g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from lockstep.agent.collector import MetricSpec
 from lockstep.collectors.gpu.metrics import (
     CLOCK_EVENT_ACTIVE,
@@ -47,20 +44,7 @@ from lockstep.collectors.gpu.metrics import (
     XID_ERRORS,
 )
 from lockstep.collectors.gpu.pcie import PCIE_LINK_CALLS
-
-if TYPE_CHECKING:
-    from lockstep.collectors.gpu.reading import GpuState
-
-
-@dataclass(frozen=True)
-class FieldUse:
-    """One NVML field and where its value goes: metric, extra label values, scale to base units."""
-
-    field: str  # pynvml constant name, e.g. NVML_FI_DEV_TOTAL_ENERGY_CONSUMPTION
-    spec: MetricSpec | None  # None: handled specially (link state, recovery action)
-    labels: tuple[str, ...] = ()
-    scale: float = 1.0
-
+from lockstep.collectors.gpu.state import FieldUse, GpuState
 
 RECOVERY_ACTION_FIELD = "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"
 DEVICE_FIELDS = (

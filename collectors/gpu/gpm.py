@@ -26,12 +26,11 @@ byte counts on every GPU that has GPM.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
-from lockstep.agent.collector import MetricSpec
+from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.metrics import (
     DRAM_BANDWIDTH_USED,
     PIPE_ACTIVE,
@@ -42,26 +41,10 @@ from lockstep.collectors.gpu.metrics import (
     SM_OCCUPANCY,
 )
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, UNSUPPORTED
-
-if TYPE_CHECKING:
-    from lockstep.collectors.gpu.reading import GpuReader, GpuState
+from lockstep.collectors.gpu.provider import NvmlProvider
+from lockstep.collectors.gpu.state import GpmState, GpmTarget, GpmUse, GpuState, Sample
 
 ELAPSED = "NVML_GPM_METRIC_SM_CYCLES_ELAPSED"
-
-
-@dataclass(frozen=True)
-class GpmUse:
-    """One GPM metric and where its value goes."""
-
-    metric: str  # pynvml constant name, e.g. NVML_GPM_METRIC_SM_CYCLES_ACTIVE
-    spec: MetricSpec
-    labels: tuple[str, ...] = ()
-    cumulative: bool = False  # a count since boot at sample2; else an average between the samples
-    # A windowed metric that says the same as a cumulative one: not needed once that one answers.
-    covered_by: str = ""
-
-    def value(self, number: float) -> float:
-        return number if self.cumulative else number / 100  # windowed metrics are percentages
 
 
 def _pipe(name: str, pipe: str, util: str) -> tuple[GpmUse, GpmUse]:
@@ -94,32 +77,9 @@ WHY_NO_GPM_DEVICE = "the GPU has no GPM (Hopper and newer have it)"
 WHY_NO_GPM_DRIVER = "the driver has no GPM (R520 and newer have it)"
 
 
-@dataclass
-class GpmTarget:
-    """The whole GPU (gpu_instance_id None) or one MIG GPU instance: its two sample buffers."""
-
-    gpu_instance_id: int | None
-    previous: Any  # c_nvmlGpmSample_t holding the last round's sample (or the enumeration's)
-    current: Any
-    sampled: bool = False  # previous holds a sample
-    sampled_at: float = 0.0  # monotonic time of the sample in previous
-    rounds: int = 0  # metrics computed so far: windowed ones only from the second on
-
-
-@dataclass
-class GpmState:
-    """One GPU's GPM: the metrics still asked for, and its sample buffers."""
-
-    uses: list[tuple[GpmUse, int]]  # (use, metric id) still asked for
-    targets: dict[int | None, GpmTarget] = field(default_factory=dict)
-
-    def buffers(self) -> list[Any]:
-        return [b for t in self.targets.values() for b in (t.previous, t.current)]
-
-
-def start_gpm(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
+def start_gpm(calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState) -> None:
     """At enumeration: does the GPU have GPM?  If so, allocate its buffers and take a first sample."""
-    support = reader._optional(gpu, "nvmlGpmQueryDeviceSupport", nvml.nvmlGpmQueryDeviceSupport, gpu.handle)
+    support = calls.optional(gpu, "nvmlGpmQueryDeviceSupport", nvml.nvmlGpmQueryDeviceSupport, gpu.handle)
     if support is None:
         gpu.gpm_absent = WHY_NO_GPM_DRIVER
         return
@@ -130,7 +90,9 @@ def start_gpm(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
     gpu.gpm = GpmState(uses=[(use, mid) for use, mid in ids if mid is not None])  # the binding may lack some
 
 
-def _target(reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, instance: int | None) -> GpmTarget | None:
+def _target(
+    calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState, state: GpmState, instance: int | None
+) -> GpmTarget | None:
     target = state.targets.get(instance)
     if target is None:
         try:
@@ -138,14 +100,14 @@ def _target(reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, instan
         except GPU_GONE + LIFECYCLE:
             raise
         except pynvml.NVMLError as exc:
-            reader._count_error(gpu, exc)
+            calls.count_error(gpu, exc)
             return None
         state.targets[instance] = target
     return target
 
 
 def _sample(
-    reader: GpuReader, nvml: Any, gpu: GpuState, target: GpmTarget, into: Any, at_enumeration: bool = False
+    calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState, target: GpmTarget, into: Any, at_enumeration: bool = False
 ) -> bool:
     """A sample of the GPU or instance into the buffer; False if there is none this time."""
     name = "nvmlGpmSampleGet" if target.gpu_instance_id is None else "nvmlGpmMigSampleGet"
@@ -159,32 +121,33 @@ def _sample(
             # A GPU in MIG mode is sampled per GPU instance, not whole: whether it is in MIG mode
             # is known only in the round, which decides.
             return False
-        reader._unsupported(gpu, name, exc)
+        calls.unsupported(gpu, name, exc)
         free_gpm(nvml, gpu)
         gpu.gpm, gpu.gpm_absent = None, f"{name}: {exc}"
         return False
     except GPU_GONE + LIFECYCLE:
         raise
     except pynvml.NVMLError as exc:
-        reader._count_error(gpu, exc)
+        calls.count_error(gpu, exc)
         return False
     return True
 
 
-def first_sample(reader: GpuReader, nvml: Any, gpu: GpuState) -> None:
+def first_sample(calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState) -> None:
     """The whole GPU's first sample, taken at enumeration, so the first round has the counters."""
     if gpu.gpm is None:
         return
-    target = _target(reader, nvml, gpu, gpu.gpm, None)
+    target = _target(calls, nvml, gpu, gpu.gpm, None)
     if target is not None:
-        target.sampled = _sample(reader, nvml, gpu, target, target.previous, at_enumeration=True)
+        target.sampled = _sample(calls, nvml, gpu, target, target.previous, at_enumeration=True)
         target.sampled_at = time.monotonic()
 
 
 def read_gpm(
-    reader: GpuReader, nvml: Any, gpu: GpuState, instances: list[int] | None
-) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
-    """This round's GPM values of the GPU (``instances`` None) or of its MIG GPU instances."""
+    calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState, instances: list[int] | None, min_interval: float
+) -> list[Sample]:
+    """This round's GPM values of the GPU (``instances`` None) or of its MIG GPU instances;
+    windowed ones only from two samples at least ``min_interval`` seconds apart."""
     state = gpu.gpm
     if state is None:
         return []
@@ -192,29 +155,29 @@ def read_gpm(
     for gone in [k for k in state.targets if k not in wanted]:  # an instance destroyed, or MIG toggled
         ended = state.targets.pop(gone)
         _free(nvml, (ended.previous, ended.current))
-    out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
+    out: list[Sample] = []
     for instance in wanted:
-        target = _target(reader, nvml, gpu, state, instance)
+        target = _target(calls, nvml, gpu, state, instance)
         if target is None:
             continue
         if not target.sampled:  # a new instance: its first sample now, its counters from this round on
-            target.sampled = _sample(reader, nvml, gpu, target, target.previous)
+            target.sampled = _sample(calls, nvml, gpu, target, target.previous)
             target.sampled_at = time.monotonic()
             if gpu.gpm is None:
                 return []
             if not target.sampled:
                 continue
-        if not _sample(reader, nvml, gpu, target, target.current):
+        if not _sample(calls, nvml, gpu, target, target.current):
             if gpu.gpm is None:
                 return []
             continue
         now = time.monotonic()
         # Windowed metrics between two rounds' samples (the first pair spans the enumeration), at
-        # least gpm_min_interval apart: NVML refreshes its samples every 100 ms.  A round that comes
+        # least min_interval apart: NVML refreshes its samples every 100 ms.  A round that comes
         # sooner (one asked for at once, after an XID or a hotplug) reads the counters only and keeps
         # its window's start, so the next round's averages cover the whole time since.
-        windowed = target.rounds > 0 and now - target.sampled_at >= reader.gpm_min_interval
-        out += _metrics(reader, nvml, gpu, state, target, windowed)
+        windowed = target.rounds > 0 and now - target.sampled_at >= min_interval
+        out += _metrics(calls, nvml, gpu, state, target, windowed)
         if windowed or target.rounds == 0:
             target.previous, target.current = target.current, target.previous
             target.sampled_at = now
@@ -223,8 +186,8 @@ def read_gpm(
 
 
 def _metrics(
-    reader: GpuReader, nvml: Any, gpu: GpuState, state: GpmState, target: GpmTarget, windowed: bool
-) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState, state: GpmState, target: GpmTarget, windowed: bool
+) -> list[Sample]:
     asked = [(use, mid) for use, mid in state.uses if use.cumulative or windowed]
     if not asked:
         return []
@@ -239,7 +202,7 @@ def _metrics(
     except GPU_GONE + LIFECYCLE:
         raise
     except pynvml.NVMLError as exc:
-        reader._count_error(gpu, exc)
+        calls.count_error(gpu, exc)
         return []
     instance = "" if target.gpu_instance_id is None else str(target.gpu_instance_id)
     labels = (*gpu.labels, instance)
@@ -249,9 +212,9 @@ def _metrics(
         metric = request.metrics[i]
         if metric.nvmlReturn in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
             dropped.add(use.metric)
-            reader.log.debug("GPU %d: GPM %s not supported, no longer asked for", gpu.index, use.metric)
+            calls.log.debug("GPU %d: GPM %s not supported, no longer asked for", gpu.index, use.metric)
         elif metric.nvmlReturn != pynvml.NVML_SUCCESS:
-            reader._count_error(gpu, pynvml.NVMLError(metric.nvmlReturn))
+            calls.count_error(gpu, pynvml.NVMLError(metric.nvmlReturn))
         else:
             answered[use.metric] = (use, metric.value)
     out = []
@@ -266,7 +229,7 @@ def _metrics(
     return out
 
 
-def _free(nvml: Any, buffers: tuple[Any, ...] | list[Any]) -> None:
+def _free(nvml: NvmlProvider, buffers: tuple[Any, ...] | list[Any]) -> None:
     for buffer in buffers:
         try:
             nvml.nvmlGpmSampleFree(buffer)
@@ -274,7 +237,7 @@ def _free(nvml: Any, buffers: tuple[Any, ...] | list[Any]) -> None:
             pass  # freeing at the end of a session or of an instance: nothing more to do
 
 
-def free_gpm(nvml: Any, gpu: GpuState) -> None:
+def free_gpm(nvml: NvmlProvider, gpu: GpuState) -> None:
     """Free the GPU's sample buffers (before NVML is shut down)."""
     if gpu.gpm is not None:
         _free(nvml, gpu.gpm.buffers())

@@ -5,29 +5,27 @@ which of the GPU's compute processes run in each.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 import pynvml
 
-from lockstep.agent.collector import MetricSpec
 from lockstep.agent.gpus import GpuProcess, MigDevice
+from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.metrics import MIG_INFO, MIG_MEMORY_TOTAL, MIG_MEMORY_USED, MIG_PROCESSES
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, text
-
-if TYPE_CHECKING:
-    from lockstep.collectors.gpu.reading import GpuReader, GpuState
+from lockstep.collectors.gpu.provider import NvmlProvider
+from lockstep.collectors.gpu.state import GpuState, Sample
 
 
 def read_mig(
-    reader: GpuReader,
-    nvml: Any,
+    calls: NvmlCalls,
+    nvml: NvmlProvider,
     gpu: GpuState,
-    out: list[tuple[MetricSpec, tuple[str, ...], float]],
+    out: list[Sample],
     processes: Sequence[GpuProcess],
 ) -> tuple[MigDevice, ...]:
     """The GPU's MIG devices and their memory (samples appended to ``out``).  Utilization is
     not available per MIG device (it would need GPM), so it is omitted rather than faked."""
-    count = reader._optional(gpu, "nvmlDeviceGetMaxMigDeviceCount", nvml.nvmlDeviceGetMaxMigDeviceCount, gpu.handle)
+    count = calls.optional(gpu, "nvmlDeviceGetMaxMigDeviceCount", nvml.nvmlDeviceGetMaxMigDeviceCount, gpu.handle)
     devices = []
     for slot in range(count or 0):
         try:
@@ -37,7 +35,7 @@ def read_mig(
         except GPU_GONE + LIFECYCLE:
             raise
         except pynvml.NVMLError as exc:
-            reader._count_error(gpu, exc)
+            calls.count_error(gpu, exc)
             continue
         try:
             mig_uuid = text(nvml.nvmlDeviceGetUUID(mig_handle))
@@ -55,7 +53,7 @@ def read_mig(
         except GPU_GONE + LIFECYCLE:
             raise
         except pynvml.NVMLError as exc:
-            reader._count_error(gpu, exc)
+            calls.count_error(gpu, exc)
             continue
         ids = (str(device.gpu_instance_id), str(device.compute_instance_id))
         out.append((MIG_INFO, (*gpu.labels, *ids, device.profile, device.uuid), 1))

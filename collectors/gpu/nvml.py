@@ -12,13 +12,6 @@ from typing import Any
 
 import pynvml
 
-from lockstep.agent.seams import Seam
-
-# The NVML library: a module-like object with the pynvml functions the GPU collector calls and
-# pynvml's own exception classes (the simulated node's fake NVML); pynvml itself when not replaced.
-# Typed Any: pynvml ships no types.
-NVML = Seam[Any]("nvml", "the NVML library (pynvml)")
-
 # NVML's clock event reason bits, by the names exported (pynvml keeps the two newest under
 # their deprecated "throttle" names only).  The fake NVML sets bits by this same table, so
 # tests/test_gpu.py checks it against nvml.h's values.

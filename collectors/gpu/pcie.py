@@ -16,13 +16,11 @@ Traps (NVML reference, nvidia-smi's pcie.link.* fields):
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from lockstep.agent.collector import MetricSpec
+from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.metrics import GPU
-
-if TYPE_CHECKING:
-    from lockstep.collectors.gpu.reading import GpuReader, GpuState
+from lockstep.collectors.gpu.provider import NvmlProvider
+from lockstep.collectors.gpu.state import GpuState, Sample
 
 LINK_GENERATION = MetricSpec(
     "lockstep_gpu_pcie_link_generation",
@@ -61,10 +59,10 @@ PCIE_LINK_CALLS: dict[str, tuple[MetricSpec, ...]] = {
 }
 
 
-def read_pcie_link(reader: GpuReader, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+def read_pcie_link(calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState) -> list[Sample]:
     """The GPU's link values: current every round, maxima once per session (asked again only
     after a transient failure; an unsupported call is not asked again)."""
-    call = reader._optional
+    call = calls.optional
     h = gpu.handle
     if gpu.pcie_max_generation is None:
         gpu.pcie_max_generation = call(

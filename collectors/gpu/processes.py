@@ -26,28 +26,28 @@ Traps handled:
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
 from lockstep.agent.gpus import GpuProcess
+from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, UNSUPPORTED
-
-if TYPE_CHECKING:
-    from lockstep.collectors.gpu.reading import GpuReader, GpuState
+from lockstep.collectors.gpu.provider import NvmlProvider
+from lockstep.collectors.gpu.state import GpuState
 
 # Newest first: the older call is asked only where the newer is missing or unsupported.
 CALLS = ("nvmlDeviceGetProcessesUtilizationInfo", "nvmlDeviceGetProcessUtilization")
 
 
 def with_utilization(
-    reader: GpuReader, nvml: Any, gpu: GpuState, processes: tuple[GpuProcess, ...]
+    calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState, processes: tuple[GpuProcess, ...]
 ) -> tuple[GpuProcess, ...]:
     """The GPU's compute processes, each with its SM and memory-bandwidth share since the last
     round (0 without a sample), or unchanged (None) where NVML cannot say."""
     if not processes:
         return processes  # nothing to attribute: no call
-    samples = _samples(reader, nvml, gpu)
+    samples = _samples(calls, nvml, gpu)
     if samples is None:
         return processes
     newest: dict[int, Any] = {}
@@ -62,7 +62,7 @@ def with_utilization(
     return tuple(out)
 
 
-def _samples(reader: GpuReader, nvml: Any, gpu: GpuState) -> list[Any] | None:
+def _samples(calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState) -> list[Any] | None:
     """The samples since the GPU's last one ([] when there are none), None when NVML cannot say."""
     for name in CALLS:
         if name in gpu.unsupported:
@@ -73,12 +73,12 @@ def _samples(reader: GpuReader, nvml: Any, gpu: GpuState) -> list[Any] | None:
             gpu.process_samples_since = gpu.process_samples_newest
             return []  # no process used the GPU since then
         except UNSUPPORTED as exc:
-            reader._unsupported(gpu, name, exc)
+            calls.unsupported(gpu, name, exc)
             continue
         except GPU_GONE + LIFECYCLE:
             raise
         except pynvml.NVMLError as exc:
-            reader._count_error(gpu, exc)
+            calls.count_error(gpu, exc)
             return None
         gpu.process_samples_since = gpu.process_samples_newest
         gpu.process_samples_newest = max([gpu.process_samples_newest, *(int(s.timeStamp) for s in samples)])

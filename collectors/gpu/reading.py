@@ -1,21 +1,20 @@
 """One GPU's values in a round: the batched fields, the per-GPU calls and its compute
-processes, each call probed once and remembered when unsupported, failures counted per error.
-A lost GPU or an unusable NVML raises, so a round never serves a GPU's values partially.
+processes, each call probed once and remembered when unsupported, failures counted per error
+(calls.py).  A lost GPU or an unusable NVML raises, so a round never serves a GPU's values partially.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pynvml
 
-from lockstep.agent.collector import Collector, CollectorContext, MetricSpec
-from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
-from lockstep.collectors.gpu.fields import LINK_STATE_FIELD, LINK_USES, RECOVERY_ACTION_FIELD, FieldUse
-from lockstep.collectors.gpu.gpm import GpmState, read_gpm
+from lockstep.agent.collector import MetricSpec
+from lockstep.agent.gpus import GpuProcess, MigDevice
+from lockstep.collectors.gpu.calls import NvmlCalls
+from lockstep.collectors.gpu.fields import LINK_STATE_FIELD, LINK_USES, RECOVERY_ACTION_FIELD
+from lockstep.collectors.gpu.gpm import read_gpm
 from lockstep.collectors.gpu.metrics import (
     CLOCK_EVENT_ACTIVE,
     FABRIC_HEALTH,
@@ -45,65 +44,32 @@ from lockstep.collectors.gpu.nvml import (
     NO_INSTANCE_ID,
     RECOVERY_ACTIONS,
     UNSUPPORTED,
-    error_name,
     fabric_health,
     field_number,
 )
 from lockstep.collectors.gpu.pcie import read_pcie_link
 from lockstep.collectors.gpu.processes import with_utilization
+from lockstep.collectors.gpu.provider import NvmlProvider
+from lockstep.collectors.gpu.state import GpuState, Sample
 
 
-@dataclass
-class GpuState:
-    """What the collector knows about one GPU in the current NVML session."""
+class GpuReader:
+    """One GPU's values in a round, read through the collector's guarded NVML calls."""
 
-    index: int
-    handle: Any
-    uuid: str = ""
-    pci_bus_id: str = ""
-    minor_number: int | None = None
-    model: str = ""
-    vbios_version: str = ""
-    sm_clock_max_hz: float | None = None
-    links: int = 0
-    lost: bool = False
-    # Per-process utilisation (processes.py), NVML µs: asked since the newest sample of the round
-    # before the last one, so that a round right after another (an XID) sees the same samples.
-    process_samples_since: int = 0
-    process_samples_newest: int = 0
-    field_uses: list[tuple[FieldUse, int, int]] = field(default_factory=list)  # (use, id, scopeId) still asked for
-    unsupported: set[str] = field(default_factory=set)  # calls and fields found unsupported
-    link_state_by_call: bool = False  # the link state field is unsupported: ask per link
-    mig_cache: dict[str, MigDevice] = field(default_factory=dict)
-    gpm: GpmState | None = None  # None: no GPM (gpm_absent says why)
-    gpm_absent: str = ""
-    pcie_max_generation: int | None = None  # asked once per session (collectors/gpu/pcie.py)
-    pcie_max_width: int | None = None
+    def __init__(self, calls: NvmlCalls, gpm_min_interval: float) -> None:
+        self.calls = calls
+        # GPM's windowed metrics need their two samples at least this far apart (seconds; NVML
+        # refreshes GPM samples every 100 ms): collectors/gpu/gpm.py.
+        self.gpm_min_interval = gpm_min_interval
 
-    @property
-    def labels(self) -> tuple[str, str]:
-        return (str(self.index), self.uuid)
-
-
-class GpuReader(Collector):
-    """The GPU collector's per-GPU reading (the session and the round are in its subclasses)."""
-
-    # GPM's windowed metrics need their two samples at least this far apart (seconds; NVML
-    # refreshes GPM samples every 100 ms): collectors/gpu/gpm.py.
-    gpm_min_interval = 0.1
-
-    def __init__(self, context: CollectorContext) -> None:
-        super().__init__(context)
-        self._errors: dict[tuple[int, str, str], int] = {}  # (index, uuid, error) -> count
-
-    def _read_gpu(
-        self, nvml: Any, gpu: GpuState
-    ) -> tuple[list[tuple[MetricSpec, tuple[str, ...], float]], tuple[GpuProcess, ...], tuple[MigDevice, ...]]:
+    def read(
+        self, nvml: NvmlProvider, gpu: GpuState
+    ) -> tuple[list[Sample], tuple[GpuProcess, ...], tuple[MigDevice, ...]]:
         """All of one GPU's values, or an exception (GPU_GONE, LIFECYCLE): nothing partial."""
-        out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
+        out: list[Sample] = []
         labels = gpu.labels
         h = gpu.handle
-        call = self._optional
+        call = self.calls.optional
 
         def put(spec: MetricSpec, value: float | None, *extra: str) -> None:
             if value is not None:
@@ -140,10 +106,10 @@ class GpuReader(Collector):
         if reasons is not None:
             for reason, bit in CLOCK_EVENT_REASONS.items():
                 put(CLOCK_EVENT_ACTIVE, 1 if reasons & bit else 0, reason)
-        out += read_pcie_link(self, nvml, gpu)
+        out += read_pcie_link(self.calls, nvml, gpu)
         processes = self._processes(nvml, gpu)
         if processes is not None:
-            processes = with_utilization(self, nvml, gpu, processes)
+            processes = with_utilization(self.calls, nvml, gpu, processes)
         if processes is not None:
             put(PROCESSES, len(processes))
             put(PROCESS_MEMORY, sum(p.used_memory_bytes or 0 for p in processes))
@@ -155,25 +121,25 @@ class GpuReader(Collector):
             mig_enabled = mode[0] == pynvml.NVML_DEVICE_MIG_ENABLE
             put(MIG_MODE, 1 if mig_enabled else 0)
             if mig_enabled:
-                migs = read_mig(self, nvml, gpu, out, processes or ())
+                migs = read_mig(self.calls, nvml, gpu, out, processes or ())
         if gpu.gpm is not None:
             instances = sorted({m.gpu_instance_id for m in migs}) if mig_enabled else None
-            out += read_gpm(self, nvml, gpu, instances)
+            out += read_gpm(self.calls, nvml, gpu, instances, self.gpm_min_interval)
         return out, processes or (), migs
 
-    def _read_fabric(self, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    def _read_fabric(self, nvml: NvmlProvider, gpu: GpuState) -> list[Sample]:
         """NVSwitch fabric registration state and health (one call); nothing on GPUs without a fabric."""
         name = "nvmlDeviceGetGpuFabricInfoV"
         if name in gpu.unsupported:
             return []
         info = pynvml.c_nvmlGpuFabricInfoV_t()  # sets its own version (v2: state, status, health mask)
-        if self._optional(gpu, name, nvml.nvmlDeviceGetGpuFabricInfoV, gpu.handle, ctypes.byref(info)) is None:
+        if self.calls.optional(gpu, name, nvml.nvmlDeviceGetGpuFabricInfoV, gpu.handle, ctypes.byref(info)) is None:
             return []
         if info.state == pynvml.NVML_GPU_FABRIC_STATE_NOT_SUPPORTED:
             # A GPU without an NVSwitch fabric (PCIe cards, pre-Hopper): not asked again.
-            self._unsupported(gpu, name, ValueError("fabric state: not supported"))
+            self.calls.unsupported(gpu, name, ValueError("fabric state: not supported"))
             return []
-        out: list[tuple[MetricSpec, tuple[str, ...], float]] = [
+        out: list[Sample] = [
             (FABRIC_STATE, (*gpu.labels, state), 1 if info.state == value else 0)
             for state, value in FABRIC_STATES.items()
         ]
@@ -184,7 +150,7 @@ class GpuReader(Collector):
             out.append((FABRIC_HEALTH, (*gpu.labels, condition), holds))
         return out
 
-    def _read_fields(self, nvml: Any, gpu: GpuState) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    def _read_fields(self, nvml: NvmlProvider, gpu: GpuState) -> list[Sample]:
         """The batched fields: one call; each field checked by its own return code."""
         if not gpu.field_uses:
             return []
@@ -192,22 +158,22 @@ class GpuReader(Collector):
         try:
             values = nvml.nvmlDeviceGetFieldValues(gpu.handle, requests)
         except UNSUPPORTED as exc:
-            self._unsupported(gpu, "nvmlDeviceGetFieldValues", exc)
+            self.calls.unsupported(gpu, "nvmlDeviceGetFieldValues", exc)
             gpu.field_uses = []
             return []
         except GPU_GONE + LIFECYCLE:
             raise
         except pynvml.NVMLError as exc:
-            self._count_error(gpu, exc)
+            self.calls.count_error(gpu, exc)
             return []
-        out: list[tuple[MetricSpec, tuple[str, ...], float]] = []
+        out: list[Sample] = []
         keep = []
         for (use, fid, scope), fv in zip(gpu.field_uses, values):
             code = fv.nvmlReturn
             if code in (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_FUNCTION_NOT_FOUND):
                 if use.field not in gpu.unsupported:
                     gpu.unsupported.add(use.field)
-                    self.log.debug("GPU %d: %s not supported, no longer asked for", gpu.index, use.field)
+                    self.calls.log.debug("GPU %d: %s not supported, no longer asked for", gpu.index, use.field)
                 if use.field == LINK_STATE_FIELD:
                     gpu.link_state_by_call = True
                 continue
@@ -216,11 +182,11 @@ class GpuReader(Collector):
                 error = pynvml.NVMLError(code)
                 if isinstance(error, GPU_GONE + LIFECYCLE):
                     raise error
-                self._count_error(gpu, error)
+                self.calls.count_error(gpu, error)
                 continue
             number = field_number(fv)
             if number is None:
-                self._count_error(gpu, ValueError(f"{use.field}: unknown value type {fv.valueType}"), "bad_value")
+                self.calls.count_error(gpu, ValueError(f"{use.field}: unknown value type {fv.valueType}"), "bad_value")
                 continue
             link = (str(scope),) if use in LINK_USES else ()
             if use.field == RECOVERY_ACTION_FIELD:
@@ -236,8 +202,8 @@ class GpuReader(Collector):
         gpu.field_uses = keep
         return out
 
-    def _processes(self, nvml: Any, gpu: GpuState) -> tuple[GpuProcess, ...] | None:
-        found = self._optional(
+    def _processes(self, nvml: NvmlProvider, gpu: GpuState) -> tuple[GpuProcess, ...] | None:
+        found = self.calls.optional(
             gpu, "nvmlDeviceGetComputeRunningProcesses", nvml.nvmlDeviceGetComputeRunningProcesses, gpu.handle
         )
         if found is None:
@@ -255,31 +221,3 @@ class GpuReader(Collector):
             )
             for p in found
         )
-
-    def _optional(self, gpu: GpuState, name: str, function: Callable[..., Any], *args: Any) -> Any:
-        """Call NVML; None if the GPU does not support it (remembered: not asked again) or it
-        failed this time (counted).  A lost GPU or a broken NVML raises."""
-        if name in gpu.unsupported:
-            return None
-        try:
-            return function(*args)
-        except UNSUPPORTED as exc:
-            self._unsupported(gpu, name, exc)
-        except GPU_GONE + LIFECYCLE:
-            raise
-        except pynvml.NVMLError as exc:
-            self._count_error(gpu, exc)
-        return None
-
-    def _unsupported(self, gpu: GpuState, name: str, exc: BaseException) -> None:
-        gpu.unsupported.add(name)
-        self.log.debug("GPU %d: %s: %s; no longer asked for", gpu.index, name, exc)
-
-    def _count_error(self, gpu: GpuState, exc: BaseException, name: str | None = None) -> None:
-        key = (gpu.index, gpu.uuid, name or error_name(exc))
-        self._errors[key] = self._errors.get(key, 0) + 1
-
-    def _published(
-        self, gpu: GpuState, up: bool, processes: tuple[GpuProcess, ...], migs: tuple[MigDevice, ...]
-    ) -> PublishedGpu:
-        return PublishedGpu(gpu.index, gpu.uuid, gpu.pci_bus_id, gpu.minor_number, gpu.model, up, processes, migs)

@@ -1,35 +1,32 @@
 """The NVML session: initialisation and shutdown, the GPUs it finds (a GPU that does not
 answer is kept, reported down), re-initialisation with backoff after a lost GPU or a
-lifecycle error, and re-discovery at once on a PCI hotplug event for an NVIDIA GPU.
+lifecycle error, and re-discovery at once when a PCI hotplug event concerns an NVIDIA GPU.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pynvml
 
-from lockstep.agent.collector import CollectorContext, NothingHere
-from lockstep.agent.files import read_text
-from lockstep.agent.seams import WALL_CLOCK
+from lockstep.agent.collector import NothingHere
+from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.fields import DEVICE_FIELDS, LINK_FIELDS, NVLINK_TOTAL_FIELDS
 from lockstep.collectors.gpu.gpm import first_sample, free_gpm, start_gpm
 from lockstep.collectors.gpu.nvml import (
     GPU_GONE,
     LIFECYCLE,
-    NVIDIA_PCI_VENDOR,
-    NVML,
     driver_major,
     field_id,
     field_number,
     pci_key,
     text,
 )
-from lockstep.collectors.gpu.reading import GpuReader, GpuState
+from lockstep.collectors.gpu.provider import NvmlProvider
+from lockstep.collectors.gpu.state import GpuState
 from lockstep.collectors.gpu.xid import XidCounts, XidListener
 
 
@@ -37,30 +34,46 @@ from lockstep.collectors.gpu.xid import XidCounts, XidListener
 class Session:
     """One nvmlInit .. nvmlShutdown."""
 
-    nvml: Any
+    nvml: NvmlProvider
     driver_version: str
     gpus: list[GpuState]
     listener: XidListener | None = None
     reinit_wanted: bool = False
 
 
-class NvmlSessions(GpuReader):
-    """The GPU collector's NVML session handling (its subclass GpuCollector runs the rounds)."""
+@dataclass(frozen=True)
+class SessionTimings:
+    """How long the session manager waits (seconds, unless named otherwise)."""
 
-    # Re-initialisation backoff (seconds): doubles after each attempt that still finds a
-    # problem, back to the start once all GPUs answer.
-    reinit_backoff_initial = 5.0
-    reinit_backoff_max = 300.0
+    # Re-initialisation backoff: doubles after each attempt that still finds a problem, back
+    # to the start once all GPUs answer.
+    reinit_backoff_initial: float
+    reinit_backoff_max: float
     # The XID listener's wait per call into NVML, and its backoff (initial, maximum) after an error.
-    listener_wait_ms = 1000
-    listener_backoff = (0.5, 30.0)
+    listener_wait_ms: int
+    listener_backoff: tuple[float, float]
 
-    def __init__(self, context: CollectorContext) -> None:
-        super().__init__(context)
-        self._session: Session | None = None
-        self._own_fake: Any = None
+
+class NvmlSessions:
+    """The GPU collector's NVML sessions: the current one, when to open the next, and what is
+    known of the GPUs across sessions."""
+
+    def __init__(
+        self,
+        nvml: NvmlProvider,
+        calls: NvmlCalls,
+        xids: XidCounts,
+        timings: SessionTimings,
+        log: logging.Logger,
+    ) -> None:
+        self.nvml = nvml  # pynvml, or the fake NVML of Seams.nvml
+        self.calls = calls
+        self.xids = xids  # the XID counts, kept across sessions; each session's listener records into them
+        self.timings = timings
+        self.log = log
+        self.session: Session | None = None
         self._retry_at = 0.0  # monotonic time before which NVML is not re-initialised
-        self._retry_delay = self.reinit_backoff_initial
+        self.retry_delay = timings.reinit_backoff_initial
         self._broken = ""  # why the last attempt to use NVML as a whole failed
         self._rediscover = threading.Event()  # set by a hotplug event
         # Identity of the GPUs seen, kept across sessions: by NVML index (to label a GPU that
@@ -68,25 +81,11 @@ class NvmlSessions(GpuReader):
         self._known: dict[int, GpuState] = {}
         self._seen: dict[str, GpuState] = {}
         self._known_pci: set[tuple[int, int, int, int]] = set()
-        self._xids = XidCounts(context.seams.get(WALL_CLOCK) or time.time, context.run_now)  # kept across sessions
 
-    # --- NVML library and session ---
-
-    def _library(self) -> Any:
-        fake = self.context.seams.get(NVML)
-        if fake is not None:
-            return fake
-        spec = self.context.options.get("fake_nvml")
-        if spec is not None:
-            if self._own_fake is None:
-                from lockstep.simulation.fake_nvml import FakeNvml
-
-                self._own_fake = FakeNvml(spec, real_time=True)
-            return self._own_fake
-        return pynvml
+    # --- NVML session ---
 
     def _start_session(self) -> Session:
-        nvml = self._library()
+        nvml = self.nvml
         try:
             nvml.nvmlInit()
         except pynvml.NVMLError_LibraryNotFound:
@@ -119,7 +118,12 @@ class NvmlSessions(GpuReader):
         if any(g.lost for g in gpus):
             session.reinit_wanted = True
         session.listener = XidListener(
-            self._xids, nvml, [g for g in gpus if not g.lost], self.log, self.listener_wait_ms, self.listener_backoff
+            self.xids,
+            nvml,
+            [g for g in gpus if not g.lost],
+            self.log,
+            self.timings.listener_wait_ms,
+            self.timings.listener_backoff,
         )
         try:
             session.listener.start()
@@ -131,7 +135,7 @@ class NvmlSessions(GpuReader):
             raise
         return session
 
-    def _enumerate(self, nvml: Any, index: int, driver: int | None) -> GpuState:
+    def _enumerate(self, nvml: NvmlProvider, index: int, driver: int | None) -> GpuState:
         """A GPU's identity and static facts; a GPU that does not answer is kept, lost."""
         known = self._known.get(index)
         gpu = GpuState(index=index, handle=None)
@@ -139,27 +143,27 @@ class NvmlSessions(GpuReader):
             gpu.handle = nvml.nvmlDeviceGetHandleByIndex(index)
             gpu.uuid = text(nvml.nvmlDeviceGetUUID(gpu.handle))
             gpu.pci_bus_id = text(nvml.nvmlDeviceGetPciInfo(gpu.handle).busId)
-            gpu.model = text(self._optional(gpu, "nvmlDeviceGetName", nvml.nvmlDeviceGetName, gpu.handle) or "")
+            gpu.model = text(self.calls.optional(gpu, "nvmlDeviceGetName", nvml.nvmlDeviceGetName, gpu.handle) or "")
             gpu.vbios_version = text(
-                self._optional(gpu, "nvmlDeviceGetVbiosVersion", nvml.nvmlDeviceGetVbiosVersion, gpu.handle) or ""
+                self.calls.optional(gpu, "nvmlDeviceGetVbiosVersion", nvml.nvmlDeviceGetVbiosVersion, gpu.handle) or ""
             )
-            gpu.minor_number = self._optional(
+            gpu.minor_number = self.calls.optional(
                 gpu, "nvmlDeviceGetMinorNumber", nvml.nvmlDeviceGetMinorNumber, gpu.handle
             )
-            max_mhz = self._optional(
+            max_mhz = self.calls.optional(
                 gpu, "nvmlDeviceGetMaxClockInfo", nvml.nvmlDeviceGetMaxClockInfo, gpu.handle, pynvml.NVML_CLOCK_SM
             )
             gpu.sm_clock_max_hz = None if max_mhz is None else max_mhz * 1e6
             gpu.links = self._link_count(nvml, gpu)
-            start_gpm(self, nvml, gpu)
-            first_sample(self, nvml, gpu)
+            start_gpm(self.calls, nvml, gpu)
+            first_sample(self.calls, nvml, gpu)
         except GPU_GONE as exc:
-            self._lose(gpu, exc, known)
+            self.lose(gpu, exc, known)
         except pynvml.NVMLError as exc:
             if isinstance(exc, LIFECYCLE):
                 raise
             self.log.warning("GPU %d does not answer NVML (%s): reported down", index, exc)
-            self._lose(gpu, exc, known)
+            self.lose(gpu, exc, known)
         if not gpu.lost:
             uses = [(use, 0) for use in DEVICE_FIELDS]
             if gpu.links:
@@ -171,15 +175,15 @@ class NvmlSessions(GpuReader):
             self._known[index] = gpu
         return gpu
 
-    def _lose(self, gpu: GpuState, exc: BaseException, known: GpuState | None) -> None:
+    def lose(self, gpu: GpuState, exc: BaseException, known: GpuState | None = None) -> None:
         """Mark the GPU down, keeping what is known of its identity for its labels."""
         gpu.lost = True
         if known is not None and not gpu.uuid:
             gpu.uuid, gpu.pci_bus_id, gpu.minor_number = known.uuid, known.pci_bus_id, known.minor_number
             gpu.model, gpu.vbios_version = known.model, known.vbios_version
-        self._count_error(gpu, exc)
+        self.calls.count_error(gpu, exc)
 
-    def _link_count(self, nvml: Any, gpu: GpuState) -> int:
+    def _link_count(self, nvml: NvmlProvider, gpu: GpuState) -> int:
         values = nvml.nvmlDeviceGetFieldValues(gpu.handle, [pynvml.NVML_FI_DEV_NVLINK_LINK_COUNT])
         fv = values[0]
         if fv.nvmlReturn == pynvml.NVML_ERROR_GPU_IS_LOST:
@@ -188,81 +192,89 @@ class NvmlSessions(GpuReader):
             return 0  # no NVLink (or not reported): no link metrics
         return int(field_number(fv) or 0)
 
-    def _free_gpm(self, nvml: Any, gpus: list[GpuState]) -> None:
+    def _free_gpm(self, nvml: NvmlProvider, gpus: list[GpuState]) -> None:
         """The GPUs' GPM sample buffers, freed before NVML is shut down."""
         for gpu in gpus:
             free_gpm(nvml, gpu)
 
-    def _shutdown(self, nvml: Any) -> None:
+    def _shutdown(self, nvml: NvmlProvider) -> None:
         try:
             nvml.nvmlShutdown()
         except pynvml.NVMLError:
             pass  # shutting down a broken session: nothing more to do
 
-    def _end_session(self) -> bool:
+    def end(self) -> bool:
         """Stop the listener and shut NVML down; False if the listener is stuck in NVML."""
-        session = self._session
+        session = self.session
         if session is None:
             return True
-        if session.listener is not None and not session.listener.stop(timeout=2 * self.listener_wait_ms / 1000 + 1):
+        if session.listener is not None and not session.listener.stop(
+            timeout=2 * self.timings.listener_wait_ms / 1000 + 1
+        ):
             self.log.warning("XID listener still blocked in NVML: re-initialisation postponed")
             return False
         self._free_gpm(session.nvml, session.gpus)
         self._shutdown(session.nvml)
-        self._session = None
+        self.session = None
         return True
 
-    def _schedule_reinit(self, now: float) -> float:
+    def schedule_reinit(self, now: float) -> float:
         """When NVML will next be re-initialised; the delay doubles each time, up to its maximum."""
-        delay = self._retry_delay
+        delay = self.retry_delay
         self._retry_at = now + delay
-        self._retry_delay = min(delay * 2, self.reinit_backoff_max)
+        self.retry_delay = min(delay * 2, self.timings.reinit_backoff_max)
         return delay
 
-    def _ensure_session(self) -> tuple[Session, bool]:
+    def gpu_lost(self, gpu: GpuState, exc: BaseException) -> None:
+        """A GPU was lost in a round: reported down, NVML re-initialised after the backoff."""
+        self.lose(gpu, exc)
+        session = self.session
+        if session is not None and not session.reinit_wanted:
+            session.reinit_wanted = True
+            self.schedule_reinit(time.monotonic())
+
+    def nvml_broken(self, exc: BaseException) -> float:
+        """NVML as a whole failed in a round: the session ends, a new one opens after the
+        backoff (returned, in seconds)."""
+        self.end()
+        delay = self.schedule_reinit(time.monotonic())
+        self._broken = f"NVML: {exc}"
+        return delay
+
+    def ensure(self) -> tuple[Session, bool]:
         """The NVML session to read from, (re)initialised when due; and whether it is new."""
         now = time.monotonic()
         if self._rediscover.is_set():
             self._rediscover.clear()
             self._retry_at = now  # a GPU came or went: look now, not after the backoff
-            if self._session is not None:
-                self._session.reinit_wanted = True
-        if self._session is not None and self._session.reinit_wanted and now >= self._retry_at:
-            self._end_session()
-        if self._session is not None:
-            return self._session, False
+            if self.session is not None:
+                self.session.reinit_wanted = True
+        if self.session is not None and self.session.reinit_wanted and now >= self._retry_at:
+            self.end()
+        if self.session is not None:
+            return self.session, False
         if self._broken and now < self._retry_at:
             raise RuntimeError(f"{self._broken}; re-initialising in {self._retry_at - now:.0f}s")
         try:
             session = self._start_session()
         except pynvml.NVMLError as exc:
-            delay = self._schedule_reinit(now)
+            delay = self.schedule_reinit(now)
             self._broken = f"NVML: {exc}"
             raise RuntimeError(f"NVML initialisation failed: {exc} (retrying in {delay:g}s)") from None
         self._broken = ""
         if session.reinit_wanted:
-            self._schedule_reinit(now)
+            self.schedule_reinit(now)
         else:
-            self._retry_delay = self.reinit_backoff_initial
-        self._session = session
+            self.retry_delay = self.timings.reinit_backoff_initial
+        self.session = session
         return session, True
 
-    # --- hotplug, doctor, close ---
+    # --- hotplug ---
 
-    def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
-        """A PCI device came or went: if it is (or was) an NVIDIA GPU, re-enumerate at once."""
-        name = sys_path.rstrip("/").rsplit("/", 1)[-1]
-        if pci_key(name) in self._known_pci or self._is_nvidia_gpu(sys_path):
-            self.log.info("PCI %s of NVIDIA GPU %s: re-enumerating GPUs", action, name)
-            self._rediscover.set()
+    def knows_pci_device(self, name: str) -> bool:
+        """Whether a PCI address ('0000:3b:00.0') is that of a GPU found in the last session."""
+        return pci_key(name) in self._known_pci
 
-    def _is_nvidia_gpu(self, sys_path: str) -> bool:
-        path = Path(sys_path)
-        if path.is_relative_to("/sys"):
-            path = self.paths.sysfs / path.relative_to("/sys")  # the host's sysfs may be mounted elsewhere
-        try:
-            vendor = read_text(path / "vendor").strip()
-            device_class = read_text(path / "class").strip()
-        except OSError:
-            return False  # removed already (then it is matched by its known PCI address) or not a device
-        return vendor == NVIDIA_PCI_VENDOR and device_class.startswith("0x03")  # display controller
+    def rediscover(self) -> None:
+        """A GPU came or went (hotplug thread): the next round re-enumerates at once."""
+        self._rediscover.set()

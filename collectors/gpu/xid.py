@@ -7,16 +7,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pynvml
 
-from lockstep.agent.collector import MetricSpec
 from lockstep.collectors.gpu.metrics import LAST_XID, XID_ERRORS
 from lockstep.collectors.gpu.nvml import UNSUPPORTED, error_name, handle_address
-
-if TYPE_CHECKING:
-    from lockstep.collectors.gpu.reading import GpuState
+from lockstep.collectors.gpu.provider import NvmlProvider
+from lockstep.collectors.gpu.state import GpuState, Sample
 
 
 class XidCounts:
@@ -39,14 +37,12 @@ class XidCounts:
         # fell off the bus), and on-call should see its state at once.
         self._run_now()
 
-    def samples(self, gpus: Sequence[GpuState]) -> list[tuple[MetricSpec, tuple[str, ...], float]]:
+    def samples(self, gpus: Sequence[GpuState]) -> list[Sample]:
         index_of = {g.uuid: str(g.index) for g in gpus}
         with self._xid_lock:
             counts = sorted(self._xid_counts.items())
             last = sorted(self._xid_last.items())
-        out: list[tuple[MetricSpec, tuple[str, ...], float]] = [
-            (XID_ERRORS, (index_of.get(uuid, ""), uuid, str(xid)), n) for (uuid, xid), n in counts
-        ]
+        out: list[Sample] = [(XID_ERRORS, (index_of.get(uuid, ""), uuid, str(xid)), n) for (uuid, xid), n in counts]
         out += [(LAST_XID, (index_of.get(uuid, ""), uuid), at) for uuid, at in last]
         return out
 
@@ -62,7 +58,7 @@ class XidListener:
     def __init__(
         self,
         xids: XidCounts,
-        nvml: Any,
+        nvml: NvmlProvider,
         gpus: Sequence[GpuState],
         log: logging.Logger,
         wait_ms: int,

@@ -18,7 +18,7 @@ process and every process below it (its workers hold the GPU contexts), each wit
 Slurm job it runs in.  The GPUs are those whose NVML compute-process list (the GPU
 collector's) holds one of these pids: the seam is the pid.
 
-Fakes: ``context.seams.inference_http``, a callable ``(url, timeout) -> str`` raising
+Fakes: the seam ``INFERENCE_HTTP`` (fetch.py), a callable ``(url, timeout) -> str`` raising
 ScrapeError or OSError, replaces HTTP (the simulated node serves its engines that way).
 
 Files: collector.py (a round), targets.py (configured targets), discovery.py (engines among

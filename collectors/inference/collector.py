@@ -14,7 +14,6 @@ from urllib.parse import urlsplit
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
-from lockstep.agent import gpus
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, Option, describe_error
 from lockstep.agent.config import parse_bool, parse_duration
 from lockstep.agent.procs import Process, descendants, process_table, slurm_job
@@ -77,7 +76,7 @@ class InferenceCollector(Collector):
         PROCESS_INFO,
         GPU_INFO,
     )
-    needs = ("gpu",)  # the GPU inventory (agent/gpus.py) says which GPUs run the engines' processes
+    needs = ("gpu",)  # the GPU inventory (context.gpu_inventory) says which GPUs run the engines' processes
     options = (
         Option(
             "targets",
@@ -276,7 +275,7 @@ class InferenceCollector(Collector):
                         buckets = [(floatToGoString(b), c) for b, c in sorted(histogram.buckets.items())]
                         family_h.add_metric(labels, buckets, histogram.sum)
         info, gpu_info = families[PROCESS_INFO], families[GPU_INFO]
-        published = gpus.published()  # the GPU collector's latest round
+        published = self.context.gpu_inventory.published()  # the GPU collector's latest round
         for endpoint, engine in sorted(engines.items()):
             pids = set(descendants(table, engine.root))
             for pid in sorted(pids):

@@ -30,7 +30,6 @@ from pathlib import Path
 
 from prometheus_client.core import Metric
 
-from lockstep.agent import gpus as agent_gpus
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
 from lockstep.agent.config import parse_duration, parse_string
 from lockstep.agent.files import read_text
@@ -307,7 +306,7 @@ class SlurmCollector(Collector):
 
     def _add_gpus(self, families: Families, jobs: dict[str, LocalJob], details: dict[str, JobDetails]) -> bool:
         """GPU -> job attribution; False when the GPU collector has published no GPUs."""
-        gpus = agent_gpus.published()  # the GPU collector's latest round
+        gpus = self.context.gpu_inventory.published()  # the GPU collector's latest round
         if not gpus:
             return False
         by_minor = {gpu.minor_number: gpu for gpu in gpus if gpu.minor_number is not None}
