@@ -22,6 +22,7 @@ from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
 from lockstep.agent.daemon import Agent, Setup, serve
 from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.logs import collector_logger, setup_logging
+from lockstep.agent.options import declared_options
 from lockstep.agent.registry import Discovery, discover
 from lockstep.agent.scheduler import HEALTHY_STATES
 from lockstep.agent.seams import Seams
@@ -59,7 +60,7 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         shared.add_argument(
             f"--no-collector.{name}", dest=f"disable_{name}", action="store_true", help=argparse.SUPPRESS
         )
-        for option in cls.options:
+        for option in declared_options(cls.options_class):
             if option.flag:
                 repeat = ", repeatable" if option.repeatable else ""
                 shared.add_argument(
@@ -188,7 +189,7 @@ def overrides_from(
     names = sorted(available)
     options: dict[str, dict[str, Any]] = {}
     for name, cls in available.items():
-        for option in cls.options:
+        for option in declared_options(cls.options_class):
             given = getattr(args, f"option_{name}_{option.name}", None)
             if option.flag and given is not None:
                 options.setdefault(name, {})[option.name] = given
@@ -273,7 +274,7 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
     for name, cls in sorted(setup.available.items()):
         settings = config.collectors[name]
         context = CollectorContext(
-            config.paths, dict(settings.options), collector_logger(name), setup.seams, gpu_inventory=gpu_inventory
+            config.paths, settings.options, collector_logger(name), setup.seams, gpu_inventory=gpu_inventory
         )
         result: list[tuple[str, str]] = []
         thread = threading.Thread(target=lambda c=cls, x=context, out=result: out.append(probe(c, x)), daemon=True)

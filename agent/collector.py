@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
 from prometheus_client.core import (
     CounterMetricFamily,
@@ -31,6 +31,7 @@ from prometheus_client.core import (
 
 from lockstep.agent.files import FileTooLarge, NotRegularFile
 from lockstep.agent.gpus import GpuInventory
+from lockstep.agent.options import NoOptions
 from lockstep.agent.seams import Seams
 
 # "unknown" is for values whose kind the agent cannot know, such as a NIC driver's ethtool
@@ -132,24 +133,6 @@ class Families:
 
 
 @dataclass(frozen=True)
-class Option:
-    """A collector-specific setting under ``collectors.<name>`` in the config file.
-
-    ``parse`` turns the YAML value into the Python value or raises ValueError with a
-    message naming what was expected.  With ``flag`` (e.g. ``"--inference.target"``) the
-    option can also be given on the command line, where it wins over the file; ``parse``
-    then also receives the flag's string, or with ``repeatable`` the list of strings.
-    """
-
-    name: str
-    parse: Callable[[Any], Any]
-    default: Any
-    help: str
-    flag: str | None = None
-    repeatable: bool = False
-
-
-@dataclass(frozen=True)
 class Paths:
     """Where the host's trees are: overridable so the agent can run in a container with
     the host mounted elsewhere, and tests can point it at fixture trees."""
@@ -177,7 +160,9 @@ class CollectorContext:
     """What the agent hands a collector when it builds it."""
 
     paths: Paths
-    options: dict[str, Any]
+    # An instance of the collector's options_class (agent/options.py), built by the config
+    # loader or by a test; the collector checks its class.
+    options: object
     log: logging.Logger
     # Dependencies replaced by the simulated node or a test (agent/seams.py); none in production.
     seams: Seams = field(default_factory=Seams)
@@ -191,8 +176,22 @@ class CollectorContext:
             raise TypeError(f"CollectorContext.seams must be a Seams, not {type(self.seams).__name__}")
 
 
-class Collector:
-    """Base class for collectors.  Subclasses set the class attributes and ``collect``."""
+# The collector's options dataclass (agent/options.py).
+OptionsT = TypeVar("OptionsT")
+
+
+class Collector(Generic[OptionsT]):
+    """Base class for collectors.  Subclasses set the class attributes and ``collect``.
+
+    A collector with options names their dataclass twice, once for mypy and once for the
+    agent, and mypy checks the two agree::
+
+        class TrainingCollector(Collector[TrainingOptions]):
+            options_class = TrainingOptions
+
+    and reads them as ``self.options.idle_timeout``.  A collector without options leaves both
+    out: its options are ``NoOptions()``.
+    """
 
     name: ClassVar[str]
     help: ClassVar[str] = ""
@@ -201,7 +200,10 @@ class Collector:
     # How long a run may take before the collector is reported stuck; defaults to the interval.
     default_deadline: ClassVar[float | None] = None
     metrics: ClassVar[Sequence[MetricSpec]] = ()
-    options: ClassVar[Sequence[Option]] = ()
+    # What the config loader builds from collectors.<name> and the flags.  cast: a generic
+    # class attribute cannot have a concrete default in mypy's eyes; NoOptions is right for
+    # every collector that does not set its own.
+    options_class: type[OptionsT] = cast(Any, NoOptions)
     # Kernel uevent subsystems (e.g. "infiniband", "net", "pci") whose add/remove/change
     # events should make this collector run at once; see on_hotplug.
     hotplug_subsystems: ClassVar[Sequence[str]] = ()
@@ -210,7 +212,13 @@ class Collector:
     needs: ClassVar[Sequence[str]] = ()
 
     def __init__(self, context: CollectorContext) -> None:
+        if not isinstance(context.options, self.options_class):
+            raise TypeError(
+                f"{type(self).__name__} takes {self.options_class.__name__}, "
+                f"not {type(context.options).__name__}, as its options"
+            )
         self.context = context
+        self.options: OptionsT = context.options
         self.paths = context.paths
         self.log = context.log
 

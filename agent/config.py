@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.agent.collector import Collector, Paths
+from lockstep.agent.options import declared_options
 from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 
 # Outside Prometheus' exporter port range 9100-9999 (fully allocated, so any pick there
@@ -142,7 +143,8 @@ class CollectorSettings:
     enabled: bool
     interval: float
     deadline: float
-    options: Mapping[str, Any]
+    # An instance of the collector's options_class (agent/options.py): the file's values, then the flags'.
+    options: object
 
 
 @dataclass(frozen=True)
@@ -177,7 +179,8 @@ class Overrides:
     disable: frozenset[str] = frozenset()
     disable_defaults: bool = False
     # Collector options given by their flags: collector -> option name -> the flag's string
-    # (or list of strings for a repeatable flag).
+    # (or list of strings for a repeatable flag).  The simulated node puts the options its
+    # data needs here too (simulation/__init__.py), as YAML-like values.
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
@@ -329,7 +332,8 @@ def load_config(
     for name, cls in sorted(available.items()):
         section = r.mapping(collectors_map, name, f"collectors.{name}")
         prefix = f"collectors.{name}"
-        option_names = tuple(o.name for o in cls.options)
+        declared = declared_options(cls.options_class)
+        option_names = tuple(o.name for o in declared)
         r.unknown_keys(section, _COLLECTOR_KEYS + option_names, prefix)
         enabled = cls.default_enabled and not disable_defaults
         enabled = r.value(section, "enabled", f"{prefix}.enabled", parse_bool, enabled)
@@ -339,18 +343,20 @@ def load_config(
             enabled = False
         interval = r.value(section, "interval", f"{prefix}.interval", parse_interval, cls.default_interval)
         deadline = r.value(section, "deadline", f"{prefix}.deadline", parse_interval, cls.default_deadline or interval)
-        options = {}
+        values: dict[str, Any] = {}
         flag_values = overrides.options.get(name, {})
-        for option in cls.options:
-            options[option.name] = r.value(
-                section, option.name, f"{prefix}.{option.name}", option.parse, option.default
-            )
+        for key in flag_values:
+            if key not in option_names:  # a misspelt option in the simulated node's or a test's overrides
+                known = ", ".join(option_names) or "none"
+                problems.append(f"{prefix}.{key}: no such option given as an override (known: {known})")
+        for option in declared:
+            values[option.name] = r.value(section, option.name, f"{prefix}.{option.name}", option.parse, option.default)
             if option.name in flag_values:
                 try:
-                    options[option.name] = option.parse(flag_values[option.name])
+                    values[option.name] = option.parse(flag_values[option.name])
                 except ValueError as exc:
-                    problems.append(f"{option.flag}: {exc}")
-        settings[name] = CollectorSettings(enabled, interval, deadline, options)
+                    problems.append(f"{option.flag or f'{prefix}.{option.name} (override)'}: {exc}")
+        settings[name] = CollectorSettings(enabled, interval, deadline, cls.options_class(**values))
 
     problems = r.problems + problems
     if problems:

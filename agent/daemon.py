@@ -82,7 +82,7 @@ class Agent:
         logger = collector_logger(name)
         context = CollectorContext(
             paths=config.paths,
-            options=dict(settings.options),
+            options=settings.options,
             log=logger,
             seams=self.setup.seams,
             gpu_inventory=self.gpu_inventory,

@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
-from lockstep.collectors.checkpoint import CheckpointCollector  # noqa: E402
+from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions  # noqa: E402
 from lockstep.collectors.checkpoint.config import parse_roots  # noqa: E402
 
 
@@ -48,7 +48,9 @@ def main() -> int:
 
         context = CollectorContext(
             paths=Paths(rootfs=Path(tmp)),
-            options={"roots": parse_roots([{"path": "/ckpt", "watch": "poll"}]), "max_files": args.max_files},
+            options=CheckpointOptions(
+                roots=parse_roots([{"path": "/ckpt", "watch": "poll"}]), max_files=args.max_files
+            ),
             log=logging.getLogger("bench"),
         )
         collector = CheckpointCollector(context)

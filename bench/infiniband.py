@@ -35,7 +35,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import CollectorRegistry
 
 from lockstep.agent.collector import CollectorContext, Paths
-from lockstep.collectors.infiniband import InfinibandCollector
+from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
 from lockstep.simulation.fabric import bench_tree
 
 
@@ -82,12 +82,12 @@ def main() -> int:
         paths = Paths(sysfs=Path(tmp) / "sys")
         bench_tree(paths, args.hcas)
         files = sum(1 for p in paths.sysfs.rglob("*") if p.is_file())
-        collector = InfinibandCollector(CollectorContext(paths, {}, logging.getLogger("bench")))
+        collector = InfinibandCollector(CollectorContext(paths, InfinibandOptions(), logging.getLogger("bench")))
         pma_paths = Paths(sysfs=Path(tmp) / "pma-only" / "sys")
         shutil.copytree(paths.sysfs, pma_paths.sysfs)
         for directory in pma_paths.sysfs.glob("class/infiniband/*/ports/*/hw_counters"):
             shutil.rmtree(directory)
-        pma_only = InfinibandCollector(CollectorContext(pma_paths, {}, logging.getLogger("bench")))
+        pma_only = InfinibandCollector(CollectorContext(pma_paths, InfinibandOptions(), logging.getLogger("bench")))
         list(pma_only.collect())
         registry = CollectorRegistry()
 

@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
+from lockstep.agent.options import NoOptions  # noqa: E402
 from lockstep.agent.seams import Seams
 from lockstep.collectors.gpu import GpuCollector  # noqa: E402
 from lockstep.collectors.gpu.provider import NVML
@@ -45,7 +46,7 @@ def main() -> int:
     fake = FakeNvml(node_spec(args.scenario))
     gpus = len(fake.spec.gpus)
     links = max(g.nvlink_links for g in fake.spec.gpus)
-    context = CollectorContext(Paths(), {}, logging.getLogger("bench"), Seams(NVML.replaced_by(fake)))
+    context = CollectorContext(Paths(), NoOptions(), logging.getLogger("bench"), Seams(NVML.replaced_by(fake)))
     collector = GpuCollector(context)
     try:
         list(collector.collect())

@@ -25,9 +25,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from lockstep.agent.collector import CollectorContext, Paths  # noqa: E402
-from lockstep.collectors.inference import InferenceCollector  # noqa: E402
+from lockstep.collectors.inference import InferenceCollector, InferenceOptions  # noqa: E402
 from lockstep.collectors.inference.targets import parse_targets  # noqa: E402
-from lockstep.collectors.training import TrainingCollector  # noqa: E402
+from lockstep.collectors.training import TrainingCollector, TrainingOptions  # noqa: E402
 from lockstep.emitter import step_lines  # noqa: E402
 from lockstep.simulation.workloads import vllm_exposition  # noqa: E402
 
@@ -38,8 +38,8 @@ def timed(fn) -> tuple[float, float]:  # type: ignore[no-untyped-def]
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
-def context(**options: object) -> CollectorContext:
-    return CollectorContext(paths=Paths(), options=dict(options), log=logging.getLogger("bench"))
+def context(options: object) -> CollectorContext:
+    return CollectorContext(paths=Paths(), options=options, log=logging.getLogger("bench"))
 
 
 def step(rank: int, k: int) -> str:
@@ -57,7 +57,9 @@ def bench_training(ranks: int, steps: int) -> None:
         size = sum(p.stat().st_size for p in root.iterdir())
         lines = ranks * steps * 6
         collector = TrainingCollector(
-            context(logs=(str(root / "rank-*.metrics.jsonl"),), start_at="beginning", idle_timeout=600.0)
+            context(
+                TrainingOptions(logs=(str(root / "rank-*.metrics.jsonl"),), start_at="beginning", idle_timeout=600.0)
+            )
         )
         rounds = 0
         total_wall = total_cpu = 0.0
@@ -109,9 +111,11 @@ def bench_inference(targets: int) -> None:
     port = server.server_address[1]
     collector = InferenceCollector(
         context(
-            targets=parse_targets([f"vllm=http://127.0.0.1:{port}/e{i}" for i in range(targets)]),
-            discover=True,
-            timeout=3.0,
+            InferenceOptions(
+                targets=parse_targets([f"vllm=http://127.0.0.1:{port}/e{i}" for i in range(targets)]),
+                discover=True,
+                timeout=3.0,
+            )
         )
     )
     walls, cpus = [], []

@@ -36,9 +36,10 @@ from typing import Any, Protocol
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
 from lockstep.agent.config import parse_bool, parse_string_list
 from lockstep.agent.files import read_text
+from lockstep.agent.options import option
 from lockstep.agent.seams import Seam
 from lockstep.collectors.infiniband.sysfs import rdma_netdevs
 
@@ -274,7 +275,33 @@ class Interfaces:
     names: tuple[str, ...]
 
 
-class EthtoolCollector(Collector):
+@dataclass(frozen=True)
+class EthtoolOptions:
+    interfaces_include: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob patterns of network interfaces to read besides the RDMA ones (e.g. 'ens*')",
+        flag="--ethtool.interface-include",
+        repeatable=True,
+    )
+    interfaces_exclude: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob patterns of network interfaces not to read, RDMA ones included",
+        flag="--ethtool.interface-exclude",
+        repeatable=True,
+    )
+    statistics: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob patterns of further ethtool -S names to export as lockstep_ethtool_statistic ('*': all)",
+        flag="--ethtool.statistic",
+        repeatable=True,
+    )
+    per_queue: bool = option(False, parse_bool, "also export per-queue statistics matched by 'statistics'")
+
+
+class EthtoolCollector(Collector[EthtoolOptions]):
     name = "ethtool"
     help = "RoCE NIC statistics (PFC pause, pause storms, drops, FEC, link flaps) via the ethtool ioctl."
     default_interval = 15.0
@@ -294,42 +321,11 @@ class EthtoolCollector(Collector):
         STATISTIC,
         DCQCN_ENABLED,
     )
-    options = (
-        Option(
-            "interfaces_include",
-            parse_string_list,
-            (),
-            "glob patterns of network interfaces to read besides the RDMA ones (e.g. 'ens*')",
-            flag="--ethtool.interface-include",
-            repeatable=True,
-        ),
-        Option(
-            "interfaces_exclude",
-            parse_string_list,
-            (),
-            "glob patterns of network interfaces not to read, RDMA ones included",
-            flag="--ethtool.interface-exclude",
-            repeatable=True,
-        ),
-        Option(
-            "statistics",
-            parse_string_list,
-            (),
-            "glob patterns of further ethtool -S names to export as lockstep_ethtool_statistic ('*': all)",
-            flag="--ethtool.statistic",
-            repeatable=True,
-        ),
-        Option("per_queue", parse_bool, False, "also export per-queue statistics matched by 'statistics'"),
-    )
+    options_class = EthtoolOptions
     hotplug_subsystems = ("infiniband", "net")
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        options = context.options
-        self.include: tuple[str, ...] = tuple(options.get("interfaces_include", ()))
-        self.exclude: tuple[str, ...] = tuple(options.get("interfaces_exclude", ()))
-        self.statistics: tuple[str, ...] = tuple(options.get("statistics", ()))
-        self.per_queue: bool = bool(options.get("per_queue", False))
         self.reader: StatsReader = context.seams.get(ETHTOOL) or IoctlStatsReader()
         self._interfaces: Interfaces | None = None
         self._failing: dict[str, str] = {}  # interface -> why its last read failed (log once per change)
@@ -348,8 +344,8 @@ class EthtoolCollector(Collector):
         if cached is not None and cached.listing == key:
             return cached
         names = rdma_netdevs(sysfs)
-        names |= {n for n in net if any(fnmatch.fnmatchcase(n, p) for p in self.include)}
-        names = {n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in self.exclude)}
+        names |= {n for n in net if any(fnmatch.fnmatchcase(n, p) for p in self.options.interfaces_include)}
+        names = {n for n in names if not any(fnmatch.fnmatchcase(n, p) for p in self.options.interfaces_exclude)}
         interfaces = Interfaces(key, tuple(sorted(names)))
         self._interfaces = interfaces
         return interfaces
@@ -412,8 +408,8 @@ class EthtoolCollector(Collector):
                 spec, extra, divisor = simple
                 families[spec].add_metric([interface, *extra], value / divisor if divisor != 1 else value)
                 continue
-            if self.statistics and any(fnmatch.fnmatchcase(name, p) for p in self.statistics):
-                if self.per_queue or not is_per_queue(name):
+            if self.options.statistics and any(fnmatch.fnmatchcase(name, p) for p in self.options.statistics):
+                if self.options.per_queue or not is_per_queue(name):
                     families[STATISTIC].add_metric([interface, name], value)
 
     def _add_dcqcn(self, family: Any, interface: str) -> None:

@@ -39,9 +39,10 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
 from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
+from lockstep.agent.options import option
 from lockstep.agent.seams import Seam
 from lockstep.collectors.containers import LOG_LINKS, Container, containers_by_id, process_container_id
 from lockstep.collectors.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device
@@ -163,58 +164,53 @@ def uuid_of(device_id: str, uuid_by_minor: dict[str, str]) -> str:
     return uuid
 
 
-class KubernetesCollector(Collector):
+@dataclass(frozen=True)
+class KubernetesOptions:
+    socket: Path | None = option(
+        None,
+        parse_path,
+        "the kubelet's pod-resources socket (default: var/lib/kubelet/pod-resources/kubelet.sock under --path.rootfs)",
+        flag="--kubernetes.pod-resources-socket",
+    )
+    resources: tuple[str, ...] = option(
+        DEFAULT_RESOURCES, parse_string_list, "device-plugin resource names (glob patterns) that are GPUs"
+    )
+    dra_drivers: tuple[str, ...] = option(
+        DEFAULT_DRA_DRIVERS,
+        parse_string_list,
+        "DRA drivers (glob patterns) whose claimed devices are GPUs (Dynamic Resource Allocation)",
+    )
+    timeout: float = option(5.0, parse_duration, "deadline of one call to the kubelet")
+    refresh: float = option(
+        30.0, parse_duration, "ask the kubelet at most this often; rounds in between reuse the answer"
+    )
+
+
+class KubernetesCollector(Collector[KubernetesOptions]):
     name = "kubernetes"
     help = "Which pod and container hold which GPU, from the kubelet's pod-resources API."
     default_enabled = True
     default_interval = 15.0
     metrics = (POD_GPU_INFO, CONTAINER_GPU_SM, CONTAINER_GPU_MEMORY)
     needs = ("gpu",)  # the GPU inventory (context.gpu_inventory) gives each UUID its NVML index
-    options = (
-        Option(
-            "socket",
-            parse_path,
-            None,
-            "the kubelet's pod-resources socket (default: var/lib/kubelet/pod-resources/kubelet.sock under "
-            "--path.rootfs)",
-            flag="--kubernetes.pod-resources-socket",
-        ),
-        Option(
-            "resources",
-            parse_string_list,
-            DEFAULT_RESOURCES,
-            "device-plugin resource names (glob patterns) that are GPUs",
-        ),
-        Option(
-            "dra_drivers",
-            parse_string_list,
-            DEFAULT_DRA_DRIVERS,
-            "DRA drivers (glob patterns) whose claimed devices are GPUs (Dynamic Resource Allocation)",
-        ),
-        Option("timeout", parse_duration, 5.0, "deadline of one call to the kubelet"),
-        Option(
-            "refresh", parse_duration, 30.0, "ask the kubelet at most this often; rounds in between reuse the answer"
-        ),
-    )
+    options_class = KubernetesOptions
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        options = context.options
-        self.socket: Path = options.get("socket") or context.paths.rootfs / DEFAULT_SOCKET
-        self.resources: tuple[str, ...] = tuple(options.get("resources", DEFAULT_RESOURCES))
-        self.timeout: float = options.get("timeout", 5.0)
-        self.refresh: float = options.get("refresh", 30.0)
-        self.dra_drivers: tuple[str, ...] = tuple(options.get("dra_drivers", DEFAULT_DRA_DRIVERS))
+        self.socket: Path = self.options.socket or context.paths.rootfs / DEFAULT_SOCKET
         # (monotonic time, device-plugin assignments, DRA devices) of the kubelet's last answer
         self._cached: tuple[float, list[Assignment], list[DraDevice]] | None = None
 
     def collect(self) -> Iterator[Metric]:
         now = time.monotonic()
-        if self._cached is not None and now - self._cached[0] < self.refresh:
+        if self._cached is not None and now - self._cached[0] < self.options.refresh:
             found, claimed = self._cached[1], self._cached[2]
         else:
             response = self._list()
-            found, claimed = assignments(response, self.resources), dra_devices(response, self.dra_drivers)
+            found, claimed = (
+                assignments(response, self.options.resources),
+                dra_devices(response, self.options.dra_drivers),
+            )
             self._cached = (now, found, claimed)
         uuid_by_minor = self._uuid_by_minor() if any(_DEVICE_FILE_ID.match(a.device_id) for a in found) else {}
         inventory = self.context.gpu_inventory  # the GPU collector's latest round
@@ -263,7 +259,7 @@ class KubernetesCollector(Collector):
     def _list(self) -> ListPodResourcesResponse:
         fake = self.context.seams.get(KUBELET_POD_RESOURCES)
         if fake is not None:  # the simulated node (simulation/kubernetes.py)
-            return fake(self.timeout)
+            return fake(self.options.timeout)
         try:
             mode = self.socket.stat().st_mode
         except FileNotFoundError:
@@ -275,7 +271,7 @@ class KubernetesCollector(Collector):
             raise PodResourcesError(f"no kubelet socket at {self.socket} (is the kubelet running?)") from None
         if not stat.S_ISSOCK(mode):
             raise PodResourcesError(f"{self.socket} is not a socket")
-        return list_pod_resources(self.socket, self.timeout)
+        return list_pod_resources(self.socket, self.options.timeout)
 
     def _uuid_by_minor(self) -> dict[str, str]:
         """Device minor number -> GPU UUID, from the NVIDIA driver's procfs (readable by anyone)."""

@@ -39,8 +39,9 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
 from lockstep.agent.config import parse_choice, parse_duration, parse_string_list
+from lockstep.agent.options import option
 from lockstep.agent.tail import DirectoryWatcher, FileFollower, FileId, Line
 
 LABELS = ("job_id", "rank", "host")
@@ -305,7 +306,25 @@ class RankState:
             self.samples = (self.samples or 0.0) + samples
 
 
-class TrainingCollector(Collector):
+@dataclass(frozen=True)
+class TrainingOptions:
+    logs: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob of per-rank JSON-lines metric logs, on the host (under --path.rootfs), ** allowed",
+        flag="--training.logs",
+        repeatable=True,
+    )
+    start_at: str = option(
+        "end",
+        parse_choice(("end", "beginning")),
+        "where to start reading the log files present when the agent starts: end (skip their history) or beginning",
+        flag="--training.start-at",
+    )
+    idle_timeout: float = option(600.0, parse_duration, "a rank that has logged nothing for this long is dropped")
+
+
+class TrainingCollector(Collector[TrainingOptions]):
     name = "training"
     help = "Per-rank training step, compute, communication-wait and data-wait time from JSON-lines logs."
     default_interval = 15.0
@@ -321,30 +340,10 @@ class TrainingCollector(Collector):
         FILES,
         INVALID,
     )
-    options = (
-        Option(
-            "logs",
-            parse_string_list,
-            (),
-            "glob of per-rank JSON-lines metric logs, on the host (under --path.rootfs), ** allowed",
-            flag="--training.logs",
-            repeatable=True,
-        ),
-        Option(
-            "start_at",
-            parse_choice(("end", "beginning")),
-            "end",
-            "where to start reading the log files present when the agent starts: end (skip their history) or beginning",
-            flag="--training.start-at",
-        ),
-        Option("idle_timeout", parse_duration, 600.0, "a rank that has logged nothing for this long is dropped"),
-    )
+    options_class = TrainingOptions
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.patterns: tuple[str, ...] = tuple(context.options.get("logs", ()))
-        self.start_at_end = context.options.get("start_at", "end") == "end"
-        self.idle_timeout = float(context.options.get("idle_timeout", 600.0))
         self.clock = time.monotonic  # tests replace it
         self._lock = threading.Lock()  # the watchdog thread and collect() both read files
         self._follower: FileFollower | None = None
@@ -358,27 +357,27 @@ class TrainingCollector(Collector):
         self._watch_problems: list[str] = []
 
     def check(self) -> str:
-        if not self.patterns:
+        if not self.options.logs:
             raise NothingHere(self._nothing_configured())
-        follower = FileFollower(self.patterns, self.paths.rootfs, start_at_end=True, log=self.log)
+        follower = FileFollower(self.options.logs, self.paths.rootfs, start_at_end=True, log=self.log)
         try:
             follower.sweep()
-            return f"{follower.followed} log file(s) match {', '.join(self.patterns)}"
+            return f"{follower.followed} log file(s) match {', '.join(self.options.logs)}"
         finally:
             follower.close()
 
     def collect(self) -> Iterator[Metric]:
-        if not self.patterns:
+        if not self.options.logs:
             raise NothingHere(self._nothing_configured())
         with self._lock:
             if self._follower is None:
                 self._follower = FileFollower(
-                    self.patterns, self.paths.rootfs, start_at_end=self.start_at_end, log=self.log
+                    self.options.logs, self.paths.rootfs, start_at_end=self.options.start_at == "end", log=self.log
                 )
             self._ingest(self._follower.sweep())
             now = self.clock()
             for key, rank in list(self._ranks.items()):
-                if now - rank.last_record_at >= self.idle_timeout:
+                if now - rank.last_record_at >= self.options.idle_timeout:
                     del self._ranks[key]  # the job finished (or the rank moved): drop its series
                 elif rank.pending is not None and now - rank.last_record_at >= PENDING_STEP_FLUSH_SECONDS:
                     rank.finish_step()

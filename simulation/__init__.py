@@ -13,7 +13,9 @@ for the failures it simulates; every area builds its healthy state for scenarios
 not know.  Areas and scenarios are found by scanning this package, so adding one touches
 no shared list.  Output is a pure function of (scenario, t): the golden test depends on it.
 An area that needs a collector pointed at its data (a checkpoint root, a log glob) sets
-``node.options[collector][option]`` in ``build``; the demo applies those as overrides.
+``node.options[collector][option]`` in ``build`` to the value the config file would hold;
+the demo applies those as overrides, through the option's parse function like a flag's, and
+an option the collector does not declare is a configuration error (agent/config.py).
 
 Shared facts of the simulated node, so the areas tell one consistent story: 8 H100-class
 GPUs (NVML index 0-7, /dev/nvidia0-7), Slurm job 4242 of user alice running one rank per
@@ -96,7 +98,8 @@ class SimulatedNode:
         self.paths = Paths(sysfs=root / "sys", procfs=root / "proc", rootfs=root / "rootfs")
         self.seams = Seams()
         # Collector options the demo needs to find the simulated data (e.g. checkpoint roots
-        # under the node's root): collector -> option -> value, passed as if given by flags.
+        # under the node's root): collector -> option -> value as in the config file, passed
+        # as if given by flags (Overrides.options), so the loader parses and checks them.
         self.options: dict[str, dict[str, Any]] = {}
         self.t = 0.0
         for path in (self.paths.sysfs, self.paths.procfs, self.paths.rootfs):

@@ -19,6 +19,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.agent.options import NoOptions
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -77,9 +78,10 @@ def require_promtool() -> str:
     return promtool  # type: ignore[return-value]
 
 
-def context(proc: Path | None = None, sys_: Path | None = None, **options: object) -> CollectorContext:
+def context(proc: Path | None = None, sys_: Path | None = None, options: object = NoOptions()) -> CollectorContext:
+    """A context on the given trees; ``options`` is the collector's options dataclass, e.g. ``SlurmOptions(...)``."""
     paths = Paths(sysfs=sys_ or Path("/sys"), procfs=proc or Path("/proc"))
-    return CollectorContext(paths=paths, options=dict(options), log=logging.getLogger("test"))
+    return CollectorContext(paths=paths, options=options, log=logging.getLogger("test"))
 
 
 def free_port() -> int:

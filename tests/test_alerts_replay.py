@@ -69,7 +69,7 @@ def _collectors(scenario: str, wanted: tuple[str, ...] = COLLECTORS) -> tuple[li
     enabled = [name for name in config.enabled_collectors if name in wanted]
     for name in sorted(enabled, key=lambda n: (n not in needed, n)):
         context = CollectorContext(
-            config.paths, dict(config.collectors[name].options), logging.getLogger(f"replay.{name}"), node.seams
+            config.paths, config.collectors[name].options, logging.getLogger(f"replay.{name}"), node.seams
         )
         collector = available[name](context)
         if hasattr(collector, "clock"):

@@ -9,6 +9,7 @@ predates the files' mtimes.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import subprocess
@@ -23,7 +24,7 @@ import pytest
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.config import ConfigError, load_config
 from lockstep.agent.seams import WALL_CLOCK, Seams
-from lockstep.collectors.checkpoint import CheckpointCollector
+from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions
 from lockstep.collectors.checkpoint.config import parse_roots
 from lockstep.collectors.checkpoint.markers import final_name
 from tests.conftest import REPO, collected, wait_until
@@ -54,7 +55,7 @@ class Harness:
         self.clock = clock
         context = CollectorContext(
             paths=Paths(procfs=procfs, rootfs=rootfs),
-            options={"roots": parse_roots(roots), **options},
+            options=CheckpointOptions(roots=parse_roots(roots), **options),
             log=logging.getLogger("test"),
             seams=Seams(WALL_CLOCK.replaced_by(clock)),
         )
@@ -335,11 +336,11 @@ sys.path.insert(0, {str(REPO)!r})
 from pathlib import Path
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import Seams
-from lockstep.collectors.checkpoint import CheckpointCollector
+from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions
 from lockstep.collectors.checkpoint.config import parse_roots
 from lockstep.agent.seams import WALL_CLOCK
 logging.basicConfig()
-options = {{"roots": parse_roots([{{"path": "/ckpt", "watch": "poll"}}])}}
+options = CheckpointOptions(roots=parse_roots([{{"path": "/ckpt", "watch": "poll"}}]))
 c = CheckpointCollector(CollectorContext(Paths(rootfs=Path({str(tmp_path)!r})),
     options, logging.getLogger("t"), Seams(WALL_CLOCK.replaced_by(lambda: 0.0))))
 if os.geteuid() == 0:  # imports done: the interpreter's own files may not be readable by nobody
@@ -365,7 +366,7 @@ def test_scan_is_capped_and_reports_it(tmp_path: Path, harnesses: list[Harness])
     got = h.root("/ckpt")
     assert got["scan_truncated"] == 1
     assert got["in_progress_seconds"] == 10
-    h.collector.max_files = 1000
+    h.collector.options = dataclasses.replace(h.collector.options, max_files=1000)
     assert h.root("/ckpt")["scan_truncated"] == 0
 
 
@@ -410,7 +411,8 @@ def test_roots_config_schema_and_errors(tmp_path: Path) -> None:
         "    max_files: 5000\n"
     )
     settings = load_config(config, {"checkpoint": CheckpointCollector}).collectors["checkpoint"]
-    first, second = settings.options["roots"]
+    assert isinstance(settings.options, CheckpointOptions)
+    first, second = settings.options.roots
     assert (first.pattern, first.expected_interval, first.watch) == ("/lustre/ckpt/*", None, "auto")
     assert first.quiet_period == 60
     assert (second.pattern, second.expected_interval, second.watch, second.quiet_period) == (
@@ -419,7 +421,7 @@ def test_roots_config_schema_and_errors(tmp_path: Path) -> None:
         "poll",
         120,
     )
-    assert settings.options["max_files"] == 5000
+    assert settings.options.max_files == 5000
     for bad, message in (
         ("roots: [ckpt]", "root 1: expected an absolute path, got 'ckpt'"),
         ("roots: [{path: /x, watch: fanotify}]", "root 1: expected one of auto, inotify, poll, got 'fanotify'"),
@@ -442,7 +444,7 @@ def test_simulated_node_saves_every_ten_minutes(tmp_path: Path, harnesses: list[
     node = SimulatedNode(tmp_path, "healthy")
     context = CollectorContext(
         paths=node.paths,
-        options={"roots": parse_roots(node.options["checkpoint"]["roots"])},
+        options=CheckpointOptions(roots=parse_roots(node.options["checkpoint"]["roots"])),
         log=logging.getLogger("test"),
         seams=node.seams,
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from lockstep.agent.cli import build_parser, overrides_from
-from lockstep.agent.collector import Collector, Option
+from lockstep.agent.collector import Collector, CollectorContext, Paths
 from lockstep.agent.config import (
     Config,
     ConfigError,
@@ -17,6 +19,7 @@ from lockstep.agent.config import (
     parse_listen,
     parse_string_list,
 )
+from lockstep.agent.options import NoOptions, declared_options, option
 from lockstep.agent.registry import Discovery, Registered
 from lockstep.collectors.host import HostCollector
 from tests.conftest import lockstep
@@ -174,14 +177,17 @@ def test_documented_example_file_is_valid_and_shows_the_defaults() -> None:
     assert loaded == Config(**{**vars(defaults), "source": example})
 
 
-class Targets(Collector):
+@dataclass(frozen=True)
+class TargetsOptions:
+    urls: tuple[str, ...] = option((), parse_string_list, "where to scrape", flag="--targets.url", repeatable=True)
+    timeout: float = option(2.0, parse_duration, "per-request timeout")
+
+
+class Targets(Collector[TargetsOptions]):
     """A collector with options, one of them also a repeatable flag."""
 
     name = "targets"
-    options = (
-        Option("urls", parse_string_list, (), "where to scrape", flag="--targets.url", repeatable=True),
-        Option("timeout", parse_duration, 2.0, "per-request timeout"),
-    )
+    options_class = TargetsOptions
 
 
 def test_collector_options_from_file_and_flags(tmp_path: Path) -> None:
@@ -194,10 +200,49 @@ def test_collector_options_from_file_and_flags(tmp_path: Path) -> None:
     ]
     path = write(tmp_path, "collectors:\n  targets:\n    urls: [http://a/]\n    timeout: 500ms\n")
     options = load_config(path, available).collectors["targets"].options
-    assert options == {"urls": ("http://a/",), "timeout": 0.5}
+    assert options == TargetsOptions(urls=("http://a/",), timeout=0.5)
     # The flag wins over the file, and is parsed by the same function.
     parser = build_parser(Discovery({n: Registered(c, "lockstep") for n, c in available.items()}, []))
     args = parser.parse_args(["once", "--targets.url", "http://b/", "--targets.url", "http://c/"])
     overridden = load_config(path, available, overrides_from(args, available))
-    assert overridden.collectors["targets"].options == {"urls": ("http://b/", "http://c/"), "timeout": 0.5}
+    assert overridden.collectors["targets"].options == TargetsOptions(urls=("http://b/", "http://c/"), timeout=0.5)
     assert "--targets.url URLS" in parser._subparsers._group_actions[0].choices["once"].format_help()  # type: ignore[union-attr]
+
+
+def test_collector_options_default_to_their_declarations_and_are_checked_by_class() -> None:
+    available = {"host": HostCollector, "targets": Targets}
+    assert load_config(None, available).collectors["targets"].options == TargetsOptions(urls=(), timeout=2.0)
+    assert load_config(None, available).collectors["host"].options == NoOptions()
+    with pytest.raises(TypeError, match="timout"):
+        TargetsOptions(timout=1.0)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match="^Targets takes TargetsOptions, not NoOptions, as its options$"):
+        Targets(CollectorContext(Paths(), NoOptions(), logging.getLogger("test")))
+
+
+def test_an_override_naming_no_option_is_a_problem_not_ignored() -> None:
+    """The simulated node passes its options as overrides: a misspelt one must not go unnoticed."""
+    available = {"host": HostCollector, "targets": Targets}
+    with pytest.raises(ConfigError) as err:
+        load_config(None, available, Overrides(options={"targets": {"url": ["http://a/"]}}))
+    assert err.value.problems == ["collectors.targets.url: no such option given as an override (known: urls, timeout)"]
+
+
+def test_options_are_declared_by_option_fields_of_a_frozen_dataclass() -> None:
+    assert [(o.name, o.default, o.flag, o.repeatable) for o in declared_options(TargetsOptions)] == [
+        ("urls", (), "--targets.url", True),
+        ("timeout", 2.0, None, False),
+    ]
+    assert declared_options(NoOptions) == ()
+
+    @dataclass(frozen=True)
+    class Plain:
+        timeout: float = 2.0
+
+    @dataclass
+    class Mutable:
+        timeout: float = option(2.0, parse_duration, "per-request timeout")
+
+    with pytest.raises(TypeError, match=r"Plain\.timeout: declare it with option\(default, parse, help\)"):
+        declared_options(Plain)
+    with pytest.raises(TypeError, match="Mutable: collector options are a frozen dataclass"):
+        declared_options(Mutable)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lockstep import emitter as training_emitter
-from lockstep.collectors.training import TrainingCollector
+from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.emitter import StepLog, StepTimer, format_timestamp
 from tests.conftest import collected, context
 
@@ -105,7 +105,11 @@ def test_a_copy_of_the_file_works_without_lockstep_and_the_collector_reads_it(tm
     # -S: no site-packages (where Lockstep is installed), -E: no PYTHONPATH.
     subprocess.run([sys.executable, "-S", "-E", "train.py"], cwd=tmp_path, check=True, timeout=60)
     collector = TrainingCollector(
-        context(logs=(str(tmp_path / "logs" / "rank-*.metrics.jsonl"),), start_at="beginning", idle_timeout=600.0)
+        context(
+            options=TrainingOptions(
+                logs=(str(tmp_path / "logs" / "rank-*.metrics.jsonl"),), start_at="beginning", idle_timeout=600.0
+            )
+        )
     )
 
     s = collected(collector)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,14 @@ from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
-from lockstep.collectors.ethtool import ETHTOOL, DriverInfo, EthtoolCollector, IoctlStatsReader, is_per_queue
+from lockstep.collectors.ethtool import (
+    ETHTOOL,
+    DriverInfo,
+    EthtoolCollector,
+    EthtoolOptions,
+    IoctlStatsReader,
+    is_per_queue,
+)
 from tests.conftest import FIXTURES, REPO, context, lockstep, require_real, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"
@@ -73,8 +81,8 @@ class CapturedReader:
         self.closed = True
 
 
-def make(sys_: Path = SYSFS, reader: object | None = None, **options: object) -> EthtoolCollector:
-    base = context(sys_=sys_, **options)
+def make(sys_: Path = SYSFS, reader: object | None = None, **options: Any) -> EthtoolCollector:
+    base = context(sys_=sys_, options=EthtoolOptions(**options))
     ctx = CollectorContext(base.paths, base.options, base.log, Seams(ETHTOOL.replaced_by(reader or CapturedReader())))
     return EthtoolCollector(ctx)
 
@@ -208,7 +216,7 @@ def test_interfaces_of_another_network_namespace_are_nothing_here(tmp_path: Path
     (port / "link_layer").write_text("Ethernet\n")
     (port / "gid_attrs" / "ndevs").mkdir(parents=True)
     (port / "gid_attrs" / "ndevs" / "0").write_text("lsnosuch0\n")
-    collector = EthtoolCollector(context(sys_=tmp_path))  # no fake: the real SIOCETHTOOL
+    collector = EthtoolCollector(context(sys_=tmp_path, options=EthtoolOptions()))  # no fake: the real SIOCETHTOOL
     try:
         with pytest.raises(NothingHere, match=r"no network interface lsnosuch0 in the agent's network namespace"):
             collect(collector)

@@ -13,6 +13,7 @@ import pytest
 
 from lockstep.agent import catalogue
 from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.agent.options import NoOptions
 from lockstep.agent.seams import Seams
 from lockstep.collectors.gpu import GpuCollector
 from lockstep.collectors.gpu.metrics import SECOND_ROUND_ONLY
@@ -99,7 +100,7 @@ def test_gpm_ratios_from_the_second_round() -> None:
     emitted: set[str] = set()
     for spec in (healthy, ratios_only):
         fake = FakeNvml(spec)
-        context = CollectorContext(Paths(), {}, logging.getLogger("test"), Seams(NVML.replaced_by(fake)))
+        context = CollectorContext(Paths(), NoOptions(), logging.getLogger("test"), Seams(NVML.replaced_by(fake)))
         collector = GpuCollector(context)
         collector.reader.gpm_min_interval = 0.0  # its rounds come milliseconds apart; the fake's clock says 10 s
         try:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from lockstep.agent.collector import Collector, CollectorContext
+from lockstep.agent.config import Overrides, load_config
 from lockstep.collectors.ethtool import EthtoolCollector
 from lockstep.collectors.infiniband import InfinibandCollector
 from lockstep.simulation import SimulatedNode, temporary_node
@@ -22,8 +23,9 @@ def node(request: pytest.FixtureRequest) -> Iterator[SimulatedNode]:
 
 def at(node: SimulatedNode, cls: type[Collector], t: float) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     node.render(t)
-    options = node.options.get(cls.name, {})
-    collector = cls(CollectorContext(node.paths, dict(options), logging.getLogger("test"), node.seams))
+    # The node's options for the collector, parsed as the demo's are (YAML-like values -> its options dataclass).
+    options = load_config(None, {cls.name: cls}, Overrides(options=node.options)).collectors[cls.name].options
+    collector = cls(CollectorContext(node.paths, options, logging.getLogger("test"), node.seams))
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
         for family in collector.collect()

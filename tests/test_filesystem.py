@@ -18,7 +18,7 @@ import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.seams import Seams
-from lockstep.collectors.filesystem import FilesystemCollector
+from lockstep.collectors.filesystem import FilesystemCollector, FilesystemOptions
 from lockstep.collectors.filesystem.lustre import parse_lustre_stats
 from lockstep.collectors.filesystem.mounts import parse_mountinfo, unescape
 from lockstep.collectors.filesystem.nfs import parse_mountstats
@@ -73,7 +73,9 @@ def make(
 ) -> FilesystemCollector:
     seams = Seams(STATVFS.replaced_by(statvfs or FakeStatvfs(default_table())), STAT_TIMER.replaced_by(lambda: 0.0))
     paths = Paths(sysfs=sys_ or proc.parent / "sys", procfs=proc, rootfs=rootfs)
-    context = CollectorContext(paths=paths, options=options, log=logging.getLogger("test"), seams=seams)
+    context = CollectorContext(
+        paths=paths, options=FilesystemOptions(**options), log=logging.getLogger("test"), seams=seams
+    )
     return FilesystemCollector(context)
 
 

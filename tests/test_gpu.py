@@ -18,6 +18,7 @@ from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.gpus import GpuInventory, GpuProcess, MigDevice
+from lockstep.agent.options import NoOptions
 from lockstep.agent.seams import WALL_CLOCK as WALL_CLOCK_SEAM
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
@@ -62,7 +63,7 @@ def make(
     """A GPU collector on the fake; it publishes into ``gpu_inventory`` (else one of its own)."""
     context = CollectorContext(
         paths=Paths(sysfs=sysfs or Path("/sys")),
-        options={},
+        options=NoOptions(),
         log=logging.getLogger("test.gpu"),
         seams=Seams(NVML.replaced_by(fake), WALL_CLOCK_SEAM.replaced_by(lambda: WALL_CLOCK)),
         gpu_inventory=GpuInventory() if gpu_inventory is None else gpu_inventory,
@@ -635,7 +636,7 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     """The real pynvml on this machine: no libnvidia-ml.so.1."""
     if ctypes.util.find_library("nvidia-ml"):
         pytest.skip("this machine has libnvidia-ml: the real-GPU case")
-    collector = GpuCollector(CollectorContext(paths=Paths(), options={}, log=logging.getLogger("test.gpu")))
+    collector = GpuCollector(CollectorContext(paths=Paths(), options=NoOptions(), log=logging.getLogger("test.gpu")))
     with pytest.raises(NothingHere, match=r"^libnvidia-ml\.so\.1 not found \(no NVIDIA driver installed\)"):
         list(collector.collect())
     result = lockstep("doctor", "--no-collector.host")

@@ -39,13 +39,13 @@ from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from lockstep.agent.seams import WALL_CLOCK, Seams
 from lockstep.agent.tail import FileFollower
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
-from lockstep.collectors.checkpoint import CheckpointCollector
+from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions
 from lockstep.collectors.checkpoint.config import parse_roots
-from lockstep.collectors.inference import InferenceCollector
+from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.targets import parse_targets
-from lockstep.collectors.infiniband import InfinibandCollector
-from lockstep.collectors.slurm import SlurmCollector
-from lockstep.collectors.training import TrainingCollector
+from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
+from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
+from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from tests.conftest import (
     FIXTURES,
     LOCKSTEP,
@@ -203,7 +203,7 @@ def test_a_400_digit_ib_counter_is_skipped_and_the_scrape_holds_everything_else(
 @pytest.mark.parametrize("rate", ["nan Gb/sec", "inf Gb/sec (4X EDR)", "-100 Gb/sec"])
 def test_a_rate_that_is_not_a_finite_number_is_skipped_and_counted(sysfs: Path, rate: str) -> None:
     (sysfs / "class/infiniband/mlx5_0/ports/1/rate").write_text(rate + "\n")
-    values = collected(InfinibandCollector(context(sys_=sysfs)))
+    values = collected(InfinibandCollector(context(sys_=sysfs, options=InfinibandOptions())))
     port = frozenset({("device", "mlx5_0"), ("port", "1")})
     assert ("lockstep_ib_port_rate_bytes_per_second", port) not in values
     assert values[("lockstep_ib_port_unparseable_values_total", port)] == 1
@@ -213,13 +213,13 @@ def test_a_huge_fw_ver_is_not_made_a_label(sysfs: Path) -> None:
     fw_ver = sysfs / "class/infiniband/mlx5_0/fw_ver"
     fw_ver.unlink()  # a symlink into the shared fixture in the copy
     fw_ver.write_text("2" * (100 * 1024 * 1024))
-    values = collected(InfinibandCollector(context(sys_=sysfs)))
+    values = collected(InfinibandCollector(context(sys_=sysfs, options=InfinibandOptions())))
     infos = [labels for name, labels in values if name == "lockstep_ib_port_info" and ("device", "mlx5_0") in labels]
     assert infos and all(("firmware_version", "") in labels for labels in infos)
 
 
 def test_a_port_directory_removed_and_restored_comes_back(sysfs: Path) -> None:
-    collector = InfinibandCollector(context(sys_=sysfs))
+    collector = InfinibandCollector(context(sys_=sysfs, options=InfinibandOptions()))
     port = frozenset({("device", "mlx5_0"), ("port", "1")})
     assert ("lockstep_ib_port_state", port) in collected(collector)
     ports = sysfs / "class/infiniband/mlx5_0/ports"
@@ -394,7 +394,7 @@ def _answers(url: str) -> bool:
 
 
 def _training(*globs: Path | str) -> TrainingCollector:
-    return TrainingCollector(context(logs=tuple(str(g) for g in globs), start_at="beginning"))
+    return TrainingCollector(context(options=TrainingOptions(logs=tuple(str(g) for g in globs), start_at="beginning")))
 
 
 def _record(step: int, metric: str, value: object, rank: int = 0) -> str:
@@ -477,10 +477,10 @@ def test_running_out_of_file_descriptors_is_loud_and_never_rereads(tmp_path: Pat
         "import json, logging, resource, sys\n"
         "from pathlib import Path\n"
         "from tests.conftest import collected, context\n"
-        "from lockstep.collectors.training import TrainingCollector\n"
+        "from lockstep.collectors.training import TrainingCollector, TrainingOptions\n"
         "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
-        "c = TrainingCollector(context(logs=(sys.argv[1],), start_at='beginning'))\n"
+        "c = TrainingCollector(context(options=TrainingOptions(logs=(sys.argv[1],), start_at='beginning')))\n"
         "rounds = [collected(c) for _ in range(4)]\n"
         "steps = [sorted(v for (n, _), v in r.items() if n == 'lockstep_training_steps_total') for r in rounds]\n"
         "print(json.dumps(steps))\n"
@@ -581,7 +581,7 @@ def test_empty_slurm_cgroup_directories_do_not_hide_the_listpids_jobs(
         monkeypatch,
         f'[ "$1" = listpids ] && exec cat {SLURM_FIXTURES}/scontrol-listpids.txt\necho "no controller" >&2; exit 1\n',
     )
-    collector = SlurmCollector(context(proc=tree / "proc", sys_=tree / "sys", node_name="node07"))
+    collector = SlurmCollector(context(proc=tree / "proc", sys_=tree / "sys", options=SlurmOptions(node_name="node07")))
     values = collected(collector)
     assert values[("lockstep_slurm_job_processes", frozenset({("job_id", "501")}))] == 2
 
@@ -720,7 +720,7 @@ class _Registry:
 @given(st.binary(max_size=64))
 def test_any_ib_counter_file_gives_a_64_bit_count_or_is_counted(sysfs: Path, content: bytes) -> None:
     (sysfs / MLX5_COUNTERS / "symbol_error").write_bytes(content)
-    values = collected(InfinibandCollector(context(sys_=sysfs)))
+    values = collected(InfinibandCollector(context(sys_=sysfs, options=InfinibandOptions())))
     port = frozenset({("device", "mlx5_0"), ("port", "1")})
     symbol_errors = values.get(("lockstep_ib_port_symbol_errors_total", port))
     if symbol_errors is None:
@@ -825,7 +825,8 @@ def hostile_engines() -> Iterator[_HostileEngines]:
 
 
 def _inference(*targets: str, timeout: float) -> InferenceCollector:
-    return InferenceCollector(context(targets=parse_targets(list(targets)), discover=False, timeout=timeout))
+    options = InferenceOptions(targets=parse_targets(list(targets)), discover=False, timeout=timeout)
+    return InferenceCollector(context(options=options))
 
 
 def _engine_up(values: dict, url: str) -> float:
@@ -892,7 +893,7 @@ def _checkpoints(rootfs: Path, roots: list[dict[str, str]], now: float) -> Check
     return CheckpointCollector(
         CollectorContext(
             paths=Paths(rootfs=rootfs),
-            options={"roots": parse_roots(roots)},
+            options=CheckpointOptions(roots=parse_roots(roots)),
             log=logging.getLogger("test"),
             seams=Seams(WALL_CLOCK.replaced_by(lambda: now)),
         )

@@ -21,7 +21,7 @@ import pytest
 
 from lockstep.agent.collector import NothingHere
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
-from lockstep.collectors.inference import InferenceCollector
+from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.discovery import engine_of
 from lockstep.collectors.inference.targets import parse_target, parse_targets
 from tests.conftest import collected, context, free_port, lockstep, samples, wait_until
@@ -340,7 +340,10 @@ def run(collector: InferenceCollector) -> dict:
 
 def make(*targets: str, timeout: float = 2.0, discover: bool = False, proc: Path | None = None) -> InferenceCollector:
     return InferenceCollector(
-        context(proc=proc, targets=parse_targets(list(targets)), discover=discover, timeout=timeout)
+        context(
+            proc=proc,
+            options=InferenceOptions(targets=parse_targets(list(targets)), discover=discover, timeout=timeout),
+        )
     )
 
 
@@ -575,7 +578,7 @@ def test_credentials_are_sent_but_never_in_labels(engines: Engines) -> None:
     engines.pages["/metrics"] = Page(TGI)
     target = parse_target(f"tgi=http://scraper:s3cret@127.0.0.1:{engines.port}/")
     assert target.endpoint == f"http://127.0.0.1:{engines.port}/metrics"
-    collector = InferenceCollector(context(targets=(target,), discover=False))
+    collector = InferenceCollector(context(options=InferenceOptions(targets=(target,), discover=False)))
     s = run(collector)
     collector.close()
     assert series(s, "lockstep_inference_up", "tgi", target.endpoint, "") == 1
@@ -627,7 +630,7 @@ def test_nothing_here_without_targets_or_engines(tmp_path: Path) -> None:
     (tmp_path / "1").mkdir()
     (tmp_path / "1" / "stat").write_text("1 (systemd) S 0 1 1 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 100\n")
     with pytest.raises(NothingHere) as err:
-        list(InferenceCollector(context(proc=tmp_path)).collect())
+        list(InferenceCollector(context(proc=tmp_path, options=InferenceOptions())).collect())
     assert str(err.value).startswith("no inference targets configured (--inference.target ENGINE=URL) and no vLLM")
 
 
@@ -694,7 +697,9 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
     endpoint = f"http://127.0.0.1:{port}/metrics"
     up = ("lockstep_inference_up", frozenset({"engine": "vllm", "server": endpoint, "model": "llama"}.items()))
     gpu_inventory = GpuInventory()  # what the GPU collector publishes, filled in below
-    collector = InferenceCollector(dataclasses.replace(context(proc=Path("/proc")), gpu_inventory=gpu_inventory))
+    collector = InferenceCollector(
+        dataclasses.replace(context(proc=Path("/proc"), options=InferenceOptions()), gpu_inventory=gpu_inventory)
+    )
     clock = [1000.0]
     collector.clock = lambda: clock[0]
 
@@ -759,7 +764,9 @@ def test_configured_local_target_is_not_scraped_twice_and_gets_its_processes(tmp
         configured = f"http://localhost:{port}/metrics"
 
         def scraped() -> dict | None:
-            collector = InferenceCollector(context(proc=Path("/proc"), targets=parse_targets([f"vllm={configured}"])))
+            collector = InferenceCollector(
+                context(proc=Path("/proc"), options=InferenceOptions(targets=parse_targets([f"vllm={configured}"])))
+            )
             try:
                 s = run(collector)
             finally:

@@ -28,7 +28,7 @@ from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
-from lockstep.collectors.infiniband import InfinibandCollector
+from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
 from lockstep.collectors.infiniband.sysfs import parse_rate, parse_state, rdma_netdevs
 from tests.conftest import FIXTURES, REPO, context, require_real, samples, wait_until
 
@@ -71,7 +71,7 @@ def tree(tmp_path: Path) -> Path:
 
 
 def test_legacy_mlx4_port_uses_counters_ext_and_flags_the_pegged_counter() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS)))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions())))
     assert port_values(samples, "mlx4_0") == {
         "lockstep_ib_port_state": 4,
         "lockstep_ib_port_physical_state": 5,
@@ -118,7 +118,7 @@ def test_legacy_mlx4_port_uses_counters_ext_and_flags_the_pegged_counter() -> No
 
 
 def test_mlx5_infiniband_port_with_hw_counters() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("*",))))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions(hw_stats=("*",)))))
     values = port_values(samples, "mlx5_0")
     assert values["lockstep_ib_port_rate_bytes_per_second"] == 25e9  # 200 Gb/sec (4X HDR)
     assert values["lockstep_ib_port_transmitted_bytes_total"] == 91231548412 * 4
@@ -155,10 +155,13 @@ def test_mlx5_infiniband_port_with_hw_counters() -> None:
 
 def test_generic_hw_counters_only_those_the_hw_stats_option_names() -> None:
     """13 series a port that no rule or dashboard reads: off by default (docs/fabric.md)."""
-    default = port_values(collect(InfinibandCollector(context(sys_=SYSFS))), "mlx5_0")
+    default = port_values(collect(InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions()))), "mlx5_0")
     assert [k for k in default if k.startswith("lockstep_rdma_hw_stats_total")] == []
     assert default["lockstep_rdma_out_of_sequence_total"] == 4  # the dedicated ones stay
-    chosen = port_values(collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("rx_*_requests",)))), "mlx5_0")
+    chosen = port_values(
+        collect(InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions(hw_stats=("rx_*_requests",))))),
+        "mlx5_0",
+    )
     assert {k: v for k, v in chosen.items() if k.startswith("lockstep_rdma_hw_stats_total")} == {
         "lockstep_rdma_hw_stats_total[rx_write_requests]": 40211,
         "lockstep_rdma_hw_stats_total[rx_read_requests]": 1882,
@@ -167,7 +170,7 @@ def test_generic_hw_counters_only_those_the_hw_stats_option_names() -> None:
 
 
 def test_iwarp_port_with_no_pma_reports_everything_else() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS)))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions())))
     assert port_values(samples, "i40iw0") == {
         "lockstep_ib_port_state": 4,
         "lockstep_ib_port_physical_state": 5,
@@ -179,13 +182,13 @@ def test_iwarp_port_with_no_pma_reports_everything_else() -> None:
 
 
 def test_doctor_names_what_the_hardware_does_not_provide() -> None:
-    assert InfinibandCollector(context(sys_=SYSFS)).check() == (
+    assert InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions())).check() == (
         "not provided by the hardware or driver (skipped): i40iw0 port 1: 21 counters"
     )
 
 
 def test_roce_port_resolves_its_netdev_and_reports_congestion() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("*",))))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions(hw_stats=("*",)))))
     assert info(samples, "mlx5_2") == {
         "device": "mlx5_2",
         "port": "1",
@@ -211,7 +214,7 @@ def test_roce_port_resolves_its_netdev_and_reports_congestion() -> None:
 
 
 def test_omnipath_device_without_hca_type_and_with_its_own_hw_counters() -> None:
-    samples = collect(InfinibandCollector(context(sys_=SYSFS, hw_stats=("*",))))
+    samples = collect(InfinibandCollector(context(sys_=SYSFS, options=InfinibandOptions(hw_stats=("*",)))))
     assert info(samples, "hfi1_0")["hca_type"] == ""
     assert info(samples, "hfi1_0")["board_id"] == "Intel Omni-Path Host Fabric Interface Adapter 100 Series"
     values = port_values(samples, "hfi1_0")
@@ -231,7 +234,7 @@ def test_unparseable_values_are_skipped_counted_and_logged_once(tree: Path, capl
     (port / "counters" / "symbol_error").write_text("garbage\n")
     (port / "hw_counters" / "out_of_sequence").write_text("12x\n")
     (port / "state").write_text("ACTIVE\n")
-    collector = InfinibandCollector(context(sys_=tree))
+    collector = InfinibandCollector(context(sys_=tree, options=InfinibandOptions()))
     with caplog.at_level(logging.WARNING, logger="test"):
         values = port_values(collect(collector), "mlx5_0")
         assert values["lockstep_ib_port_unparseable_values_total"] == 3
@@ -250,7 +253,7 @@ def test_missing_counter_file_is_skipped_alone(tree: Path) -> None:
     counters = tree / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "counters"
     (counters / "port_rcv_errors").unlink()
     (counters / "port_rcv_errors").symlink_to(counters / "no-such-file")  # listed, but ENOENT on open
-    values = port_values(collect(InfinibandCollector(context(sys_=tree))), "mlx5_0")
+    values = port_values(collect(InfinibandCollector(context(sys_=tree, options=InfinibandOptions()))), "mlx5_0")
     assert "lockstep_ib_port_receive_errors_total" not in values
     assert values["lockstep_ib_port_unparseable_values_total"] == 0
     assert values["lockstep_ib_port_symbol_errors_total"] == 0
@@ -279,8 +282,8 @@ def test_kernel_errnos_skip_one_counter() -> None:
         (counters / "symbol_error").chmod(0o400)
         script = (
             "import json, sys; from pathlib import Path; from tests.conftest import context; "
-            "from lockstep.collectors.infiniband import InfinibandCollector; "
-            "c = InfinibandCollector(context(sys_=Path(sys.argv[1]))); "
+            "from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions; "
+            "c = InfinibandCollector(context(sys_=Path(sys.argv[1]), options=InfinibandOptions())); "
             "print(json.dumps({s.name: s.value for f in c.collect() for s in f.samples "
             "if s.labels.get('device') == 'mlx5_0' and 'counter' not in s.labels}))"
         )
@@ -313,14 +316,14 @@ def _fails_with_eopnotsupp(path: Path) -> bool:
 
 def test_nothing_here_without_class_infiniband(tmp_path: Path) -> None:
     with pytest.raises(NothingHere, match=r"no .*/class/infiniband: no InfiniBand or RDMA devices on this machine"):
-        collect(InfinibandCollector(context(sys_=tmp_path)))
+        collect(InfinibandCollector(context(sys_=tmp_path, options=InfinibandOptions())))
     (tmp_path / "class" / "infiniband").mkdir(parents=True)
     with pytest.raises(NothingHere, match="is empty: no InfiniBand or RDMA devices"):
-        collect(InfinibandCollector(context(sys_=tmp_path)))
+        collect(InfinibandCollector(context(sys_=tmp_path, options=InfinibandOptions())))
 
 
 def test_devices_that_come_and_go_are_rediscovered(tree: Path) -> None:
-    collector = InfinibandCollector(context(sys_=tree))
+    collector = InfinibandCollector(context(sys_=tree, options=InfinibandOptions()))
     assert info(collect(collector), "hfi1_0")
     shutil.rmtree(tree / "class" / "infiniband" / "hfi1_0")
     samples = collect(collector)
@@ -332,7 +335,7 @@ def test_devices_that_come_and_go_are_rediscovered(tree: Path) -> None:
 def test_hotplug_event_drops_cached_discovery(tree: Path) -> None:
     """A device replaced under the same name (firmware update, driver reload) is only seen anew
     after a hotplug event: discovery is cached while the device list stays the same."""
-    collector = InfinibandCollector(context(sys_=tree))
+    collector = InfinibandCollector(context(sys_=tree, options=InfinibandOptions()))
     assert info(collect(collector), "mlx5_0")["firmware_version"] == "20.31.1014"
     (tree / "class" / "infiniband" / "mlx5_0" / "fw_ver").write_text("20.35.1012\n")
     assert info(collect(collector), "mlx5_0")["firmware_version"] == "20.31.1014"

@@ -15,13 +15,14 @@ from collections.abc import Iterable, Iterator
 from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.gpus import GpuInventory, PublishedGpu
-from lockstep.collectors.kubernetes import KubernetesCollector, PodResourcesError
+from lockstep.collectors.kubernetes import KubernetesCollector, KubernetesOptions, PodResourcesError
 from lockstep.collectors.podresources import api_pb2 as pb
 from lockstep.collectors.podresources import api_pb2_grpc
 from lockstep.collectors.podresources.generate import GENERATED, generate
@@ -87,9 +88,9 @@ def kubelet_socket(servicer: Kubelet | None, directory: Path) -> Iterator[Path]:
         server.stop(grace=None).wait()
 
 
-def collector(socket: Path, gpu_inventory: GpuInventory | None = None, **options: object) -> KubernetesCollector:
+def collector(socket: Path, gpu_inventory: GpuInventory | None = None, **options: Any) -> KubernetesCollector:
     """The collector on the kubelet socket, reading ``gpu_inventory`` (else an empty one of its own)."""
-    made = context(socket=socket, **options)
+    made = context(options=KubernetesOptions(socket=socket, **options))
     if gpu_inventory is not None:
         made = dataclasses.replace(made, gpu_inventory=gpu_inventory)
     return KubernetesCollector(made)
@@ -140,7 +141,7 @@ def test_gpu_label_is_the_nvml_index_once_published(tmp_path: Path) -> None:
 def test_device_file_ids_are_mapped_to_uuids_through_the_driver(tmp_path: Path) -> None:
     """GKE's device plugin names GPUs by device file (nvidia0); the driver's procfs maps minors to UUIDs."""
     node = pb.ListPodResourcesResponse(pod_resources=[pod("ml", "p", container("c", ("nvidia.com/gpu", ["nvidia1"])))])
-    ctx = context(proc=FIXTURES / "kubernetes" / "proc", socket=tmp_path / "kubelet.sock")
+    ctx = context(proc=FIXTURES / "kubernetes" / "proc", options=KubernetesOptions(socket=tmp_path / "kubelet.sock"))
     with kubelet_socket(Kubelet(node), tmp_path):
         got = series(KubernetesCollector(ctx))
     assert got == {key("ml", "p", "c", "nvidia.com/gpu", "GPU-a94c07e1-0b6e-4a51-9d2f-7e3c5b8d0f1f"): 1}
@@ -189,7 +190,9 @@ def test_a_slow_kubelet_fails_the_run_at_the_timeout(tmp_path: Path) -> None:
 
 def test_no_pod_resources_directory_is_nothing_here(tmp_path: Path) -> None:
     """The default socket is looked up under --path.rootfs: a node without a kubelet has no directory."""
-    c = KubernetesCollector(CollectorContext(paths=Paths(rootfs=tmp_path), options={}, log=logging.getLogger("test")))
+    c = KubernetesCollector(
+        CollectorContext(paths=Paths(rootfs=tmp_path), options=KubernetesOptions(), log=logging.getLogger("test"))
+    )
     with pytest.raises(NothingHere) as raised:
         series(c)
     expected_dir = tmp_path / "var/lib/kubelet/pod-resources"

@@ -14,9 +14,9 @@ from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import Seams
 from lockstep.collectors.containers import Container, container_id, containers_by_id
-from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesCollector
+from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesCollector, KubernetesOptions
 from lockstep.collectors.podresources import api_pb2 as pb
-from lockstep.collectors.slurm import SlurmCollector
+from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
 from tests.conftest import collected, context
 from tests.test_slurm import SLURM, fake_scontrol
 
@@ -133,7 +133,11 @@ def kubernetes(paths: Paths, gpu_inventory: GpuInventory) -> KubernetesCollector
 
     seams = Seams(KUBELET_POD_RESOURCES.replaced_by(lambda timeout: pb.ListPodResourcesResponse()))
     context = CollectorContext(
-        paths=paths, options={}, log=logging.getLogger("test"), seams=seams, gpu_inventory=gpu_inventory
+        paths=paths,
+        options=KubernetesOptions(),
+        log=logging.getLogger("test"),
+        seams=seams,
+        gpu_inventory=gpu_inventory,
     )
     return KubernetesCollector(context)
 
@@ -185,7 +189,9 @@ def test_each_slurm_job_sharing_a_gpu_gets_its_own_share(tmp_path: Path, monkeyp
         ),
         PublishedGpu(1, UUID_MIG_GPU, "", 1, "", True, (process(5001, None, None),), ()),
     )
-    slurm_context = context(proc=SLURM / "v2" / "proc", sys_=SLURM / "v2" / "sys", node_name="node07")
+    slurm_context = context(
+        proc=SLURM / "v2" / "proc", sys_=SLURM / "v2" / "sys", options=SlurmOptions(node_name="node07")
+    )
     collector = SlurmCollector(dataclasses.replace(slurm_context, gpu_inventory=inventory))
     values = collected(collector)
     sm, memory = "lockstep_slurm_job_gpu_sm_utilization_ratio", "lockstep_slurm_job_gpu_memory_utilization_ratio"

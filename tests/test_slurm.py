@@ -7,12 +7,13 @@ import os
 import stat
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from lockstep.agent.collector import NothingHere
 from lockstep.agent.seams import Seams
-from lockstep.collectors.slurm import SlurmCollector
+from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
 from lockstep.collectors.slurm.gres import expand_brackets, parse_gres_conf
 from lockstep.collectors.slurm.scontrol import SCONTROL
 from tests.conftest import FIXTURES, collected, context
@@ -41,9 +42,13 @@ def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: float 
     return log
 
 
-def collect(layout: str, **options: object) -> dict:
+def collect(layout: str, **options: Any) -> dict:
     collector = SlurmCollector(
-        context(proc=SLURM / layout / "proc", sys_=SLURM / layout / "sys", node_name="node07", **options)
+        context(
+            proc=SLURM / layout / "proc",
+            sys_=SLURM / layout / "sys",
+            options=SlurmOptions(node_name="node07", **options),
+        )
     )
     return collected(collector)
 
@@ -125,7 +130,11 @@ def test_sluid_named_job_directory_reports_the_job_id(tmp_path: Path, monkeypatc
 def test_controller_calls_are_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = fake_scontrol(tmp_path, monkeypatch)
     collector = SlurmCollector(
-        context(proc=SLURM / "v2" / "proc", sys_=SLURM / "v2" / "sys", node_name="node07", controller_interval=3600.0)
+        context(
+            proc=SLURM / "v2" / "proc",
+            sys_=SLURM / "v2" / "sys",
+            options=SlurmOptions(node_name="node07", controller_interval=3600.0),
+        )
     )
     for _ in range(5):
         list(collector.collect())
@@ -138,9 +147,7 @@ def test_slow_controller_never_stalls_a_round(tmp_path: Path, monkeypatch: pytes
         context(
             proc=SLURM / "v2" / "proc",
             sys_=SLURM / "v2" / "sys",
-            node_name="node07",
-            controller_wait=0.2,
-            controller_timeout=1.0,
+            options=SlurmOptions(node_name="node07", controller_wait=0.2, controller_timeout=1.0),
         )
     )
     started = time.monotonic()
@@ -165,7 +172,7 @@ def test_no_slurm_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         context(
             proc=tmp_path,
             sys_=tmp_path,
-            node_name="x",
+            options=SlurmOptions(node_name="x"),
         )
     )
     collector.rootfs = tmp_path
@@ -199,7 +206,11 @@ def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypa
 
     collector = SlurmCollector(
         dataclasses.replace(
-            context(proc=SLURM / "nocgroup" / "proc", sys_=SLURM / "nocgroup" / "sys", node_name="node07"),
+            context(
+                proc=SLURM / "nocgroup" / "proc",
+                sys_=SLURM / "nocgroup" / "sys",
+                options=SlurmOptions(node_name="node07"),
+            ),
             seams=Seams(SCONTROL.replaced_by(scontrol)),
         )
     )

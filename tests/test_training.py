@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
-from lockstep.collectors.training import PENDING_STEP_FLUSH_SECONDS, TrainingCollector
+from lockstep.collectors.training import PENDING_STEP_FLUSH_SECONDS, TrainingCollector, TrainingOptions
 from lockstep.emitter import step_lines
 from tests.conftest import collected, context, lockstep, samples
 
 
 def make(*globs: Path | str, start_at: str = "beginning", idle_timeout: float = 600.0) -> TrainingCollector:
-    return TrainingCollector(context(logs=tuple(str(g) for g in globs), start_at=start_at, idle_timeout=idle_timeout))
+    options = TrainingOptions(logs=tuple(str(g) for g in globs), start_at=start_at, idle_timeout=idle_timeout)
+    return TrainingCollector(context(options=options))
 
 
 def run(collector: TrainingCollector) -> dict:
@@ -335,7 +336,9 @@ def test_globs_are_host_paths_under_the_root_file_system(tmp_path: Path) -> None
     collector = TrainingCollector(
         CollectorContext(
             paths=Paths(rootfs=tmp_path),
-            options={"logs": ("/scratch/**/rank-*.metrics.jsonl",), "start_at": "beginning", "idle_timeout": 600.0},
+            options=TrainingOptions(
+                logs=("/scratch/**/rank-*.metrics.jsonl",), start_at="beginning", idle_timeout=600.0
+            ),
             log=logging.getLogger("test"),
         )
     )

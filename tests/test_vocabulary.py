@@ -79,7 +79,7 @@ def test_roce_names_only_on_ethernet_ports(golden: Path) -> None:
 
 def test_roce_counters_of_an_infiniband_port_stay_generic(tmp_path: Path) -> None:
     """mlx5 can list the RoCE congestion counters on an InfiniBand port too: generic (opt-in), not named RoCE."""
-    from lockstep.collectors.infiniband import InfinibandCollector
+    from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
 
     sysfs = tmp_path / "sys"
     shutil.copytree(FIXTURES / "fabric" / "sys", sysfs, symlinks=True)
@@ -87,7 +87,9 @@ def test_roce_counters_of_an_infiniband_port_stay_generic(tmp_path: Path) -> Non
     assert (ib_port / "link_layer").read_text().strip() == "InfiniBand"
     (ib_port / "hw_counters").mkdir(exist_ok=True)
     (ib_port / "hw_counters" / "np_cnp_sent").write_text("17\n")
-    values = collected(InfinibandCollector(context(sys_=sysfs, hw_stats=("np_*",))))  # generic ones are opt-in
+    values = collected(
+        InfinibandCollector(context(sys_=sysfs, options=InfinibandOptions(hw_stats=("np_*",))))
+    )  # generic ones are opt-in
     assert (
         values[
             (

@@ -30,5 +30,6 @@ state.py (what is known across runs), metrics.py (the declarations).
 """
 
 from lockstep.collectors.checkpoint.collector import CheckpointCollector
+from lockstep.collectors.checkpoint.config import CheckpointOptions
 
-__all__ = ["CheckpointCollector"]
+__all__ = ["CheckpointCollector", "CheckpointOptions"]

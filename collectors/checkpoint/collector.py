@@ -13,18 +13,10 @@ from typing import Any
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, Option, describe_error
-from lockstep.agent.config import parse_positive_int
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
 from lockstep.agent.files import read_text
 from lockstep.agent.seams import WALL_CLOCK
-from lockstep.collectors.checkpoint.config import (
-    DEFAULT_JOB_ID_PATTERN,
-    DEFAULT_MAX_FILES,
-    RESYNC_SECONDS,
-    RootSpec,
-    parse_regex_with_group,
-    parse_roots,
-)
+from lockstep.collectors.checkpoint.config import RESYNC_SECONDS, CheckpointOptions, RootSpec
 from lockstep.collectors.checkpoint.evaluate import evaluate
 from lockstep.collectors.checkpoint.markers import NEMO_MARKER_SUFFIX, final_name
 from lockstep.collectors.checkpoint.metrics import (
@@ -62,7 +54,7 @@ NETWORK_FSTYPES = (
 )
 
 
-class CheckpointCollector(Collector):
+class CheckpointCollector(Collector[CheckpointOptions]):
     name = "checkpoint"
     help = "Checkpoint saves under configured roots: in progress, completed, duration, size, stalls."
     default_interval = 15.0
@@ -79,29 +71,11 @@ class CheckpointCollector(Collector):
         TRUNCATED,
         ROOTS,
     )
-    options = (
-        Option(
-            "roots",
-            parse_roots,
-            (),
-            "checkpoint root patterns (host paths; mappings add expected_interval, watch, quiet_period)",
-            flag="--checkpoint.root",
-            repeatable=True,
-        ),
-        Option("max_files", parse_positive_int, DEFAULT_MAX_FILES, "files a scan of one root stats at most"),
-        Option(
-            "job_id_pattern",
-            parse_regex_with_group,
-            DEFAULT_JOB_ID_PATTERN,
-            "regular expression whose group captures the Slurm job id in a root's path",
-        ),
-    )
+    options_class = CheckpointOptions
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.specs: tuple[RootSpec, ...] = context.options.get("roots", ())
-        self.max_files: int = context.options.get("max_files", DEFAULT_MAX_FILES)
-        self.job_id_re = re.compile(context.options.get("job_id_pattern", DEFAULT_JOB_ID_PATTERN))
+        self.job_id_re = re.compile(self.options.job_id_pattern)
         # Wall clock; the simulated node and the tests set their own.
         self.clock: Callable[[], float] = context.seams.get(WALL_CLOCK) or time.time
         self.roots: dict[str, RootState] = {}  # label -> state
@@ -226,12 +200,12 @@ class CheckpointCollector(Collector):
     # --- a run ---
 
     def collect(self) -> Iterator[Metric]:
-        if not self.specs:
+        if not self.options.roots:
             raise NothingHere("no checkpoint roots configured (collectors.checkpoint.roots or --checkpoint.root)")
         now = self.clock()
         families = Families(self.metrics)
         current: dict[str, tuple[RootSpec, str]] = {}
-        for spec in self.specs:
+        for spec in self.options.roots:
             labels = self.resolve(spec)
             families[ROOTS].add_metric([spec.pattern], len(labels))
             for label in labels:
@@ -272,7 +246,7 @@ class CheckpointCollector(Collector):
         )
         if due:
             try:
-                state.observations = scan(state, now, self.max_files)
+                state.observations = scan(state, now, self.options.max_files)
                 if state.tracker_error != state.tracker_error_logged:  # once per change
                     if state.tracker_error:
                         self.log.warning(

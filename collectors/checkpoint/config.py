@@ -1,5 +1,5 @@
 """The checkpoint collector's settings: the roots (patterns with their expected interval, watch
-mode and quiet period) and the job-id pattern."""
+mode and quiet period), the scan's limit and the job-id pattern."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.agent.config import parse_choice, parse_duration, parse_string
+from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string
+from lockstep.agent.options import option
 
 WATCH_MODES = ("auto", "inotify", "poll")
 DEFAULT_QUIET_PERIOD = 60.0
@@ -73,3 +74,20 @@ def parse_regex_with_group(value: Any) -> str:
     if compiled.groups < 1:
         raise ValueError("the pattern needs one (group) capturing the job id")
     return text
+
+
+@dataclass(frozen=True)
+class CheckpointOptions:
+    roots: tuple[RootSpec, ...] = option(
+        (),
+        parse_roots,
+        "checkpoint root patterns (host paths; mappings add expected_interval, watch, quiet_period)",
+        flag="--checkpoint.root",
+        repeatable=True,
+    )
+    max_files: int = option(DEFAULT_MAX_FILES, parse_positive_int, "files a scan of one root stats at most")
+    job_id_pattern: str = option(
+        DEFAULT_JOB_ID_PATTERN,
+        parse_regex_with_group,
+        "regular expression whose group captures the Slurm job id in a root's path",
+    )

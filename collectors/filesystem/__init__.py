@@ -5,7 +5,7 @@ are monitored), ``nfs`` (mountstats), ``lustre`` (llite stats), ``statpool`` (st
 deadline on daemon threads), ``collector`` (the collector that puts them together).
 """
 
-from lockstep.collectors.filesystem.collector import FilesystemCollector
+from lockstep.collectors.filesystem.collector import FilesystemCollector, FilesystemOptions
 from lockstep.collectors.filesystem.mounts import parse_mountinfo  # the checkpoint collector reads the same table
 
-__all__ = ["FilesystemCollector", "parse_mountinfo"]
+__all__ = ["FilesystemCollector", "FilesystemOptions", "parse_mountinfo"]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.core import Metric
@@ -32,11 +33,11 @@ from lockstep.agent.collector import (
     Families,
     MetricSpec,
     NothingHere,
-    Option,
     describe_error,
 )
 from lockstep.agent.config import parse_duration, parse_positive_int
 from lockstep.agent.files import read_text
+from lockstep.agent.options import option
 from lockstep.collectors.filesystem.lustre import parse_lustre_stats
 from lockstep.collectors.filesystem.metrics import (
     AVAILABLE,
@@ -80,7 +81,21 @@ from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS, StatOut
 SOURCES = ("mountinfo", "mountstats", "lustre")
 
 
-class FilesystemCollector(Collector):
+@dataclass(frozen=True)
+class FilesystemOptions:
+    fstypes_exclude: tuple[str, ...] = option(
+        DEFAULT_FSTYPES_EXCLUDE, parse_patterns, "filesystem types not monitored (patterns)"
+    )
+    fstypes_include: tuple[str, ...] = option((), parse_patterns, "if set, only these filesystem types (patterns)")
+    mountpoints_exclude: tuple[str, ...] = option(
+        DEFAULT_MOUNTPOINTS_EXCLUDE, parse_patterns, "mountpoints not monitored (patterns)"
+    )
+    mountpoints_include: tuple[str, ...] = option((), parse_patterns, "if set, only these mountpoints (patterns)")
+    stat_timeout: float = option(5.0, parse_duration, "a statfs slower than this marks the mount unresponsive")
+    stat_workers: int = option(4, parse_positive_int, "statfs calls run at once (stuck ones not counted)")
+
+
+class FilesystemCollector(Collector[FilesystemOptions]):
     name = "filesystem"
     help = "Size, free space and responsiveness per mount (hung mounts never hang the agent); NFS and Lustre client."
     default_interval = 15.0
@@ -103,27 +118,13 @@ class FilesystemCollector(Collector):
         LUSTRE_HEALTHY,
         SKIPPED_LINES,  # last: its counts include the lines skipped while reading NFS and Lustre stats
     )
-    options = (
-        Option("fstypes_exclude", parse_patterns, DEFAULT_FSTYPES_EXCLUDE, "filesystem types not monitored (patterns)"),
-        Option("fstypes_include", parse_patterns, (), "if set, only these filesystem types (patterns)"),
-        Option(
-            "mountpoints_exclude", parse_patterns, DEFAULT_MOUNTPOINTS_EXCLUDE, "mountpoints not monitored (patterns)"
-        ),
-        Option("mountpoints_include", parse_patterns, (), "if set, only these mountpoints (patterns)"),
-        Option("stat_timeout", parse_duration, 5.0, "a statfs slower than this marks the mount unresponsive"),
-        Option("stat_workers", parse_positive_int, 4, "statfs calls run at once (stuck ones not counted)"),
-    )
+    options_class = FilesystemOptions
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        options = context.options
-        self.fstypes_exclude = options.get("fstypes_exclude", DEFAULT_FSTYPES_EXCLUDE)
-        self.fstypes_include = options.get("fstypes_include", ())
-        self.mountpoints_exclude = options.get("mountpoints_exclude", DEFAULT_MOUNTPOINTS_EXCLUDE)
-        self.mountpoints_include = options.get("mountpoints_include", ())
         self.pool = StatPool(
-            workers=options.get("stat_workers", 4),
-            timeout=options.get("stat_timeout", 5.0),
+            workers=self.options.stat_workers,
+            timeout=self.options.stat_timeout,
             statvfs=context.seams.get(STATVFS) or os.statvfs,
             timer=context.seams.get(STAT_TIMER) or time.perf_counter,
         )
@@ -132,13 +133,14 @@ class FilesystemCollector(Collector):
         self._unresponsive: set[str] = set()
 
     def wanted(self, mount: Mount) -> bool:
-        if self.fstypes_include and not matches(mount.fstype, self.fstypes_include):
+        options = self.options
+        if options.fstypes_include and not matches(mount.fstype, options.fstypes_include):
             return False
-        if matches(mount.fstype, self.fstypes_exclude):
+        if matches(mount.fstype, options.fstypes_exclude):
             return False
-        if self.mountpoints_include and not matches(mount.mountpoint, self.mountpoints_include):
+        if options.mountpoints_include and not matches(mount.mountpoint, options.mountpoints_include):
             return False
-        return not matches(mount.mountpoint, self.mountpoints_exclude)
+        return not matches(mount.mountpoint, options.mountpoints_exclude)
 
     def _read_proc(self, name: str) -> str:
         """``<procfs>/1/<name>`` (the host's mount namespace), else ``<procfs>/self/<name>``."""

@@ -26,6 +26,6 @@ this node's processes), fetch.py (HTTP), readings.py (an answer parsed and norma
 engines/ one module per engine), metrics.py (the declarations).
 """
 
-from lockstep.collectors.inference.collector import InferenceCollector
+from lockstep.collectors.inference.collector import InferenceCollector, InferenceOptions
 
-__all__ = ["InferenceCollector"]
+__all__ = ["InferenceCollector", "InferenceOptions"]

@@ -14,8 +14,9 @@ from urllib.parse import urlsplit
 from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, Option, describe_error
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
 from lockstep.agent.config import parse_bool, parse_duration
+from lockstep.agent.options import option
 from lockstep.agent.procs import Process, descendants, process_table, slurm_job
 from lockstep.collectors.inference.discovery import LocalEngine, local_engines, local_host
 from lockstep.collectors.inference.engines import ENGINE_FORMATS
@@ -54,7 +55,20 @@ class Result:
     error: str = ""
 
 
-class InferenceCollector(Collector):
+@dataclass(frozen=True)
+class InferenceOptions:
+    targets: tuple[Target, ...] = option(
+        (),
+        parse_targets,
+        "an engine's metrics endpoint as ENGINE=URL, ENGINE one of " + ", ".join(ENGINE_FORMATS),
+        flag="--inference.target",
+        repeatable=True,
+    )
+    discover: bool = option(True, parse_bool, "also scrape the engines found among this node's processes")
+    timeout: float = option(DEFAULT_TIMEOUT, parse_duration, "how long one target may take to answer")
+
+
+class InferenceCollector(Collector[InferenceOptions]):
     name = "inference"
     help = "KV-cache usage, queues, preemptions and latency of vLLM, SGLang, TGI, Triton and Dynamo servers."
     default_interval = 15.0
@@ -77,24 +91,10 @@ class InferenceCollector(Collector):
         GPU_INFO,
     )
     needs = ("gpu",)  # the GPU inventory (context.gpu_inventory) says which GPUs run the engines' processes
-    options = (
-        Option(
-            "targets",
-            parse_targets,
-            (),
-            "an engine's metrics endpoint as ENGINE=URL, ENGINE one of " + ", ".join(ENGINE_FORMATS),
-            flag="--inference.target",
-            repeatable=True,
-        ),
-        Option("discover", parse_bool, True, "also scrape the engines found among this node's processes"),
-        Option("timeout", parse_duration, DEFAULT_TIMEOUT, "how long one target may take to answer"),
-    )
+    options_class = InferenceOptions
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.configured: tuple[Target, ...] = tuple(context.options.get("targets", ()))
-        self.discover = bool(context.options.get("discover", True))
-        self.timeout = float(context.options.get("timeout", DEFAULT_TIMEOUT))
         self.fetch: Callable[[str, float], str] = context.seams.get(INFERENCE_HTTP) or fetch_http
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
@@ -130,11 +130,11 @@ class InferenceCollector(Collector):
 
     def _round(self) -> tuple[list[Result], dict[str, LocalEngine], dict[int, Process]]:
         self.notes = []
-        table = process_table(self.paths.procfs) if self.discover else {}
+        table = process_table(self.paths.procfs) if self.options.discover else {}
         local = local_engines(self.paths.procfs, table, self.notes) if table else []
-        targets = list(self.configured)
+        targets = list(self.options.targets)
         engines: dict[str, LocalEngine] = {}  # endpoint -> the local process serving it
-        for target in self.configured:
+        for target in self.options.targets:
             parts = urlsplit(target.url)
             port = parts.port or (443 if parts.scheme == "https" else 80)
             for engine in local:
@@ -158,7 +158,7 @@ class InferenceCollector(Collector):
         for endpoint, (target, seen) in list(self._discovered.items()):
             if endpoint in engines:
                 continue
-            if now - seen >= GONE_ENGINE_SECONDS or target in self.configured:
+            if now - seen >= GONE_ENGINE_SECONDS or target in self.options.targets:
                 del self._discovered[endpoint]
                 continue
             title = ENGINE_FORMATS[target.engine].title
@@ -181,12 +181,12 @@ class InferenceCollector(Collector):
                 self._pool = ThreadPoolExecutor(MAX_SCRAPE_THREADS, thread_name_prefix="inference-scrape")
             pool = self._pool
         futures: dict[Future[dict[str, Reading]], Target] = {pool.submit(self._scrape, t): t for t in targets}
-        done, _ = wait_for(futures, timeout=self.timeout + 0.5)
+        done, _ = wait_for(futures, timeout=self.options.timeout + 0.5)
         results = []
         for future, target in futures.items():
             if future not in done:
                 future.cancel()
-                results.append(Result(target, None, f"no answer within {self.timeout:g}s"))
+                results.append(Result(target, None, f"no answer within {self.options.timeout:g}s"))
                 continue
             try:
                 results.append(Result(target, future.result()))
@@ -199,7 +199,7 @@ class InferenceCollector(Collector):
         return sorted(results, key=lambda r: (r.target.engine, r.target.endpoint))
 
     def _scrape(self, target: Target) -> dict[str, Reading]:
-        text = self.fetch(target.url, self.timeout)
+        text = self.fetch(target.url, self.options.timeout)
         engine = ENGINE_FORMATS[target.engine]
         samples = Samples(text, engine.prefix)
         if not samples.has_prefix(engine.prefix):

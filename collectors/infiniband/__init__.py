@@ -5,6 +5,6 @@ One job per module: ``metrics`` (the declarations and the counter-file -> metric
 the collection round).
 """
 
-from lockstep.collectors.infiniband.collector import InfinibandCollector
+from lockstep.collectors.infiniband.collector import InfinibandCollector, InfinibandOptions
 
-__all__ = ["InfinibandCollector"]
+__all__ = ["InfinibandCollector", "InfinibandOptions"]

@@ -32,11 +32,13 @@ from __future__ import annotations
 import fnmatch
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
 from lockstep.agent.config import parse_string_list
+from lockstep.agent.options import option
 from lockstep.collectors.infiniband.metrics import (
     EXT_COUNTERS,
     GENERIC_HW_STAT,
@@ -70,7 +72,19 @@ from lockstep.collectors.infiniband.sysfs import (
 )
 
 
-class InfinibandCollector(Collector):
+@dataclass(frozen=True)
+class InfinibandOptions:
+    hw_stats: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob patterns of hw_counters files without a dedicated metric to export as "
+        "lockstep_rdma_hw_stats_total ('*': all; none by default)",
+        flag="--infiniband.hw-stat",
+        repeatable=True,
+    )
+
+
+class InfinibandCollector(Collector[InfinibandOptions]):
     name = "infiniband"
     help = "InfiniBand/RDMA ports: state, rate, PMA counters and RDMA hw_counters, from sysfs."
     default_interval = 15.0
@@ -85,23 +99,12 @@ class InfinibandCollector(Collector):
         *HW_COUNTERS.values(),
         GENERIC_HW_STAT,
     )
-    options = (
-        Option(
-            "hw_stats",
-            parse_string_list,
-            (),
-            "glob patterns of hw_counters files without a dedicated metric to export as "
-            "lockstep_rdma_hw_stats_total ('*': all; none by default)",
-            flag="--infiniband.hw-stat",
-            repeatable=True,
-        ),
-    )
+    options_class = InfinibandOptions
     hotplug_subsystems = ("infiniband", "net")
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.root = self.paths.sysfs / INFINIBAND_CLASS
-        self.hw_stats: tuple[str, ...] = tuple(context.options.get("hw_stats", ()))
         self._discovery: Discovery | None = None
         # (device, port) -> values skipped as unparseable so far; survives rediscovery.
         self._unparseable: dict[tuple[str, str], int] = {}
@@ -255,7 +258,7 @@ class InfinibandCollector(Collector):
                     spec = None  # RoCE's own counters mean nothing on an InfiniBand port: kept, but generic
                 if spec is not None:
                     families[spec].add_metric(labels, value)
-                elif any(fnmatch.fnmatchcase(name, pattern) for pattern in self.hw_stats):
+                elif any(fnmatch.fnmatchcase(name, pattern) for pattern in self.options.hw_stats):
                     families[GENERIC_HW_STAT].add_metric([*labels, name], value)
             families[UNPARSEABLE].add_metric(labels, self._unparseable.get((port.device, port.number), 0))
         if vanished:

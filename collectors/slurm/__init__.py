@@ -5,6 +5,6 @@ its cgroups), ``gres`` (gres.conf and Slurm's index notation), ``scontrol`` (req
 rate- and time-limited, in a background thread), ``collector`` (the collector).
 """
 
-from lockstep.collectors.slurm.collector import SlurmCollector
+from lockstep.collectors.slurm.collector import SlurmCollector, SlurmOptions
 
-__all__ = ["SlurmCollector"]
+__all__ = ["SlurmCollector", "SlurmOptions"]

@@ -26,13 +26,15 @@ import os
 import re
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere, Option
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
 from lockstep.agent.config import parse_duration, parse_string
 from lockstep.agent.files import read_text
+from lockstep.agent.options import option
 from lockstep.collectors.slurm.cgroups import LocalJob, cgroup_pids, cpu_seconds, job_dirs, memory_bytes, oom_kills
 from lockstep.collectors.slurm.gres import expand_ranges, parse_gres_conf
 from lockstep.collectors.slurm.metrics import (
@@ -60,7 +62,24 @@ from lockstep.collectors.slurm.scontrol import (
 )
 
 
-class SlurmCollector(Collector):
+@dataclass(frozen=True)
+class SlurmOptions:
+    node_name: str = option("", parse_string, "this node's name in Slurm (default: the short hostname)")
+    gres_conf: str = option("", parse_string, "gres.conf path (default: beside $SLURM_CONF, or /etc/slurm)")
+    controller_interval: float = option(
+        120.0,
+        parse_duration,
+        "minimum time between rounds of requests to slurmctld (node state; new jobs when not root)",
+    )
+    controller_timeout: float = option(10.0, parse_duration, "time limit of one request to slurmctld")
+    controller_wait: float = option(
+        3.0,
+        parse_duration,
+        "how long a collection round waits for a refresh it started before using what it has",
+    )
+
+
+class SlurmCollector(Collector[SlurmOptions]):
     name = "slurm"
     help = "Slurm jobs on this node: info, CPU, memory, OOM kills, GPUs; the node's state."
     default_interval = 15.0
@@ -80,38 +99,20 @@ class SlurmCollector(Collector):
         CONTROLLER_REQUESTS,
         CONTROLLER_FAILURES,
     )
-    options = (
-        Option("node_name", parse_string, "", "this node's name in Slurm (default: the short hostname)"),
-        Option("gres_conf", parse_string, "", "gres.conf path (default: beside $SLURM_CONF, or /etc/slurm)"),
-        Option(
-            "controller_interval",
-            parse_duration,
-            120.0,
-            "minimum time between rounds of requests to slurmctld (node state; new jobs when not root)",
-        ),
-        Option("controller_timeout", parse_duration, 10.0, "time limit of one request to slurmctld"),
-        Option(
-            "controller_wait",
-            parse_duration,
-            3.0,
-            "how long a collection round waits for a refresh it started before using what it has",
-        ),
-    )
+    options_class = SlurmOptions
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.cgroup_root = context.paths.sysfs / "fs" / "cgroup"
         self.proc = context.paths.procfs
         self.rootfs = context.paths.rootfs
-        opts = context.options
-        self.node = opts.get("node_name") or os.uname().nodename.split(".")[0]
-        self.gres_conf_path = opts.get("gres_conf") or ""
+        self.node = self.options.node_name or os.uname().nodename.split(".")[0]
         self.scontrol: Callable[[list[str], float], str] = context.seams.get(SCONTROL) or run_scontrol
         self.controller = ControllerCache(
             self.scontrol,
             self.node,
-            interval=opts.get("controller_interval", 120.0),
-            timeout=opts.get("controller_timeout", 10.0),
+            interval=self.options.controller_interval,
+            timeout=self.options.controller_timeout,
             log=self.log,
         )
         self._environ_details: dict[str, JobDetails] = {}
@@ -237,7 +238,7 @@ class SlurmCollector(Collector):
 
     def gres_device_minors(self) -> list[int | None]:
         """For each GRES index, the minor number of its device file (None if it cannot be stat'ed)."""
-        path = self.gres_conf_path
+        path = self.options.gres_conf
         if not path:
             conf = os.environ.get("SLURM_CONF")
             path = str(Path(conf).parent / "gres.conf") if conf else "/etc/slurm/gres.conf"
@@ -271,7 +272,7 @@ class SlurmCollector(Collector):
             else:
                 details[job.job_id] = found
         jobs = {job.job_id: job for job in jobs.values()}  # SLUID-named cgroups now keyed by job id
-        controller = self.controller.snapshot(missing, wait=self.context.options.get("controller_wait", 3.0))
+        controller = self.controller.snapshot(missing, wait=self.options.controller_wait)
         for job_id in missing:
             if job_id in controller.jobs:
                 details[job_id] = controller.jobs[job_id]
