@@ -37,7 +37,6 @@ from lockstep.agent.logs import setup_logging
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, checked_families
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from lockstep.agent.seams import WALL_CLOCK, Seams
-from lockstep.agent.tail import FileFollower
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
 from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions
 from lockstep.collectors.checkpoint.config import parse_roots
@@ -46,6 +45,7 @@ from lockstep.collectors.inference.targets import parse_targets
 from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
+from lockstep.collectors.training.tail import FileFollower
 from tests.conftest import (
     FIXTURES,
     LOCKSTEP,

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
-from lockstep.collectors.training import PENDING_STEP_FLUSH_SECONDS, TrainingCollector, TrainingOptions
+from lockstep.collectors.training import TrainingCollector, TrainingOptions
+from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS
 from lockstep.emitter import step_lines
 from tests.conftest import collected, context, lockstep, samples
 

@@ -1,0 +1,207 @@
+"""The training collector: follows the ranks' logs (tail.py), turns their lines into records
+(records.py) and steps (steps.py), and exposes each rank's counters (metrics.py).  The
+package's __init__ describes the whole."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from prometheus_client.core import Metric
+
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.config import parse_choice, parse_duration, parse_string_list
+from lockstep.agent.options import option
+from lockstep.collectors.training.metrics import (
+    COMM_WAIT_SECONDS,
+    COMPUTE_SECONDS,
+    DATA_WAIT_SECONDS,
+    FILES,
+    INVALID,
+    INVALID_REASONS,
+    LAST_STEP,
+    SAMPLES,
+    STEP_SECONDS,
+    STEPS,
+    TOKENS,
+)
+from lockstep.collectors.training.records import BadLine, parse_record
+from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS, RankState
+from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, FileId, Line
+
+
+@dataclass(frozen=True)
+class TrainingOptions:
+    logs: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob of per-rank JSON-lines metric logs, on the host (under --path.rootfs), ** allowed",
+        flag="--training.logs",
+        repeatable=True,
+    )
+    start_at: str = option(
+        "end",
+        parse_choice(("end", "beginning")),
+        "where to start reading the log files present when the agent starts: end (skip their history) or beginning",
+        flag="--training.start-at",
+    )
+    idle_timeout: float = option(600.0, parse_duration, "a rank that has logged nothing for this long is dropped")
+
+
+class TrainingCollector(Collector[TrainingOptions]):
+    name = "training"
+    help = "Per-rank training step, compute, communication-wait and data-wait time from JSON-lines logs."
+    default_interval = 15.0
+    metrics = (
+        STEPS,
+        STEP_SECONDS,
+        COMPUTE_SECONDS,
+        COMM_WAIT_SECONDS,
+        DATA_WAIT_SECONDS,
+        TOKENS,
+        SAMPLES,
+        LAST_STEP,
+        FILES,
+        INVALID,
+    )
+    options_class = TrainingOptions
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self.clock = time.monotonic  # tests replace it
+        self._lock = threading.Lock()  # the watchdog thread and collect() both read files
+        self._follower: FileFollower | None = None
+        self._watcher: DirectoryWatcher | None = None
+        self._ranks: dict[tuple[str, str, str], RankState] = {}
+        self._invalid = dict.fromkeys(INVALID_REASONS, 0)
+        # Files first read from their end: the step already under way there (the step of
+        # the line before the starting point), whose remaining records are not counted:
+        # its beginning was never read.
+        self._under_way: dict[FileId, str] = {}
+        self._watch_problems: list[str] = []
+
+    def check(self) -> str:
+        if not self.options.logs:
+            raise NothingHere(self._nothing_configured())
+        follower = FileFollower(self.options.logs, self.paths.rootfs, start_at_end=True, log=self.log)
+        try:
+            follower.sweep()
+            return f"{follower.followed} log file(s) match {', '.join(self.options.logs)}"
+        finally:
+            follower.close()
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.options.logs:
+            raise NothingHere(self._nothing_configured())
+        with self._lock:
+            if self._follower is None:
+                self._follower = FileFollower(
+                    self.options.logs, self.paths.rootfs, start_at_end=self.options.start_at == "end", log=self.log
+                )
+            self._ingest(self._follower.sweep())
+            now = self.clock()
+            for key, rank in list(self._ranks.items()):
+                if now - rank.last_record_at >= self.options.idle_timeout:
+                    del self._ranks[key]  # the job finished (or the rank moved): drop its series
+                elif rank.pending is not None and now - rank.last_record_at >= PENDING_STEP_FLUSH_SECONDS:
+                    rank.finish_step()
+            directories = self._follower.directories()
+            families = self._families()
+        # Outside our lock: watchdog's dispatcher holds its own lock while it calls
+        # _on_file_event, which takes ours.
+        self._watch(directories)
+        return iter(families)
+
+    def close(self) -> None:
+        with self._lock:
+            watcher, self._watcher = self._watcher, None
+            follower, self._follower = self._follower, None  # events from now on read nothing
+        if watcher is not None:
+            watcher.stop()  # not under our lock, see collect()
+        if follower is not None:
+            follower.close()
+
+    # --- reading ---
+
+    def _on_file_event(self, path: str) -> None:
+        """From the watchdog thread: read the file now (growth, rotation, truncation)."""
+        with self._lock:
+            if self._follower is None:
+                return
+            try:
+                self._ingest(self._follower.read_path(path))
+            except Exception as exc:  # never let one file kill the event thread; the sweep retries
+                self.log.debug("reading %s after an event failed: %s", path, exc)
+
+    def _watch(self, directories: set[str]) -> None:
+        """Point the watcher at ``directories``.  Called from the collector's own thread
+        only (collect, then close at the end), never with our lock held."""
+        try:
+            if self._watcher is None:
+                self._watcher = DirectoryWatcher(self._on_file_event)
+            problems = self._watcher.watch(directories)
+        except OSError as exc:
+            problems = [str(exc)]
+        # e.g. the inotify watch limit: the sweep every round still reads everything.
+        if problems and problems != self._watch_problems:
+            self.log.warning("cannot watch log directories, reading them every round only: %s", "; ".join(problems))
+        self._watch_problems = problems
+
+    def _ingest(self, lines: list[Line]) -> None:
+        now = self.clock()
+        for line in lines:
+            try:
+                record = parse_record(line.data, line.path)
+            except BadLine as bad:
+                if not line.context:  # context was read before; its garbage is not news
+                    self._invalid[bad.reason] += 1
+                continue
+            except Exception:  # whatever a line holds, it never costs the rest of the batch
+                if not line.context:
+                    self._invalid["bad_record"] += 1
+                continue
+            if record is None:
+                continue
+            if line.context:
+                self._under_way[line.file] = record.step_key
+                continue
+            if line.file in self._under_way:
+                if self._under_way[line.file] == record.step_key:
+                    continue  # the rest of a step whose beginning was before we started
+                del self._under_way[line.file]
+            rank = self._ranks.get(record.rank_key)
+            if rank is None:
+                rank = self._ranks[record.rank_key] = RankState()
+            rank.add(record, now)
+
+    # --- output ---
+
+    def _families(self) -> list[Metric]:
+        families = Families(self.metrics)
+        for key in sorted(self._ranks, key=lambda k: (k[0], int(k[1]), k[2])):
+            rank = self._ranks[key]
+            labels = list(key)
+            # Rounded to the nanosecond: sums of decimal step times carry binary noise
+            # (299.19999999999993) that is no information.
+            families[STEPS].add_metric(labels, rank.steps)
+            families[STEP_SECONDS].add_metric(labels, round(rank.step_seconds, 9))
+            families[COMPUTE_SECONDS].add_metric(labels, round(rank.compute_seconds, 9))
+            families[COMM_WAIT_SECONDS].add_metric(labels, round(rank.comm_wait_seconds, 9))
+            families[DATA_WAIT_SECONDS].add_metric(labels, round(rank.data_wait_seconds, 9))
+            if rank.tokens is not None:
+                families[TOKENS].add_metric(labels, round(rank.tokens, 6))
+            if rank.samples is not None:
+                families[SAMPLES].add_metric(labels, round(rank.samples, 6))
+            if rank.last_step_ts is not None:
+                families[LAST_STEP].add_metric(labels, rank.last_step_ts)
+        assert self._follower is not None
+        families[FILES].add_metric([], self._follower.followed)
+        self._invalid["too_long"] = self._follower.lines_too_long
+        for reason in INVALID_REASONS:
+            families[INVALID].add_metric([reason], self._invalid[reason])
+        return families.with_samples()
+
+    def _nothing_configured(self) -> str:
+        return "no training log globs configured (--training.logs GLOB or collectors.training.logs)"
