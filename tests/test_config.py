@@ -20,7 +20,7 @@ from lockstep.agent.config import (
     parse_string_list,
 )
 from lockstep.agent.options import NoOptions, declared_options, option
-from lockstep.agent.registry import Discovery, Registered
+from lockstep.agent.registry import Discovery, Registered, discover
 from lockstep.collectors.host import HostCollector
 from tests.conftest import lockstep
 
@@ -246,3 +246,15 @@ def test_options_are_declared_by_option_fields_of_a_frozen_dataclass() -> None:
         declared_options(Plain)
     with pytest.raises(TypeError, match="Mutable: collector options are a frozen dataclass"):
         declared_options(Mutable)
+
+
+def test_every_builtin_collector_declares_its_options_and_builds_with_their_defaults() -> None:
+    builtin = {name: r.cls for name, r in discover().collectors.items() if r.builtin}
+    assert {"training", "slurm", "host"} <= set(builtin)
+    for name, cls in builtin.items():
+        declared_options(cls.options_class)  # a frozen dataclass of option() fields
+        defaults = load_config(None, builtin).collectors[name].options
+        assert defaults == cls.options_class(), name
+        collector = cls(CollectorContext(Paths(), defaults, logging.getLogger("test")))
+        assert collector.options is defaults
+        collector.close()
