@@ -18,7 +18,7 @@ from typing import Any
 
 from lockstep import __version__
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere, describe_error
-from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides
+from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup, serve
 from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.logs import collector_logger, setup_logging
@@ -363,8 +363,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def config_check(path: Path, discovery: Discovery) -> int:
-    from lockstep.agent.config import load_config
-
     available = {name: r.cls for name, r in discovery.collectors.items()}
     try:
         config = load_config(path, available)
