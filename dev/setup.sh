@@ -1,6 +1,8 @@
 # Sourced by dev/run and dev/test: make this checkout runnable on a fresh Debian machine.
-#   ensure_debian_packages PKG...   install missing Debian packages (only when run as root)
-#   ensure_venv EXTRAS              create .venv and install the project (editable) into it
+#   ensure_debian_packages PKG...   install missing Debian packages (only when run as root);
+#                                   their services are neither started nor enabled
+#   ensure_venv EXTRAS              create .venv and install the project (editable) into it,
+#                                   skipped when nothing it depends on changed since the last time
 set -euo pipefail
 
 ensure_debian_packages() {
@@ -16,9 +18,31 @@ ensure_debian_packages() {
     echo "dev: installing Debian packages: ${missing[*]}" >&2
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    # Packages whose maintainer scripts start services (prometheus): none is started here,
-    # the tests start what they need themselves.
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    # Packages whose maintainer scripts start and enable services (prometheus, node_exporter,
+    # alertmanager, munge, slurmctld, slurmd): on a systemd machine they would run from now on and
+    # at every boot.  The tests start what they need themselves, each in a temporary directory on
+    # free ports.  So: a policy-rc.d that refuses every start during the install (unless the
+    # machine has its own), then the units the new packages enabled are disabled again.
+    local policy=/usr/sbin/policy-rc.d own_policy=""
+    if [ ! -e "$policy" ]; then
+        own_policy=1
+        printf '#!/bin/sh\n# dev/setup.sh: no service starts while it installs test packages\nexit 101\n' >"$policy"
+        chmod 755 "$policy"
+    fi
+    local status=0
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+    [ -n "$own_policy" ] && rm -f "$policy"
+    [ "$status" -eq 0 ] || return "$status"
+    local units=()
+    mapfile -t units < <(dpkg -L "${missing[@]}" 2>/dev/null \
+        | grep -E '^(/usr)?/lib/systemd/system/[^/]+\.(service|socket|timer)$' | xargs -r -n1 basename | sort -u)
+    if [ ${#units[@]} -gt 0 ] && command -v systemctl >/dev/null; then
+        systemctl disable --quiet "${units[@]}" 2>/dev/null || true
+        # Started anyway (a machine whose own policy-rc.d allowed it): stopped again.
+        if [ -d /run/systemd/system ]; then
+            systemctl stop "${units[@]}" 2>/dev/null || true
+        fi
+    fi
 }
 
 ensure_venv() {
@@ -31,6 +55,21 @@ ensure_venv() {
             "$python" -m venv .venv
         fi
     fi
+    # What the install depends on: pyproject.toml (dependencies, extras, entry points, package-dir)
+    # and the Python.  The install is editable, so a source change needs no reinstall.  One stamp
+    # per set of extras (.venv/.installed-test for `test`); the base install is within any.
+    local want stamp=".venv/.installed-${extras:-base}" current
+    want="$({ cat pyproject.toml; .venv/bin/python --version; } | sha256sum | cut -d' ' -f1)"
+    if [ -x .venv/bin/lockstep ]; then
+        for current in .venv/.installed-*; do
+            if [ -f "$current" ] && [ "$(cat "$current")" = "$want" ] \
+                && { [ "$current" = "$stamp" ] || [ -z "$extras" ]; }; then
+                return 0
+            fi
+        done
+    fi
+    rm -f .venv/.installed-*
     .venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
     .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".${extras:+[$extras]}"
+    echo "$want" >"$stamp"
 }
