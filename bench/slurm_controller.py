@@ -21,8 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests import slurm_cluster  # noqa: E402
-from tests.test_slurm_real import AS_USER  # noqa: E402
+from tests.support import slurm_cluster  # noqa: E402
 
 
 def measure(cluster: slurm_cluster.SlurmCluster, minutes: float, user: str | None) -> None:
@@ -30,7 +29,7 @@ def measure(cluster: slurm_cluster.SlurmCluster, minutes: float, user: str | Non
     args = ["run", "--collector.disable-defaults", "--collector.slurm", "--listen", "127.0.0.1:0"]
     command = [sys.executable, "-m", "lockstep.agent.cli", *args, "--log.level", "error"]
     if user is not None:
-        command = [sys.executable, "-c", AS_USER, user, *args, "--log.level", "error"]
+        command = [sys.executable, "-c", slurm_cluster.AS_USER, user, *args, "--log.level", "error"]
     label = "as root" if user is None else f"unprivileged ({user})"
     before = cluster.rpc_counts()
     agent = subprocess.Popen(command, env=cluster.env, cwd=Path(__file__).resolve().parent.parent)

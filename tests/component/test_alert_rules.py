@@ -22,8 +22,8 @@ from alerts.inference import above_ttft_slo, ttft_slo_text
 from alerts.recording import TTFT_P95
 from alerts.tests import stragglers
 from dashboards.build import boards
-from lockstep.agent.catalogue import declared
-from tests.conftest import REPO, require_promtool, require_real
+from tests.support import REPO, require_promtool, require_real
+from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, metrics_in
 
 # The alert names on-call routes on (issue 8): part of the product, never renamed silently.
 PRODUCT_ALERTS = {
@@ -71,41 +71,8 @@ STRAGGLER_ALERTS = {
     "LockstepGPUStragglerSustained",
 }
 
-# Metrics of the workload collectors (issue 7), named by the contract in DESIGN.md.  The rules
-# and panels on them are written against these names; until those collectors are merged they
-# are not in the agent's catalogue, and once they are, this set is redundant (not wrong).
-WORKLOAD_CONTRACT = {
-    "lockstep_inference_up",
-    "lockstep_inference_kv_cache_usage_ratio",
-    "lockstep_inference_requests_waiting",
-    "lockstep_inference_requests_running",
-    "lockstep_inference_preemptions_total",
-    "lockstep_training_steps_total",
-    "lockstep_training_step_seconds_total",
-    "lockstep_training_compute_seconds_total",
-    "lockstep_training_comm_wait_seconds_total",
-    "lockstep_training_data_wait_seconds_total",
-    "lockstep_training_last_step_timestamp_seconds",
-}
-METRIC_NAME = re.compile(r"(?<![\w:])lockstep_[a-z0-9_]+(?![\w:])")
 RUNBOOKS = REPO / "docs" / "runbooks.md"
 TESTS = sorted((REPO / "alerts" / "tests").glob("*.test.yml"))
-
-
-def declared_metrics() -> set[str]:
-    """Every series name the agent declares: a histogram's as its samples are named too."""
-    names = set()
-    for specs in declared().values():
-        for spec in specs:
-            names.add(spec.name)
-            if spec.type == "histogram":
-                names |= {f"{spec.name}_bucket", f"{spec.name}_sum", f"{spec.name}_count"}
-    return names
-
-
-def metrics_in(expr: str) -> set[str]:
-    """lockstep_* metric names in a PromQL expression (recording rule names contain ':')."""
-    return set(METRIC_NAME.findall(expr))
 
 
 def test_generated_rule_files_are_current() -> None:

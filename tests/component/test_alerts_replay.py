@@ -41,7 +41,7 @@ from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.registry import discover
 from lockstep.simulation import areas, temporary_node
 from lockstep.simulation.workloads import INFERENCE_ONSET
-from tests.conftest import REPO, require_promtool
+from tests.support import REPO, require_promtool
 
 # The default run covers 25 simulated minutes: two evaluation passes, a checkpoint pause and
 # every 10-minute window filled, in seconds of CPU.  Two hours, as the issue asks of the healthy
@@ -179,7 +179,6 @@ def promtool_test(
     return path
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_a_healthy_node_stays_silent_through_its_training_noise(scenario: str, tmp_path: Path) -> None:
     promtool = require_promtool()
@@ -203,7 +202,6 @@ INFERENCE_FIRES = {
 }
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("scenario", sorted(INFERENCE_FIRES))
 def test_the_inference_scenarios_fire_their_alerts_under_the_production_rules(scenario: str, tmp_path: Path) -> None:
     promtool = require_promtool()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import bcrypt
 
-from tests.conftest import FIXTURES, AgentProcess, http_get, samples, wait_until
+from tests.support import FIXTURES, AgentProcess, http_get, samples, wait_until
 
 HOST_UP = ("lockstep_collector_up", frozenset({("collector", "host")}))
 

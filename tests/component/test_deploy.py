@@ -21,7 +21,7 @@ import yaml
 from lockstep import __version__
 from lockstep.agent.cli import build_parser
 from lockstep.agent.registry import discover
-from tests.conftest import REPO, lockstep, require_real
+from tests.support import REPO, lockstep, require_real
 
 DEPLOY = REPO / "deploy"
 KUSTOMIZATION = DEPLOY / "kustomization.yaml"

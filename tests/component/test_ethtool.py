@@ -34,7 +34,7 @@ from lockstep.collectors.ethtool import (
     IoctlStatsReader,
     is_per_queue,
 )
-from tests.conftest import FIXTURES, REPO, context, lockstep, require_real, samples, wait_until
+from tests.support import FIXTURES, REPO, context, lockstep, require_real, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"
 CAPTURES = FIXTURES / "fabric" / "ethtool"

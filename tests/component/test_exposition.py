@@ -7,7 +7,6 @@ import functools
 import logging
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +20,8 @@ from lockstep.collectors.gpu.provider import NVML
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation import scenarios
 from lockstep.simulation.fake_nvml import FakeNvml
-from tests.conftest import lockstep, names, require_promtool
+from tests.support import GOLDEN, lockstep, names, require_promtool
 
-GOLDEN = Path(__file__).resolve().parent / "golden"
 # Self-metric values that depend on the machine and the moment, not on the scenario.
 VOLATILE = re.compile(
     r"^(lockstep_collector_(?:duration_seconds|last_success_timestamp_seconds|cpu_seconds_total)\{[^}]*\}) .*$",

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, AgentProcess, require_real, samples, wait_until
+from tests.support import REPO, AgentProcess, require_real, samples, wait_until
 
-HELPER = REPO / "tests" / "fuse_hanging_fs.py"
+HELPER = REPO / "tests" / "support" / "fuse_hanging_fs.py"
 
 
 def fuse_available() -> tuple[bool, str]:

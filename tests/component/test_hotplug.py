@@ -6,36 +6,13 @@ import os
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
 
-from prometheus_client.core import Metric
-
-from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
-from tests.conftest import require_real, wait_until
-
-SEEN = MetricSpec("lockstep_netwatch_runs", "gauge", "Runs so far.")
-
-
-class NetWatch(Collector):
-    name = "netwatch"
-    default_interval = 3600.0  # only a hotplug event can make it run again within the test
-    metrics = (SEEN,)
-    hotplug_subsystems = ("net",)
-    events: list[tuple[str, str, str]] = []
-    runs = 0
-
-    def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
-        NetWatch.events.append((action, subsystem, sys_path))
-
-    def collect(self) -> Iterator[Metric]:
-        NetWatch.runs += 1
-        family = SEEN.family()
-        family.add_metric([], NetWatch.runs)
-        yield family
+from tests.support import require_real, wait_until
+from tests.support.netwatch import NetWatch
 
 
 def test_veth_add_and_delete_trigger_rediscovery() -> None:

@@ -25,7 +25,7 @@ from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.scheduler import State, WorkerView
 from lockstep.agent.server import AgentHTTPServer, make_server
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
-from tests.conftest import LOCKSTEP, REPO, free_port, http_get, wait_until
+from tests.support import LOCKSTEP, REPO, free_port, http_get, wait_until
 
 VIEW = WorkerView("toy", State.OK, "", 0.01, 1.7e9, 0, 3, 0.002, None)
 

@@ -30,7 +30,7 @@ from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
 from lockstep.collectors.infiniband.sysfs import parse_rate, parse_state, rdma_netdevs
-from tests.conftest import FIXTURES, REPO, context, require_real, samples, wait_until
+from tests.support import FIXTURES, REPO, context, require_real, samples, wait_until
 
 SYSFS = FIXTURES / "fabric" / "sys"
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
@@ -281,7 +281,7 @@ def test_kernel_errnos_skip_one_counter() -> None:
             (counters / "port_xmit_discards").symlink_to(not_supported)
         (counters / "symbol_error").chmod(0o400)
         script = (
-            "import json, sys; from pathlib import Path; from tests.conftest import context; "
+            "import json, sys; from pathlib import Path; from tests.support import context; "
             "from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions; "
             "c = InfinibandCollector(context(sys_=Path(sys.argv[1]), options=InfinibandOptions())); "
             "print(json.dumps({s.name: s.value for f in c.collect() for s in f.samples "

@@ -26,7 +26,7 @@ from lockstep.collectors.kubernetes import KubernetesCollector, KubernetesOption
 from lockstep.collectors.podresources import api_pb2 as pb
 from lockstep.collectors.podresources import api_pb2_grpc
 from lockstep.collectors.podresources.generate import GENERATED, generate
-from tests.conftest import FIXTURES, LOCKSTEP, REPO, context, lockstep, samples
+from tests.support import FIXTURES, LOCKSTEP, REPO, context, lockstep, samples
 
 INFO = "lockstep_k8s_pod_gpu_info"
 UUID = [f"GPU-0a1b2c3d-0000-4000-8000-0000000000{i:02d}" for i in range(4)]
@@ -219,7 +219,7 @@ def test_a_kubelet_without_the_v1_api_is_named(tmp_path: Path) -> None:
 
 def test_permission_denied_says_who_may_connect() -> None:
     """The kubelet's socket is root's (srwxr-xr-x): a non-root agent gets EACCES on connect."""
-    from tests.conftest import require_real
+    from tests.support import require_real
 
     require_real("running as root (to drop to an unprivileged user)", os.geteuid() == 0)
     directory = Path(tempfile.mkdtemp(prefix="lockstep-kubelet-"))

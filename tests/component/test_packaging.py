@@ -14,7 +14,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from tests.conftest import REPO, free_port, http_get, lockstep, wait_until
+from tests.support import REPO, free_port, http_get, lockstep, wait_until
 
 
 def build_wheel(out: Path) -> Path:

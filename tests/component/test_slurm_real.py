@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import slurm_cluster
-from tests.conftest import REPO, require_real, samples, wait_until
+from tests.support import REPO, require_real, samples, slurm_cluster, wait_until
 
 
 @pytest.fixture(scope="module")
@@ -24,22 +23,6 @@ def cluster() -> Iterator[slurm_cluster.SlurmCluster]:
     yield started
     started.stop()
     shutil.rmtree(root, ignore_errors=True)
-
-
-# Runs the agent as an unprivileged user.  The interpreter lives under /root here, where that
-# user cannot reach it, so the process starts as root, imports everything, then drops to the
-# user for good before the agent does anything.
-AS_USER = """
-import os, pwd, sys
-import encodings.idna  # the HTTP server's getfqdn needs it
-import lockstep.agent.cli, lockstep.agent.registry, lockstep.simulation.fake_nvml, lockstep.collectors.slurm, pynvml
-lockstep.agent.cli.build_parser(lockstep.agent.registry.discover()).parse_args(sys.argv[2:])  # every lazy import, now
-user = pwd.getpwnam(sys.argv[1])
-os.setgroups([])
-os.setgid(user.pw_gid)
-os.setuid(user.pw_uid)
-sys.exit(lockstep.agent.cli.main(sys.argv[2:]))
-"""
 
 
 # The fake NVML's GPUs, by NVML index: the /dev/nvidiaN minor numbers in yet another order
@@ -68,14 +51,35 @@ def job_pids(cluster: slurm_cluster.SlurmCluster, job_id: str) -> list[int]:
     return [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() != "slurmstepd"]
 
 
-def once(cluster: slurm_cluster.SlurmCluster, user: str | None = None, gpu_spec: Path | None = None) -> dict:
+def logging_scontrol(cluster: slurm_cluster.SlurmCluster) -> tuple[dict[str, str], Path]:
+    """The cluster's environment with an scontrol first on PATH that logs its arguments, then runs
+    the real one; and the log.  The agent asks about every job cgroup on the host, another
+    Slurm's too, so its own request counter is no count of this cluster's jobs' requests."""
+    bin_dir = cluster.root / "bin"
+    bin_dir.mkdir(mode=0o755, exist_ok=True)
+    log = cluster.root / "scontrol.log"
+    log.touch()
+    log.chmod(0o666)  # the unprivileged agent appends to it
+    real = shutil.which("scontrol")
+    script = bin_dir / "scontrol"
+    script.write_text(f'#!/bin/sh\necho "$*" >> {log}\nexec {real} "$@"\n')
+    script.chmod(0o755)
+    return {**cluster.env, "PATH": f"{bin_dir}:{cluster.env['PATH']}"}, log
+
+
+def once(
+    cluster: slurm_cluster.SlurmCluster,
+    user: str | None = None,
+    gpu_spec: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> dict:
     args = ["once", "--collector.disable-defaults", "--collector.slurm"]
     if gpu_spec is not None:
         args += ["--collector.gpu", "--gpu.fake-nvml", str(gpu_spec)]
     command = [sys.executable, "-m", "lockstep.agent.cli", *args]
     if user is not None:
-        command = [sys.executable, "-c", AS_USER, user, *args]
-    result = subprocess.run(command, env=cluster.env, cwd=REPO, capture_output=True, text=True, timeout=60)
+        command = [sys.executable, "-c", slurm_cluster.AS_USER, user, *args]
+    result = subprocess.run(command, env=env or cluster.env, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return samples(result.stdout)
 
@@ -133,11 +137,15 @@ def test_jobs_on_a_real_slurm(cluster: slurm_cluster.SlurmCluster) -> None:
 
     # Unprivileged (the agent's systemd user): environments are unreadable, so the same
     # details, GPU indices included, come from `scontrol show job`, one request per job.
-    unprivileged = once(cluster, user="nobody", gpu_spec=spec)
+    env, log = logging_scontrol(cluster)
+    unprivileged = once(cluster, user="nobody", gpu_spec=spec, env=env)
     assert {j: i for j, i in job_info(unprivileged).items() if j in ours} == jobs
     assert job_gpus(unprivileged) == job_gpus(with_gpus)
     requests = ("lockstep_slurm_controller_requests_total", frozenset({("command", "scontrol show job")}))
-    assert unprivileged[requests] == 4
+    asked = [line.split()[-1] for line in log.read_text().splitlines() if line.startswith("-d -o show job ")]
+    assert sorted(job for job in asked if job in ours) == sorted(ours)  # one request for each of ours
+    # Another Slurm's jobs on this host are asked about too (and counted): at least ours.
+    assert unprivileged[requests] == len(asked) >= 4
 
     # Cancelled jobs' series are gone at the next round.
     cluster.run("scancel", train, bobs, array)

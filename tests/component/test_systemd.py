@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 
 from lockstep.agent.cli import build_parser
 from lockstep.agent.registry import discover
-from tests.conftest import REPO, AgentProcess, require_real
+from tests.support import REPO, AgentProcess, require_real
 
 SYSTEMD = REPO / "systemd"
 UNIT = SYSTEMD / "lockstep.service"

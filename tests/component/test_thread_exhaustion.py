@@ -25,7 +25,7 @@ from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.simulation.fake_nvml import fake_from_gpus
-from tests.conftest import LOCKSTEP, REPO, collected, free_port, http_get, require_real, samples, wait_until
+from tests.support import LOCKSTEP, REPO, collected, free_port, http_get, require_real, samples, wait_until
 
 PIDS_ROOT = Path("/sys/fs/cgroup/pids")  # cgroup v1; v2 has the pids controller at the root
 
@@ -151,7 +151,7 @@ def refuse_thread(monkeypatch: pytest.MonkeyPatch) -> Iterator[set[str]]:
 
 
 def test_a_gpu_session_whose_xid_listener_cannot_start_is_opened_whole_later(refuse_thread: set[str]) -> None:
-    from tests.test_gpu import FULL, make, xids
+    from tests.support.gpu import FULL, make, xids
 
     fake = fake_from_gpus([FULL])
     collector = make(fake)
@@ -175,7 +175,7 @@ def test_a_gpu_session_whose_xid_listener_cannot_start_is_opened_whole_later(ref
 
 def test_hotplug_events_resume_when_the_listener_thread_can_start(refuse_thread: set[str]) -> None:
     require_real("root and iproute2 (to create a veth pair)", os.geteuid() == 0 and shutil.which("ip") is not None)
-    from tests.test_hotplug import NetWatch
+    from tests.support.netwatch import NetWatch
 
     available = {"netwatch": NetWatch}
     setup = Setup(None, available, Overrides(disable_defaults=True, enable=frozenset({"netwatch"})), Seams())

@@ -20,7 +20,7 @@ import pytest
 
 from alerts import render, rules
 from alerts.model import Alert, Recording
-from tests.conftest import REPO, require_promtool, require_real, wait_until
+from tests.support import REPO, require_promtool, require_real, wait_until
 
 sys.path.insert(0, str(REPO / "bench"))
 import fleet  # noqa: E402
@@ -104,7 +104,6 @@ def _labels(prometheus: fleet.Prometheus, expr: str) -> list[dict[str, Any]]:
     return [series["metric"] for series in prometheus.query(expr)]
 
 
-@pytest.mark.real
 def test_fleet_plan() -> None:
     plan = fleet.plan(NODES)
     assert [n.name for n in plan.nodes] == [f"gpu{i:04d}" for i in range(1, NODES + 1)]
@@ -120,13 +119,11 @@ def test_fleet_plan() -> None:
     assert [n.name for n in plan.nodes if n.job_id is None] == ["gpu0008", "gpu0016"]
 
 
-@pytest.mark.real
 def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     result, _ = small_fleet
     assert sorted(result.groups) == sorted(g.name for g in rules.RECORDING_GROUPS + rules.ALERT_GROUPS)
 
 
-@pytest.mark.real
 def test_recording_rules_keep_cluster_on_the_fleet(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     _, prometheus = small_fleet
     empty, without = [], []
@@ -139,7 +136,6 @@ def test_recording_rules_keep_cluster_on_the_fleet(small_fleet: tuple[fleet.Resu
     assert empty == []  # every recording rule has inputs in the fleet
 
 
-@pytest.mark.real
 def test_the_fleets_faults_are_found_where_they_are(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     """Straggler, stalled job, hung mount, KV-cache pressure: pending (their `for` runs from
     Prometheus' start) with the cluster, job and node they are on, and no alert without cluster."""
@@ -167,7 +163,6 @@ def test_the_fleets_faults_are_found_where_they_are(small_fleet: tuple[fleet.Res
     assert rank == {"11"}  # rank 3 of the job's second node
 
 
-@pytest.mark.real
 def test_every_fleet_dashboard_query_returns_data(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     result, _ = small_fleet
     assert [panel for panel, *_ in result.queries] == [p for p, _ in [*fleet.dashboard_queries(), *fleet.RAW_QUERIES]]

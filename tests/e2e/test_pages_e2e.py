@@ -46,11 +46,11 @@ from alerts import thresholds as T
 from alerts.compression import Compression
 from lockstep.simulation.timeline import SLOW_ONSET
 from lockstep.simulation.workloads import DEMO_EPOCH
-from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
-from tests.test_alerts_e2e import PROMETHEUS, _alerts, _ready, _start, start_prometheus, stop_all
+from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
+from tests.support.page_cases import ALL_CASES, SPEED, SUSTAINED
+from tests.support.prometheus import PROMETHEUS, is_ready, query_alerts, start_logged, start_prometheus, stop_all
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
-SPEED = 60  # simulated seconds per real second
 # The cases at SPEED (an hour of simulated time) need a machine that is not saturated: a demo a
 # few seconds late is minutes of simulated time late.  They pass on an idle 2-core machine (CI)
 # and on a loaded one with the test at `nice -n -10`.  LOCKSTEP_E2E_SHORT=1 leaves them out (the
@@ -66,72 +66,6 @@ SETTLE = 8  # real seconds to go on after that, for late alerts and notification
 # Left out of this run's rules: on a loaded machine a scrape or a collector round can be a few
 # seconds late, which at 60x is minutes of simulated time.  tests/test_alerts_e2e.py proves them.
 AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
-
-STRAGGLER_COLLECTORS = ("training", "gpu", "slurm", "host", "ethtool", "infiniband")
-
-
-@dataclass(frozen=True)
-class Case:
-    scenario: str
-    # alertname -> the suspects its `suspects` annotation must name (None: any)
-    fires: dict[str, str | None]
-    collectors: tuple[str, ...] = STRAGGLER_COLLECTORS
-    nodes: int = 1
-    # Faults there from the start need no faster clock (and a demo at speed 1 costs little CPU).
-    speed: int = SPEED
-    # Notifications: (receiver, alertnames of the one group) - or None: no notification at all.
-    notified: tuple[str, frozenset[str]] | None = None
-
-
-def ticket(*alertnames: str) -> tuple[str, frozenset[str]]:
-    return ("lockstep-ticket", frozenset(alertnames))
-
-
-def page(*alertnames: str) -> tuple[str, frozenset[str]]:
-    return ("lockstep-page", frozenset(alertnames))
-
-
-SUSTAINED = "LockstepTrainingStragglerSustained"
-GPU_SUSTAINED = "LockstepGPUStragglerSustained"
-ALL_CASES: dict[str, Case] = {
-    "healthy": Case("healthy", {}, collectors=("training", "gpu", "slurm")),
-    "slow-rank": Case("slow-rank", {SUSTAINED: "none found"}, notified=ticket(SUSTAINED)),
-    "straggler-thermal": Case(
-        "straggler-thermal",
-        {
-            SUSTAINED: "gpu_throttle",
-            GPU_SUSTAINED: "gpu_throttle (sw_thermal_slowdown)",
-            "LockstepGPUThermalSlowdown": None,
-        },
-        notified=ticket("LockstepGPUThermalSlowdown"),
-    ),
-    "straggler-pfc": Case(
-        "straggler-pfc", {SUSTAINED: "pfc_pause", "LockstepPFCStorm": None}, notified=page("LockstepPFCStorm")
-    ),
-    "straggler-data": Case("straggler-data", {SUSTAINED: "data_wait"}, notified=ticket(SUSTAINED)),
-    "straggler-nfs": Case(
-        "straggler-nfs",
-        {SUSTAINED: "data_wait, hung_mount", "LockstepFilesystemHung": None},
-        collectors=(*STRAGGLER_COLLECTORS, "filesystem"),
-        notified=page("LockstepFilesystemHung"),
-    ),
-    "gpu-lost": Case(
-        "gpu-lost",
-        {"LockstepGPUFellOffBus": None, "LockstepTrainingStalled": None},
-        collectors=("training", "gpu", "slurm"),
-        speed=1,
-        notified=page("LockstepGPUFellOffBus"),
-    ),
-    "leaf-switch": Case(
-        "leaf-switch-down",
-        {"LockstepIBPortDown": None},
-        collectors=("infiniband",),
-        nodes=4,
-        speed=1,
-        notified=page("LockstepIBPortDown"),
-    ),
-}
-
 
 CASES = {name: case for name, case in ALL_CASES.items() if LONG or case.speed == 1}
 
@@ -224,7 +158,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         (tmp / "alertmanager.yml").write_text(yaml.safe_dump(_alertmanager_config(webhook.url)))
         am_log = tmp / "alertmanager.log"
         processes.append(
-            _start(
+            start_logged(
                 [
                     ALERTMANAGER,
                     f"--config.file={tmp / 'alertmanager.yml'}",
@@ -288,10 +222,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # Prometheus first, so it scrapes each demo from (nearly) its simulated start.
         url = start_prometheus(tmp, prometheus_port, processes)
         am = f"http://127.0.0.1:{alertmanager_port}/-/ready"
-        wait_until(lambda: _ready(am, processes[0], am_log), timeout=60, what="Alertmanager")
+        wait_until(lambda: is_ready(am, processes[0], am_log), timeout=60, what="Alertmanager")
         started = []
         for health, log, args in demos:
-            started.append((health, _start(args, log), log))
+            started.append((health, start_logged(args, log), log))
             processes.append(started[-1][1])
         # Their simulated clocks start once they serve: a slow start costs no simulated time.  Each
         # is scraped from then on.
@@ -302,7 +236,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             assert time.monotonic() < give_up, f"not serving after 180 s: {[w[0][1].args for w in waiting]}"
             for item in list(waiting):
                 (health, proc, log), target = item
-                if _ready(health, proc, log):
+                if is_ready(health, proc, log):
                     waiting.remove(item)
                     scraped.append(target)
                     targets_file = tmp / "targets.json"
@@ -316,7 +250,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         settle_until: float | None = None
         while time.monotonic() < deadline:
             now = time.monotonic()
-            for alert in _alerts(url):
+            for alert in query_alerts(url):
                 if alert["state"] != "firing":
                     continue
                 cluster, name = alert["labels"].get("cluster", ""), alert["labels"]["alertname"]
@@ -335,6 +269,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         result.notifications = list(webhook.notifications)
         result.duration = time.monotonic() - began
         yield result
+        report(result)
     finally:
         stop_all(processes)
         webhook.close()
@@ -349,7 +284,6 @@ def _describe(run: Run, cluster: str) -> str:
     return f"fired in {cluster}:\n{fired or '  nothing'}\nnotification groups:\n{groups or '  none'}"
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("cluster", list(CASES))
 def test_each_case_fires_its_alerts_naming_the_suspect_and_no_others(run: Run, cluster: str) -> None:
     fired = run.fired.get(cluster, {})
@@ -359,7 +293,6 @@ def test_each_case_fires_its_alerts_naming_the_suspect_and_no_others(run: Run, c
             assert fired[name][2]["suspects"] == suspects, _describe(run, cluster)
 
 
-@pytest.mark.real
 @pytest.mark.skipif(not LONG, reason="LOCKSTEP_E2E_SHORT=1 leaves out the hour of simulated time at 60x")
 def test_a_ten_percent_straggler_is_caught_within_35_simulated_minutes(run: Run) -> None:
     """The 1.25x alert (LockstepTrainingStraggler) stays silent meanwhile (the case test: nothing
@@ -372,7 +305,6 @@ def test_a_ten_percent_straggler_is_caught_within_35_simulated_minutes(run: Run)
     assert 0 < simulated - SLOW_ONSET <= DETECTION_LIMIT, (simulated, seconds)
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("cluster", list(CASES))
 def test_one_notification_group_per_fault(run: Run, cluster: str) -> None:
     """Every case is one fault: it notifies one group (or nothing), holding only the root cause's
@@ -391,9 +323,9 @@ def test_one_notification_group_per_fault(run: Run, cluster: str) -> None:
         assert len(instances) == CASES[cluster].nodes, _describe(run, cluster)
 
 
-@pytest.mark.real
-def test_report(run: Run) -> None:
-    """Not a check: detection times and notification counts (pytest -s shows them)."""
+def report(run: Run) -> None:
+    """Printed after the module's tests (a report, not a test: the checks are the tests above):
+    detection times and notification counts (pytest -s shows them)."""
     for cluster, alerts in run.fired.items():
         for name, (seconds, simulated, notes) in alerts.items():
             at = f", {(simulated - SLOW_ONSET) / 60:.1f} simulated min after the onset" if simulated else ""
@@ -417,7 +349,7 @@ def test_report(run: Run) -> None:
 
 @pytest.mark.parametrize("speed", ["0", "fast"])
 def test_a_bad_demo_speed_is_a_clear_error(speed: str) -> None:
-    from tests.conftest import lockstep
+    from tests.support import lockstep
 
     result = lockstep("demo", "--speed", speed, "--once")
     assert result.returncode == 2

@@ -21,10 +21,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests import scale_out
-from tests.conftest import require_real
-from tests.test_alerts_e2e import CASES, PROMETHEUS, Run, dashboard_problems, demo_scenarios, observe
-from tests.test_dashboards import checked_in
+from tests.support import require_real, scale_out
+from tests.support.observation import CASES, Run, dashboard_problems, demo_scenarios, observe
+from tests.support.prometheus import PROMETHEUS
+from tests.support.queries import checked_in
 
 SCALE_OUT_CASES = (
     "healthy",
@@ -52,7 +52,6 @@ def test_the_subset_names_known_cases() -> None:
     assert sorted(set(SCALE_OUT_CASES) - set(CASES)) == []
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("name", SCALE_OUT_CASES)
 def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
     """Each case fires its alerts and no others on vmalert, as on the single Prometheus, and
@@ -75,7 +74,6 @@ def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
     assert pending == [], description
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("title", sorted(checked_in()))
 def test_scale_out_dashboard_queries_return_data(run: Run, title: str) -> None:
     """Grafana pointed at VictoriaMetrics (its Prometheus API): every query and variable works."""

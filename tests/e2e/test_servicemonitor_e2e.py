@@ -45,9 +45,9 @@ from alerts import thresholds as T
 from alerts.model import Alert
 from lockstep.simulation.gpu import GPU_UUIDS
 from lockstep.simulation.workloads import VLLM_MODEL, VLLM_URL
-from tests.conftest import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
-from tests.test_alerts_e2e import PROMETHEUS, _ready, _start, start_prometheus, stop_all
-from tests.test_dashboards import checked_in, variable_queries
+from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
+from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
+from tests.support.queries import checked_in, variable_queries
 
 DEPLOY = REPO / "deploy"
 NODE_NAME = "gpu-node-17"  # the Kubernetes node the agent's pod runs on (made up: no API server)
@@ -279,8 +279,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             prometheus_port = free_port()
         instance = f"127.0.0.1:{demo_port}"
         demo_log = tmp / "demo.log"
-        processes.append(_start([*LOCKSTEP, "demo", "--scenario", "kubernetes", "--listen", instance], demo_log))
-        wait_until(lambda: _ready(f"http://{instance}/healthz", processes[0], demo_log), timeout=60, what="the demo")
+        processes.append(start_logged([*LOCKSTEP, "demo", "--scenario", "kubernetes", "--listen", instance], demo_log))
+        wait_until(lambda: is_ready(f"http://{instance}/healthz", processes[0], demo_log), timeout=60, what="the demo")
 
         (monitor,) = _documents("servicemonitor.yaml")
         # The recording rules too: the inference alerts read them.
@@ -329,7 +329,6 @@ def workload(series: dict[str, str]) -> tuple[str, str, str]:
     return (series.get("k8s_namespace", ""), series.get("k8s_pod", ""), series.get("k8s_container", ""))
 
 
-@pytest.mark.real
 def test_the_operators_target_labels_are_on_every_series(run: Run) -> None:
     """The scrape is the operator's: the agent's own pod, namespace, ... and the node's name."""
     (build_info,) = run.query("lockstep_build_info")
@@ -346,7 +345,6 @@ def test_the_operators_target_labels_are_on_every_series(run: Run) -> None:
     assert labels["instance"] == run.instance
 
 
-@pytest.mark.real
 def test_no_lockstep_series_carries_an_exported_label(run: Run) -> None:
     series = run.api("/api/v1/series", **{"match[]": '{__name__=~"lockstep_.+"}'})
     assert len(series) > 1000
@@ -367,7 +365,6 @@ def test_every_docs_query_has_its_expected_answer() -> None:
     assert sorted(docs_queries()) == sorted(DOCS_QUERIES)
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("query", sorted(DOCS_QUERIES))
 def test_each_docs_query_names_the_workload(run: Run, query: str) -> None:
     result = run.query(query.replace("NODE:12400", run.instance))
@@ -375,7 +372,6 @@ def test_each_docs_query_names_the_workload(run: Run, query: str) -> None:
     assert [k for s in result for k in s["metric"] if k.startswith("exported_")] == []
 
 
-@pytest.mark.real
 @pytest.mark.parametrize(("gpu", "expected"), [("3", {TRAINER: 0.96}), ("7", {ALICE: 0.55, BOB: 0.2})])
 def test_which_pod_uses_a_gpu_and_how_much(run: Run, gpu: str, expected: dict[tuple[str, str, str], float]) -> None:
     """docs/deploy.md's answer, as written, for the trainer's GPU 3 and for GPU 7 shared by two notebooks."""
@@ -383,7 +379,6 @@ def test_which_pod_uses_a_gpu_and_how_much(run: Run, gpu: str, expected: dict[tu
     assert {workload(s["metric"]): float(s["value"][1]) for s in run.query(query)} == expected
 
 
-@pytest.mark.real
 def test_pod_attribution_has_the_scenarios_exact_labels(run: Run) -> None:
     got = {
         (workload(s["metric"]), s["metric"]["gpu"], s["metric"]["uuid"]) for s in run.query("lockstep_k8s_pod_gpu_info")
@@ -391,7 +386,6 @@ def test_pod_attribution_has_the_scenarios_exact_labels(run: Run) -> None:
     assert got == {(pod, str(gpu), GPU_UUIDS[gpu]) for gpu, pods in PODS_BY_GPU.items() for pod in pods}
 
 
-@pytest.mark.real
 @pytest.mark.parametrize("title", sorted(checked_in()))
 def test_dashboard_variables_resolve(run: Run, title: str) -> None:
     """label_values(selector, label) as Grafana asks it: the scenario's exact values."""
@@ -422,7 +416,6 @@ ALERT_LABELS = {
 }
 
 
-@pytest.mark.real
 def test_workload_alert_annotations_name_the_workload(run: Run) -> None:
     alerts = {a["labels"]["alertname"]: a for a in run.api("/api/v1/alerts")["alerts"]}
     assert sorted(alerts) == sorted(a.name for a in workload_alerts())

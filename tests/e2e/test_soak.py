@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from tests.conftest import REPO
+from tests.support import REPO
 
 MIB = 1024 * 1024
 

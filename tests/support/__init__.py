@@ -1,4 +1,8 @@
-"""Shared test helpers: exposition parsing, real-component gating, running the agent."""
+"""Shared test helpers: exposition parsing, real-component gating, running the agent.
+
+Test modules import these (`from tests.support import samples`); fixtures and pytest hooks live in
+tests/conftest.py.  Nothing here is a test, and no test module imports another test module.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +24,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.options import NoOptions
 
-REPO = Path(__file__).resolve().parent.parent
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+GOLDEN = TESTS / "golden"
 LOCKSTEP = [sys.executable, "-m", "lockstep.agent.cli"]
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -154,8 +155,3 @@ class AgentProcess:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.communicate()
-
-
-@pytest.fixture
-def agent_process() -> Iterator[type[AgentProcess]]:
-    yield AgentProcess

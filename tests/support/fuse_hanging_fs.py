@@ -1,6 +1,6 @@
 """A FUSE filesystem whose statfs blocks on command: the hung NFS/Lustre/FUSE mount, for real.
 
-Run as ``python tests/fuse_hanging_fs.py MOUNTPOINT`` (root, /dev/fuse, libfuse3 + mfusepy).
+Run as ``python tests/support/fuse_hanging_fs.py MOUNTPOINT`` (root, /dev/fuse, libfuse3 + mfusepy).
 Commands on stdin, one per line: ``hang`` makes every later statfs block until ``release``.
 It prints ``ready`` once mounted.  Unmount it with ``fusermount3 -u -z MOUNTPOINT``.
 """

@@ -27,7 +27,7 @@ from typing import Any
 
 import yaml
 
-from tests.conftest import REPO, http_get, wait_until
+from tests.support import REPO, http_get, wait_until
 
 BINARIES = {name: f"/usr/bin/{name}" for name in ("victoria-metrics", "vmagent", "vmalert")}
 VMAGENT_CONFIG = REPO / "deploy" / "victoriametrics" / "vmagent.yml"

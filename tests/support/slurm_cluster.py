@@ -215,3 +215,19 @@ def start(root: Path) -> SlurmCluster:
     log = (root / "log" / "slurmctld.log").read_text(errors="replace")[-2000:]
     cluster.stop()
     raise AssertionError(f"Slurm did not come up (sinfo: {out!r}); slurmctld log tail:\n{log}")
+
+
+# Runs the agent as an unprivileged user.  The interpreter lives under /root here, where that
+# user cannot reach it, so the process starts as root, imports everything, then drops to the
+# user for good before the agent does anything.
+AS_USER = """
+import os, pwd, sys
+import encodings.idna  # the HTTP server's getfqdn needs it
+import lockstep.agent.cli, lockstep.agent.registry, lockstep.simulation.fake_nvml, lockstep.collectors.slurm, pynvml
+lockstep.agent.cli.build_parser(lockstep.agent.registry.discover()).parse_args(sys.argv[2:])  # every lazy import, now
+user = pwd.getpwnam(sys.argv[1])
+os.setgroups([])
+os.setgid(user.pw_gid)
+os.setuid(user.pw_uid)
+sys.exit(lockstep.agent.cli.main(sys.argv[2:]))
+"""

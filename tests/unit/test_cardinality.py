@@ -13,8 +13,9 @@ import pytest
 
 from lockstep.simulation import cardinality
 from lockstep.simulation.snapshot import expositions
+from tests.support import GOLDEN as GOLDEN_DIR
 
-GOLDEN = sorted((Path(__file__).resolve().parent / "golden").glob("demo-*.prom"))
+GOLDEN = sorted(GOLDEN_DIR.glob("demo-*.prom"))
 
 # Labels the checks flag that are accepted, and why.  Adding one is a decision for review.
 ACCEPTED = {

@@ -27,7 +27,7 @@ from lockstep.agent.seams import WALL_CLOCK, Seams
 from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions
 from lockstep.collectors.checkpoint.config import parse_roots
 from lockstep.collectors.checkpoint.markers import final_name
-from tests.conftest import REPO, collected, wait_until
+from tests.support import REPO, collected, wait_until
 
 T = int(time.time()) - 100_000  # the tests' epoch: in the past, so real ctimes come after it
 MODES = ("inotify", "poll")

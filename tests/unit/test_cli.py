@@ -19,7 +19,7 @@ from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Setup
 from lockstep.agent.seams import Seams
-from tests.conftest import FIXTURES, REPO, lockstep, samples
+from tests.support import FIXTURES, REPO, lockstep, samples
 
 PROC = FIXTURES / "host" / "proc"
 

@@ -22,7 +22,7 @@ from lockstep.agent.config import (
 from lockstep.agent.options import NoOptions, declared_options, option
 from lockstep.agent.registry import Discovery, Registered, discover
 from lockstep.collectors.host import HostCollector
-from tests.conftest import lockstep
+from tests.support import REPO, lockstep
 
 AVAILABLE = {"host": HostCollector}
 
@@ -171,7 +171,7 @@ def test_run_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
 
 
 def test_documented_example_file_is_valid_and_shows_the_defaults() -> None:
-    example = Path(__file__).resolve().parent.parent / "docs" / "lockstep.example.yml"
+    example = REPO / "docs" / "lockstep.example.yml"
     loaded = load_config(example, AVAILABLE)
     defaults = load_config(None, AVAILABLE)
     assert loaded == Config(**{**vars(defaults), "source": example})

@@ -21,31 +21,20 @@ from dashboards.__main__ import DASHBOARDS
 from dashboards.build import boards
 from dashboards.panels import DS
 from dashboards.render import CONFIGMAPS, json_path
-from tests.conftest import REPO
-from tests.test_alert_rules import WORKLOAD_CONTRACT, declared_metrics, metrics_in
+from tests.support import REPO
+from tests.support.queries import (
+    WORKLOAD_CONTRACT,
+    checked_in,
+    declared_metrics,
+    metrics_in,
+    panel_queries,
+    variable_queries,
+)
 
 PANEL_TYPES = {"timeseries", "stat", "table", "heatmap"}
 RECORDED = re.compile(r"\b[a-z_]+:lockstep_[a-z0-9_]+:[a-z0-9_]+\b")
 # kubectl apply keeps each object in an annotation limited to 256 KiB.
 KUBECTL_APPLY_LIMIT = 256 * 1024
-
-
-def checked_in() -> dict[str, dict[str, Any]]:
-    """Dashboard title -> its checked-in JSON."""
-    found = {}
-    for path in sorted((REPO / "dashboards").glob("*.json")):
-        data = json.loads(path.read_text())
-        found[data["title"]] = data
-    return found
-
-
-def panel_queries(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
-    """(panel title, PromQL) for every target of every panel."""
-    return [(panel["title"], target["expr"]) for panel in dashboard["panels"] for target in panel["targets"]]
-
-
-def variable_queries(dashboard: dict[str, Any]) -> dict[str, str]:
-    return {v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "query"}
 
 
 def panel(title: str, dashboard: dict[str, Any]) -> dict[str, Any]:

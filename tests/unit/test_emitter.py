@@ -15,7 +15,7 @@ import pytest
 from lockstep import emitter as training_emitter
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.emitter import StepLog, StepTimer, format_timestamp
-from tests.conftest import collected, context
+from tests.support import collected, context
 
 MODULE = Path(training_emitter.__file__)
 

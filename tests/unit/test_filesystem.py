@@ -23,7 +23,7 @@ from lockstep.collectors.filesystem.lustre import parse_lustre_stats
 from lockstep.collectors.filesystem.mounts import parse_mountinfo, unescape
 from lockstep.collectors.filesystem.nfs import parse_mountstats
 from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
-from tests.conftest import FIXTURES, collected, wait_until
+from tests.support import FIXTURES, collected, wait_until
 
 PROC = FIXTURES / "storage" / "proc"
 HOST = Path("/host")  # the fixture's rootfs: only the fake statvfs sees these paths

@@ -13,8 +13,8 @@ import pytest
 from lockstep.collectors.gpu import GpuCollector
 from lockstep.simulation import gpu as sim_gpu
 from lockstep.simulation.fake_nvml import FakeNvml, GpuSpec, MigDeviceSpec, fake_from_gpus
-from tests.conftest import lockstep
-from tests.test_gpu import collect, key, make
+from tests.support import lockstep
+from tests.support.gpu import collect, key, make
 
 PIPES = ("tensor", "tensor_hmma", "tensor_imma", "tensor_dmma", "tensor_dfma", "fp64", "fp32", "fp16", "integer")
 

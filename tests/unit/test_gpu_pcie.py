@@ -9,7 +9,7 @@ import pytest
 
 from lockstep.collectors.gpu import GpuCollector
 from lockstep.simulation.fake_nvml import FakeSpecError, GpuSpec, fake_from_gpus, parse_spec
-from tests.test_gpu import collect, key, started
+from tests.support.gpu import collect, key, started
 
 LINK = (
     "lockstep_gpu_pcie_link_generation",

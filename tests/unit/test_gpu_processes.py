@@ -19,8 +19,8 @@ from lockstep.simulation.fake_nvml import (
     ProcessSpec,
     fake_from_gpus,
 )
-from tests.conftest import collected
-from tests.test_gpu import make
+from tests.support import collected
+from tests.support.gpu import make
 
 ALICE = ProcessSpec(pid=4100, used_memory_bytes=30_000 * MIB, sm_util_percent=55, memory_util_percent=30)
 BOB = ProcessSpec(pid=4200, used_memory_bytes=12_000 * MIB, sm_util_percent=20, memory_util_percent=12)

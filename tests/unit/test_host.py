@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from lockstep.collectors.host import HostCollector
-from tests.conftest import FIXTURES, collected, context
+from tests.support import FIXTURES, collected, context
 
 PROC = FIXTURES / "host" / "proc"
 

@@ -46,7 +46,7 @@ from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOption
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.collectors.training.tail import FileFollower
-from tests.conftest import (
+from tests.support import (
     FIXTURES,
     LOCKSTEP,
     REPO,
@@ -212,7 +212,10 @@ def test_a_rate_that_is_not_a_finite_number_is_skipped_and_counted(sysfs: Path, 
 def test_a_huge_fw_ver_is_not_made_a_label(sysfs: Path) -> None:
     fw_ver = sysfs / "class/infiniband/mlx5_0/fw_ver"
     fw_ver.unlink()  # a symlink into the shared fixture in the copy
-    fw_ver.write_text("2" * (100 * 1024 * 1024))
+    # 100 MiB long, 1 MiB of it on disk: the rest is a hole (reads as zeros), which the test
+    # leaves behind in pytest's temporary directory at no cost.
+    fw_ver.write_text("2" * (1024 * 1024))
+    os.truncate(fw_ver, 100 * 1024 * 1024)
     values = collected(InfinibandCollector(context(sys_=sysfs, options=InfinibandOptions())))
     infos = [labels for name, labels in values if name == "lockstep_ib_port_info" and ("device", "mlx5_0") in labels]
     assert infos and all(("firmware_version", "") in labels for labels in infos)
@@ -476,7 +479,7 @@ def test_running_out_of_file_descriptors_is_loud_and_never_rereads(tmp_path: Pat
     script = (
         "import json, logging, resource, sys\n"
         "from pathlib import Path\n"
-        "from tests.conftest import collected, context\n"
+        "from tests.support import collected, context\n"
         "from lockstep.collectors.training import TrainingCollector, TrainingOptions\n"
         "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"

@@ -24,7 +24,7 @@ from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.discovery import engine_of
 from lockstep.collectors.inference.targets import parse_target, parse_targets
-from tests.conftest import collected, context, free_port, lockstep, samples, wait_until
+from tests.support import collected, context, free_port, lockstep, samples, wait_until
 
 VLLM = """\
 # HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import tomllib
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support import REPO
+
 PACKAGE_DIRS: dict[str, str] = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
 # (importer, imported): the daemon's only way into the simulation.
 SANCTIONED = {("lockstep.agent.cli", "lockstep.simulation.demo")}

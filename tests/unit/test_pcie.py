@@ -24,7 +24,7 @@ import pytest
 from lockstep.agent.collector import NothingHere
 from lockstep.collectors.pcie import PcieCollector
 from lockstep.collectors.pcie.sysfs import parse_aer, parse_generation, parse_width
-from tests.conftest import FIXTURES, collected, context
+from tests.support import FIXTURES, collected, context
 
 SYSFS = FIXTURES / "pcie" / "sys"
 

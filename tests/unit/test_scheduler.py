@@ -12,7 +12,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, MetricSpec, NothingHere
 from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.scheduler import State, Worker
-from tests.conftest import context, samples, wait_until
+from tests.support import context, samples, wait_until
 
 TOY = MetricSpec("lockstep_toy_value", "gauge", "A toy value.")
 

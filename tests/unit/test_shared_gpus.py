@@ -17,8 +17,8 @@ from lockstep.collectors.containers import Container, container_id, containers_b
 from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesCollector, KubernetesOptions
 from lockstep.collectors.podresources import api_pb2 as pb
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
-from tests.conftest import collected, context
-from tests.test_slurm import SLURM, fake_scontrol
+from tests.support import collected, context
+from tests.support.scontrol import SLURM, fake_scontrol
 
 ID_A, ID_B, ID_C, ID_D = (f"{n}" * 64 for n in "abcd")
 UUID = "GPU-0a1b2c3d-0000-4000-8000-000000000007"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
-import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -16,30 +14,8 @@ from lockstep.agent.seams import Seams
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
 from lockstep.collectors.slurm.gres import expand_brackets, parse_gres_conf
 from lockstep.collectors.slurm.scontrol import SCONTROL
-from tests.conftest import FIXTURES, collected, context
-
-SLURM = FIXTURES / "slurm"
-
-
-def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delay: float = 0) -> Path:
-    """An `scontrol` on PATH that answers from captured output and logs each call."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    log = tmp_path / "scontrol.log"
-    script = bin_dir / "scontrol"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'echo "$*" >> {log}\n'
-        f"sleep {delay}\n"
-        'case "$*" in\n'
-        f'  "-d -o show job 102") cat {SLURM}/scontrol-show-job-gres.txt ;;\n'
-        f'  "-o show node node07") cat {SLURM}/scontrol-show-node-drain.txt ;;\n'
-        '  *) echo "slurm_load_jobs error: Invalid job id specified" >&2; exit 1 ;;\n'
-        "esac\n"
-    )
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    return log
+from tests.support import collected, context
+from tests.support.scontrol import SLURM, fake_scontrol
 
 
 def collect(layout: str, **options: Any) -> dict:

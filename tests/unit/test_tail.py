@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, Line, _match, _parts
-from tests.conftest import wait_until
+from tests.support import wait_until
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS
 from lockstep.emitter import step_lines
-from tests.conftest import collected, context, lockstep, samples
+from tests.support import collected, context, lockstep, samples
 
 
 def make(*globs: Path | str, start_at: str = "beginning", idle_timeout: float = 600.0) -> TrainingCollector:

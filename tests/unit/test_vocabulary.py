@@ -15,9 +15,10 @@ import pytest
 
 from lockstep.agent.catalogue import declared
 from lockstep.agent.collector import UNITS, MetricSpec
-from tests.conftest import FIXTURES, collected, context
+from tests.support import FIXTURES, collected, context
+from tests.support import GOLDEN as GOLDEN_DIR
 
-GOLDEN = sorted((Path(__file__).parent / "golden").glob("*.prom"))
+GOLDEN = sorted(GOLDEN_DIR.glob("*.prom"))
 SPECS = [spec for specs in declared().values() for spec in specs]
 
 # The metrics with a label named "state", and what their states are.

@@ -1,0 +1,220 @@
+"""The suite's fixtures and hooks: tiers by folder, and a machine left as it was found.
+
+Tiers (a test's folder is its tier; conftest marks it, so no module can forget):
+    tests/unit/       in-process: fixture trees, the fake NVML, captured command output; may run
+                      the CLI once on a fixture tree.  Needs nothing of the machine.   marker: unit
+    tests/component/  real components, no Prometheus server: the agent as a daemon on real
+                      sockets, promtool/amtool, kubectl, ip netns and veth, FUSE, a real Slurm
+                      and munge, systemd-analyze; many need root and Debian packages.
+                                                                             markers: component, real
+    tests/e2e/        anything that starts Prometheus, Alertmanager or VictoriaMetrics, and the soak.
+                                                                             markers: e2e, real
+A `real` test skips where its component is missing, and fails instead under CI=true
+(tests.support.require_real).  ./dev/test --quick runs unit and component.
+
+Shared helpers live in tests/support/ (`from tests.support import samples`); no test module
+imports another (tests/unit/test_suite.py checks).
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import TESTS, AgentProcess
+
+TIERS = {
+    "unit": ("unit",),
+    "component": ("component", "real"),
+    "e2e": ("e2e", "real"),
+}
+# The environment variable every process the tests start inherits: what is still running at the
+# end with it is a process the tests left behind.
+RUN_TOKEN = "LOCKSTEP_TEST_RUN"
+# Services of the Debian packages the tests use (dev/debian-packages.d/): installed neither
+# started nor enabled by dev/setup.sh, and the tests start their own.
+UNITS = (
+    "prometheus",
+    "prometheus-node-exporter",
+    "prometheus-alertmanager",
+    "munge",
+    "slurmctld",
+    "slurmd",
+    "victoria-metrics",
+)
+# What the tests may leave in pytest's base temporary directory at the end (module-scoped
+# directories live until the session ends; a passed test's tmp_path is removed at once).
+BASETEMP_LIMIT = 50 * 1024 * 1024
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", help="rewrite golden files from the current output")
+    parser.addoption(
+        "--no-machine-check",
+        action="store_true",
+        help="do not check that the run left the machine as it found it (another run on the same machine "
+        "at the same time shows there too)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    os.environ.setdefault(RUN_TOKEN, secrets.token_hex(8))
+
+
+def tier(path: Path) -> str | None:
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    outside = set()
+    for item in items:
+        found = tier(item.path)
+        if found is None:
+            if item.path.resolve().is_relative_to(TESTS):
+                outside.add(str(item.path))
+            continue
+        for marker in TIERS[found]:
+            item.add_marker(marker)
+    if outside:
+        raise pytest.UsageError(f"tests outside a tier folder ({', '.join(TIERS)}): {', '.join(sorted(outside))}")
+
+
+@pytest.fixture
+def agent_process() -> Iterator[type[AgentProcess]]:
+    yield AgentProcess
+
+
+# --- the machine as found ---
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
+def _users() -> set[str]:
+    found = {f"user {line.split(':')[0]}" for line in _read("/etc/passwd").splitlines() if line}
+    found |= {f"group {line.split(':')[0]}" for line in _read("/etc/group").splitlines() if line}
+    for name in ("/etc/subuid", "/etc/subgid"):
+        found |= {f"{name} {line}" for line in _read(name).splitlines() if line}
+    return found
+
+
+def _mounts() -> set[str]:
+    counts: dict[str, int] = {}
+    for line in _read("/proc/self/mountinfo").splitlines():
+        fields = line.split()
+        mount = f"{fields[4]} ({fields[fields.index('-') + 1]})"
+        counts[mount] = counts.get(mount, 0) + 1
+    return {f"{mount} x{n}" if n > 1 else mount for mount, n in counts.items()}
+
+
+def _listdir(path: str) -> set[str]:
+    try:
+        return {f"{path}/{name}" for name in os.listdir(path)}
+    except OSError:
+        return set()
+
+
+def _units() -> set[str]:
+    if not Path("/usr/bin/systemctl").exists() and not Path("/bin/systemctl").exists():
+        return set()
+    result = subprocess.run(
+        ["systemctl", "is-enabled", *UNITS], capture_output=True, text=True, timeout=30, check=False
+    )
+    return {f"{unit}.service {state}" for unit, state in zip(UNITS, result.stdout.split(), strict=False)}
+
+
+def _cgroups() -> set[str]:
+    found = set()
+    for dirpath, _, _ in os.walk("/sys/fs/cgroup"):
+        found.add(dirpath)
+    return found
+
+
+def _processes() -> set[str]:
+    """Processes started by this run (they carry its token in their environment)."""
+    token = f"{RUN_TOKEN}={os.environ[RUN_TOKEN]}".encode()
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if token in (entry / "environ").read_bytes().split(b"\0"):
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                found.add(f"pid {entry.name}: {command[:200]}")
+        except OSError:
+            continue
+    return found
+
+
+def machine_state() -> dict[str, set[str]]:
+    return {
+        "users, groups, subordinate ids": _users(),
+        "mounts (/proc/self/mountinfo)": _mounts(),
+        "network namespaces": _listdir("/run/netns"),
+        "network interfaces": _listdir("/sys/class/net"),
+        "systemd units of the test packages (systemctl is-enabled)": _units(),
+        "cgroups": _cgroups(),
+    }
+
+
+def _size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+def _largest(path: Path, count: int = 5) -> list[str]:
+    sizes = [(_size(entry), entry.name) for entry in path.iterdir() if entry.is_dir()]
+    return [f"{name} {size / 1e6:.1f} MB" for size, name in sorted(sizes, reverse=True)[:count]]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def machine_as_found(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The run leaves the machine as it found it: no user, mount, network namespace or
+    interface, enabled service, cgroup or process of its own, and little in pytest's base
+    temporary directory.  Fails the session (an error at the last teardown) saying what is left."""
+    if request.config.getoption("--no-machine-check"):
+        yield
+        return
+    before = machine_state()
+    yield
+    after = machine_state()
+    problems = []
+    for what, state in after.items():
+        added, removed = sorted(state - before[what]), sorted(before[what] - state)
+        if added:
+            problems.append(f"{what}, new: " + ", ".join(added[:20]) + (" ..." if len(added) > 20 else ""))
+        if removed and what.startswith("systemd"):
+            problems.append(f"{what}, changed from: " + ", ".join(removed))
+    leftover = _processes()
+    if leftover:
+        problems.append("processes the tests started, still running: " + "; ".join(sorted(leftover)[:20]))
+    basetemp = tmp_path_factory.getbasetemp()
+    size = _size(basetemp)
+    if size > BASETEMP_LIMIT:
+        problems.append(
+            f"pytest's base temporary directory {basetemp} holds {size / 1e6:.0f} MB "
+            f"(limit {BASETEMP_LIMIT / 1e6:.0f} MB): " + ", ".join(_largest(basetemp))
+        )
+    assert not problems, (
+        "the tests left the machine changed (another run on this machine at the same time shows here "
+        "too: --no-machine-check):\n  " + "\n  ".join(problems)
+    )

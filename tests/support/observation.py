@@ -1,0 +1,421 @@
+"""The alert cases of the simulated node and their observation on a real Prometheus (and, with
+with_scale_out, on the VictoriaMetrics path beside it): what tests/e2e/test_alerts_e2e.py and
+tests/e2e/test_scale_out_e2e.py run.  See tests/e2e/test_alerts_e2e.py's docstring."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alerts import render
+from alerts import thresholds as T
+from alerts.compression import Compression
+from lockstep.simulation.gpu import XID_AT
+from lockstep.simulation.storage import EPOCH
+from lockstep.simulation.workloads import INFERENCE_ONSET
+from tests.support import LOCKSTEP, free_port, http_get, lockstep, scale_out
+from tests.support.prometheus import is_ready, query_alerts, start_logged, start_prometheus, stop_all
+from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, panel_queries, variable_queries
+
+# Prometheus scrapes every 5 s, with as long to answer: the data changes every 5 s (the demo's
+# clock step and the collectors' interval), and twenty demos on a 2-core machine answer a short
+# timeout late and then count as down.  Rules every 2 s: the shortest compressed 'for' is 2 s.
+SCRAPE_INTERVAL = "5s"
+EVALUATION_INTERVAL = "2s"
+COLLECTOR_INTERVAL = "5s"  # the demo advances its clock every 5 s: collecting more often reads the same data
+# Longer than the interval: twenty demos share the machine with whatever else runs, and a round
+# that takes 6 s on a busy machine is slow, not failed (a GPU collector stuck in a hung NVML is
+# reported after this long).
+COLLECTOR_DEADLINE = "15s"
+# After every expected alert fired, keep watching at least this long, so that an unexpected
+# alert had the time to fire too: the compressed windows filled (30 s) and the 'for' of most
+# alerts (up to 10m -> 20 s) over.  An alert with a longer 'for' whose condition holds shows
+# as pending at the end, which fails the scenario as well.
+SETTLE = 50
+DEADLINE = 150  # seconds for every expected alert to fire
+# While working on a scenario: LOCKSTEP_E2E_CASES=name,name runs only those cases (the test that
+# every alert fires somewhere is skipped then).
+ONLY = {name for name in os.environ.get("LOCKSTEP_E2E_CASES", "").split(",") if name}
+
+
+@dataclass(frozen=True)
+class Expect:
+    alertname: str
+    labels: tuple[tuple[str, str], ...] = ()
+    onset: float | None = None  # seconds into the demo when this fault begins, if not the case's
+
+    def matches(self, alert: dict[str, str]) -> bool:
+        return alert["alertname"] == self.alertname and all(alert.get(k) == v for k, v in self.labels)
+
+
+def expect(alertname: str, onset: float | None = None, **labels: str) -> Expect:
+    return Expect(alertname, tuple(sorted(labels.items())), onset)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One target of the run: a demo scenario (None: no agent listens), extra demo arguments
+    ({tmp} is the run's temporary directory), and the alerts it must fire, and nothing else.
+    onset: seconds into the demo when the fault begins (0: there from the start), from which
+    the time to detect is measured."""
+
+    demo: str | None
+    expected: frozenset[Expect]
+    args: tuple[str, ...] = ()
+    onset: float = 0.0
+
+
+def case(demo: str | None, *expected: Expect, args: tuple[str, ...] = (), onset: float = 0.0) -> Case:
+    return Case(demo, frozenset(expected), args, onset)
+
+
+# Each case's target is labelled cluster=<case name>.  The issue's scenarios, the other scenarios
+# of the simulated node (which must fire what they simulate and nothing more), and two faults
+# made around a healthy node: a collector that fails, and an agent that is not there.
+#
+# A new alert: add a scenario to the simulated node (an area module's SCENARIOS, see
+# simulation/__init__.py) that produces its fault, and an entry here naming what it fires, e.g.
+#     "my-fault": case("my-fault", expect("LockstepMyAlert", gpu="2"), onset=10),
+# plus, where the alert could misfire, a near-miss scenario expected to fire nothing.
+# test_every_alert_in_the_rule_files_fires_in_some_case fails until every alert of alerts/ fires.
+CASES: dict[str, Case] = {
+    "healthy": case("healthy"),
+    "straggler": case(
+        "straggler",
+        expect("LockstepTrainingStraggler"),
+        expect("LockstepTrainingStragglerSustained"),
+        expect("LockstepGPUStraggler", gpu="3"),
+        expect("LockstepGPUStragglerSustained", gpu="3"),
+    ),
+    # Requests queue for a KV-cache slot: p95 time to first token ~5 s, over the 2-s SLO.
+    "kv-pressure": case(
+        "kv-pressure",
+        expect("LockstepKVCachePressure"),
+        expect("LockstepKVCachePreemptions"),
+        expect("LockstepInferenceTTFTHigh"),
+    ),
+    # Issue 15's inference alerts: 30 s into the demo the vLLM server slows down (its tokens a
+    # second against its level before) or fails requests; the near miss loses its demand instead.
+    "inference-slow": case(
+        "inference-slow",
+        expect("LockstepInferenceThroughputDrop"),
+        expect("LockstepInferenceTTFTHigh"),
+        onset=INFERENCE_ONSET,
+    ),
+    "inference-errors": case("inference-errors", expect("LockstepInferenceErrors"), onset=INFERENCE_ONSET),
+    "inference-quiet": case("inference-quiet"),
+    "checkpoint-stall": case(
+        "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")
+    ),
+    # The lost GPU's rank never finishes a step: job 4242 stalls.
+    "gpu-lost": case("gpu-lost", expect("LockstepGPUFellOffBus", gpu="5"), expect("LockstepTrainingStalled")),
+    "pfc-storm": case("pfc-storm", expect("LockstepPFCStorm", interface="ens3f0np0")),
+    "link-flap": case(
+        "link-flap",
+        expect("LockstepIBLinkFlapping", device="mlx5_3", port="1"),
+        expect("LockstepIBSymbolErrors", device="mlx5_3", port="1"),
+    ),
+    "nfs-server-down": case("nfs-server-down", expect("LockstepFilesystemHung", mountpoint="/home")),
+    # Issue 17's five faults, each with a near miss that must stay silent.
+    "training-hang": case("training-hang", expect("LockstepTrainingStalled", job_id="4242")),
+    "training-finished": case("training-finished"),
+    "gpu-nvml-hang": case("gpu-nvml-hang", expect("LockstepGPUFellOffBus", collector="gpu"), onset=10),
+    "gpu-throttle": case(
+        "gpu-throttle",
+        expect("LockstepGPUThermalSlowdown", gpu="2"),
+        expect("LockstepGPUPowerBrake", gpu="5"),
+        onset=10,
+    ),
+    "shared-fs-filling": case("shared-fs-filling", expect("LockstepFilesystemAlmostFull", mountpoint="/lustre")),
+    # The other alerts' faults.
+    "checkpoint-overdue": case("checkpoint-overdue", expect("LockstepCheckpointOverdue", root="/lustre/ckpt/job=4242")),
+    # The XID and the ECC errors come XID_AT (20 s) in; the other faults are there from the start.
+    "gpu-faults": case(
+        "gpu-faults",
+        expect("LockstepGPUXidCritical", onset=XID_AT, gpu="1", xid="48"),
+        expect("LockstepGPUUncorrectableECC", onset=XID_AT, gpu="2"),
+        expect("LockstepGPURowRemapFailure", gpu="4"),
+        expect("LockstepNVLinkDown", gpu="6", link="3"),
+        expect("LockstepNVLinkErrors", gpu="7"),
+    ),
+    "fabric-faults": case(
+        "fabric-faults",
+        expect("LockstepIBPortDown", device="mlx5_1", port="1"),
+        expect("LockstepIBCongestion", device="mlx5_2", port="1"),
+        expect("LockstepRoCECongestionControlOff", interface="ens3f1np1"),
+    ),
+    # Issue 13: a job holding two GPUs it does not use; near miss: the same GPUs idle and free.
+    "idle-gpu": case(
+        "idle-gpu",
+        expect("LockstepGPUIdleWhileAllocated", gpu="6", job_id="4242"),
+        expect("LockstepGPUIdleWhileAllocated", gpu="7", job_id="4242"),
+    ),
+    "idle-gpu-free": case("idle-gpu-free"),
+    "gpu-recovery": case(
+        "gpu-recovery", expect("LockstepGPURecoveryActionRequired", gpu="4", action="drain_and_reset")
+    ),
+    # GPU 5's route recovery in progress is the near miss.
+    "gpu-fabric-degraded": case(
+        "gpu-fabric-degraded", expect("LockstepGPUFabricDegraded", gpu="2", condition="degraded_bandwidth")
+    ),
+    "gpu-mig": case("gpu-mig"),
+    # GPU 2 trained at x8 (busy), HCA mlx5_5 a generation down.  Its near miss is training-finished,
+    # whose idle GPUs run their links at Gen1 to save power: no alert.
+    "pcie-degraded": case(
+        "pcie-degraded",
+        expect("LockstepPCIeLinkDegraded", gpu="2", degraded="width"),
+        expect("LockstepPCIeLinkDegraded", device="mlx5_5", degraded="generation"),
+    ),
+    "gpu-volta": case("gpu-volta"),
+    # GPU 6 is held through a DRA claim by a pod that runs nothing on it: idle while allocated.
+    "kubernetes": case(
+        "kubernetes",
+        expect("LockstepGPUIdleWhileAllocated", gpu="6", k8s_namespace="inference", k8s_pod="embeddings-6b7c9-w4kxd"),
+    ),
+    # The kubelet's pod-resources directory exists but its socket does not: the kubernetes
+    # collector fails every round.
+    "collector-failing": case(
+        "healthy",
+        expect("LockstepCollectorFailing", collector="kubernetes"),
+        args=("--kubernetes.pod-resources-socket", "{tmp}/kubelet/kubelet.sock"),
+    ),
+    "agent-down": case(None, expect("LockstepAgentDown")),
+}
+
+
+def demo_scenarios() -> set[str]:
+    """The scenarios `lockstep demo --help` lists."""
+    result = lockstep("demo", "--help")
+    assert result.returncode == 0, result.stderr
+    listing = result.stdout.split("scenarios:\n", 1)[1].split("\n\n", 1)[0]
+    return set(re.findall(r"^  (\S+)", listing, flags=re.M))
+
+
+@dataclass
+class Run:
+    """What one end-to-end run saw."""
+
+    prometheus: str
+    scenarios: list[str]
+    started: float
+    compression: Compression
+    fired: dict[str, dict[frozenset[tuple[str, str]], float]] = field(default_factory=dict)  # seconds in
+    demo_started: dict[str, float] = field(default_factory=dict)  # per case: seconds in when its demo served
+    at_end: list[dict[str, Any]] = field(default_factory=list)  # every alert (firing or pending) at the end
+    logs: dict[str, Path] = field(default_factory=dict)
+    duration: float = 0.0
+    # The scale-out path (None without the victoria-metrics package): what vmalert fired.
+    scale_out: scale_out.ScaleOut | None = None
+    vm_fired: dict[str, dict[frozenset[tuple[str, str]], float]] = field(default_factory=dict)
+    vm_at_end: list[dict[str, Any]] = field(default_factory=list)
+
+    def query(self, expr: str) -> dict[str, Any]:
+        status, body = http_get(
+            f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30
+        )
+        return {"http_status": status, **json.loads(body)}
+
+    def firing(self, cluster: str) -> list[dict[str, str]]:
+        return [dict(labels) for labels in self.fired.get(cluster, {})]
+
+    def vm_firing(self, cluster: str) -> list[dict[str, str]]:
+        return [dict(labels) for labels in self.vm_fired.get(cluster, {})]
+
+
+def _record(fired: dict[str, dict[frozenset[tuple[str, str]], float]], alerts: list[dict[str, Any]], at: float) -> None:
+    for alert in alerts:
+        if alert["state"] == "firing":
+            labels = alert["labels"]
+            seen = fired.setdefault(labels.get("cluster", ""), {})
+            seen.setdefault(frozenset(labels.items()), round(at, 1))
+
+
+@contextmanager
+def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Iterator[Run]:
+    """Start a demo per case (and a real Prometheus scraping them, and with_scale_out the
+    VictoriaMetrics path beside it), watch the alerts until every expected one fired and the run
+    settled, and yield what was seen; everything started is stopped on the way out."""
+    (tmp / "kubelet").mkdir()
+    config = tmp / "lockstep.yml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "collectors": {
+                    name: {"interval": COLLECTOR_INTERVAL, "deadline": COLLECTOR_DEADLINE}
+                    for name in builtin_collectors()
+                }
+            }
+        )
+    )
+    processes: list[subprocess.Popen[bytes]] = []
+    vm: scale_out.ScaleOut | None = None
+    try:
+        # The simulated node's wall clock reads EPOCH when its demo starts.
+        clock_offset = time.time() - EPOCH
+        targets = []
+        demos = []
+        used: set[int] = set()
+
+        def new_port() -> int:
+            # The demos bind their ports only once started: never hand out one port twice.
+            port = free_port()
+            while port in used:
+                port = free_port()
+            used.add(port)
+            return port
+
+        compression = Compression(
+            for_scale=1 / 30, max_for=30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset
+        )
+        for name, text in render.render_rule_files(compression).items():
+            (tmp / Path(name).name).write_text(text)
+        # Prometheus first, its targets from files: each demo is added the moment it serves, so
+        # Prometheus sees it from its first seconds, before any fault begins (a counter that
+        # already stepped at its first scrape reads no increase), and a demo that starts late
+        # never counts as an agent down.
+        (tmp / "targets").mkdir()
+        prometheus_config = {
+            "global": {
+                "scrape_interval": SCRAPE_INTERVAL,
+                "scrape_timeout": SCRAPE_INTERVAL,
+                "evaluation_interval": EVALUATION_INTERVAL,
+            },
+            "rule_files": [str(tmp / Path(name).name) for name in render.RULE_FILES.values()],
+            "scrape_configs": [
+                {
+                    "job_name": T.AGENT_JOB,
+                    "file_sd_configs": [{"files": [str(tmp / "targets" / "*.json")], "refresh_interval": "1s"}],
+                }
+            ],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
+        url = start_prometheus(tmp, new_port(), processes)
+
+        def add_target(name: str, target: dict[str, Any]) -> None:
+            staged = tmp / "targets" / f".{name}.json"
+            staged.write_text(json.dumps([target]))
+            staged.rename(tmp / "targets" / f"{name}.json")  # whole, never half-written
+            targets.append(target)
+
+        for name in names:
+            port = new_port()
+            target = {"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}}
+            demo = CASES[name].demo
+            if demo is None:
+                add_target(name, target)  # nothing listens on the port
+                continue
+            log = tmp / f"demo-{name}.log"
+            extra = [arg.format(tmp=tmp) for arg in CASES[name].args]
+            args = [*LOCKSTEP, "demo", "--scenario", demo, "--config", str(config), "--listen", f"127.0.0.1:{port}"]
+            processes.append(start_logged([*args, *extra], log))
+            demos.append((name, f"http://127.0.0.1:{port}/healthz", processes[-1], log, target))
+
+        # A demo's simulated clock starts at 0 when it serves: its faults' onsets are counted
+        # from then.
+        ready: dict[str, float] = {}
+        give_up = time.monotonic() + 180
+        while len(ready) < len(demos):
+            for name, health, proc, log, target in demos:
+                if name not in ready and is_ready(health, proc, log):
+                    ready[name] = time.monotonic()
+                    add_target(name, target)
+            if time.monotonic() > give_up:
+                raise AssertionError(f"demos not serving after 180 s: {sorted({d[0] for d in demos} - set(ready))}")
+            time.sleep(0.2)
+
+        if with_scale_out:
+            (tmp / "scale-out").mkdir()
+            rule_paths = [tmp / Path(name).name for name in render.RULE_FILES.values()]
+            vm = scale_out.ScaleOut(tmp / "scale-out", targets, rule_paths, "1s", new_port)
+
+        result = Run(
+            url, names, time.monotonic(), compression, logs={"prometheus": tmp / "prometheus.log"}, scale_out=vm
+        )
+        vm_rules_at = result.started + scale_out.WARMUP
+        result.logs.update({log.stem: log for _, _, _, log, _ in demos})
+        # Seconds from the start of the observation (negative: before it); no agent: its start.
+        result.demo_started = {name: round(ready.get(name, result.started) - result.started, 1) for name in names}
+        expected = {name: CASES[name].expected for name in names}
+        deadline = result.started + DEADLINE
+        settle_until = result.started + SETTLE
+        if vm is not None:  # vmalert starts after its warm-up and then gets the same time
+            deadline += scale_out.WARMUP
+            settle_until += scale_out.WARMUP
+        while True:
+            now = time.monotonic()
+            _record(result.fired, query_alerts(url), now - result.started)
+            if vm is not None:
+                if vm.rules_started is None and now >= vm_rules_at:
+                    vm.start_rules()
+                _record(result.vm_fired, vm.alerts(), now - result.started)
+            all_fired = all(
+                any(e.matches(a) for a in result.firing(cluster))
+                and (vm is None or any(e.matches(a) for a in result.vm_firing(cluster)))
+                for cluster, wanted in expected.items()
+                for e in wanted
+            )
+            if (all_fired and now >= settle_until) or now > deadline:
+                break
+            time.sleep(1)
+        result.at_end = query_alerts(url)
+        if vm is not None:
+            result.vm_at_end = vm.alerts()
+        result.duration = time.monotonic() - result.started
+        yield result
+    finally:
+        if vm is not None:
+            vm.stop()
+        stop_all(processes)
+
+
+def _needs_data(expr: str) -> bool:
+    """A query on the workload collectors' metrics returns data only once they are merged."""
+    pending = {name for name in WORKLOAD_CONTRACT if name not in declared_metrics()}
+    families = {"_".join(name.split("_")[:2]) + "_" for name in pending}  # lockstep_training_, ...
+    return not any(family in expr for family in families)
+
+
+def substitute(expr: str) -> str:
+    """The dashboards' variables as Grafana would fill them: every cluster and node, the simulated job."""
+    for variable, value in (("$__rate_interval", "1m"), ("$cluster", ".*"), ("$node", ".*"), ("$job_id", "4242")):
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def dashboard_problems(dashboard: dict[str, Any], query: Callable[[str], dict[str, Any]], api: str) -> list[str]:
+    """Every panel query and variable of a dashboard run against a Prometheus API (Prometheus or
+    VictoriaMetrics at ``api``): what failed or came back empty where data is expected."""
+    problems = []
+    for panel, expr in panel_queries(dashboard):
+        answer = query(substitute(expr))
+        if answer["http_status"] != 200 or answer["status"] != "success":
+            problems.append(f"{panel}: {answer.get('error')} in {expr}")
+        elif not answer["data"]["result"] and _needs_data(expr):
+            problems.append(f"{panel}: no data for {substitute(expr)}")
+    for name, variable in variable_queries(dashboard).items():
+        match = re.fullmatch(r"label_values\((.+), (\w+)\)", variable)
+        assert match, variable
+        selector, label = substitute(match.group(1)), match.group(2)
+        status, body = http_get(
+            f"{api}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}), timeout=30
+        )
+        if status != 200 or not json.loads(body)["data"]:
+            problems.append(f"variable {name}: no values for {variable}")
+    return problems
+
+
+def builtin_collectors() -> list[str]:
+    from lockstep.agent.registry import discover
+
+    return sorted(name for name, registered in discover().collectors.items() if registered.builtin)

@@ -1,0 +1,73 @@
+"""The straggler and paging cases of tests/e2e/test_pages_e2e.py (shared with test_alerts_e2e.py,
+which checks every demo scenario is a case of one or the other)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+SPEED = 60  # simulated seconds per real second
+
+STRAGGLER_COLLECTORS = ("training", "gpu", "slurm", "host", "ethtool", "infiniband")
+
+
+@dataclass(frozen=True)
+class Case:
+    scenario: str
+    # alertname -> the suspects its `suspects` annotation must name (None: any)
+    fires: dict[str, str | None]
+    collectors: tuple[str, ...] = STRAGGLER_COLLECTORS
+    nodes: int = 1
+    # Faults there from the start need no faster clock (and a demo at speed 1 costs little CPU).
+    speed: int = SPEED
+    # Notifications: (receiver, alertnames of the one group) - or None: no notification at all.
+    notified: tuple[str, frozenset[str]] | None = None
+
+
+def ticket(*alertnames: str) -> tuple[str, frozenset[str]]:
+    return ("lockstep-ticket", frozenset(alertnames))
+
+
+def page(*alertnames: str) -> tuple[str, frozenset[str]]:
+    return ("lockstep-page", frozenset(alertnames))
+
+
+SUSTAINED = "LockstepTrainingStragglerSustained"
+GPU_SUSTAINED = "LockstepGPUStragglerSustained"
+ALL_CASES: dict[str, Case] = {
+    "healthy": Case("healthy", {}, collectors=("training", "gpu", "slurm")),
+    "slow-rank": Case("slow-rank", {SUSTAINED: "none found"}, notified=ticket(SUSTAINED)),
+    "straggler-thermal": Case(
+        "straggler-thermal",
+        {
+            SUSTAINED: "gpu_throttle",
+            GPU_SUSTAINED: "gpu_throttle (sw_thermal_slowdown)",
+            "LockstepGPUThermalSlowdown": None,
+        },
+        notified=ticket("LockstepGPUThermalSlowdown"),
+    ),
+    "straggler-pfc": Case(
+        "straggler-pfc", {SUSTAINED: "pfc_pause", "LockstepPFCStorm": None}, notified=page("LockstepPFCStorm")
+    ),
+    "straggler-data": Case("straggler-data", {SUSTAINED: "data_wait"}, notified=ticket(SUSTAINED)),
+    "straggler-nfs": Case(
+        "straggler-nfs",
+        {SUSTAINED: "data_wait, hung_mount", "LockstepFilesystemHung": None},
+        collectors=(*STRAGGLER_COLLECTORS, "filesystem"),
+        notified=page("LockstepFilesystemHung"),
+    ),
+    "gpu-lost": Case(
+        "gpu-lost",
+        {"LockstepGPUFellOffBus": None, "LockstepTrainingStalled": None},
+        collectors=("training", "gpu", "slurm"),
+        speed=1,
+        notified=page("LockstepGPUFellOffBus"),
+    ),
+    "leaf-switch": Case(
+        "leaf-switch-down",
+        {"LockstepIBPortDown": None},
+        collectors=("infiniband",),
+        nodes=4,
+        speed=1,
+        notified=page("LockstepIBPortDown"),
+    ),
+}
