@@ -26,13 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import TESTS, AgentProcess
+from tests.support import TESTS, TIERS, AgentProcess
 
-TIERS = {
-    "unit": ("unit",),
-    "component": ("component", "real"),
-    "e2e": ("e2e", "real"),
-}
 # The environment variable every process the tests start inherits: what is still running at the
 # end with it is a process the tests left behind.
 RUN_TOKEN = "LOCKSTEP_TEST_RUN"

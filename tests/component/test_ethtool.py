@@ -35,6 +35,7 @@ from lockstep.collectors.ethtool import (
     is_per_queue,
 )
 from tests.support import FIXTURES, REPO, context, lockstep, require_real, samples, wait_until
+from tests.support.netns import restore_run_netns, run_netns_state
 
 SYSFS = FIXTURES / "fabric" / "sys"
 CAPTURES = FIXTURES / "fabric" / "ethtool"
@@ -262,6 +263,7 @@ def netns_veth() -> tuple[str, str]:
     require_real("root and iproute2 (ip netns, veth)", os.geteuid() == 0 and shutil.which("ip") is not None)
     require_real("ethtool (Debian package ethtool)", shutil.which("ethtool") is not None)
     namespace = "lockstep-" + uuid.uuid4().hex[:8]
+    run_netns = run_netns_state()
     subprocess.run(["ip", "netns", "add", namespace], check=True)
     try:
         ns = ["ip", "netns", "exec", namespace]
@@ -271,6 +273,7 @@ def netns_veth() -> tuple[str, str]:
         yield namespace, "veth0"  # type: ignore[misc]
     finally:
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        restore_run_netns(run_netns)
 
 
 def test_ioctl_reader_equals_ethtool_in_a_network_namespace(netns_veth: tuple[str, str]) -> None:

@@ -28,6 +28,12 @@ TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 GOLDEN = TESTS / "golden"
+# The tiers: a test's folder, and the markers tests/conftest.py gives every test in it.
+TIERS = {
+    "unit": ("unit",),
+    "component": ("component", "real"),
+    "e2e": ("e2e", "real"),
+}
 LOCKSTEP = [sys.executable, "-m", "lockstep.agent.cli"]
 
 

@@ -49,6 +49,8 @@ class SlurmCluster:
     # The slurm_<node> cgroup directories there were before slurmd started: stop() removes the
     # ones it made (left behind, they made the node look like one with job cgroups and no jobs).
     cgroups_before: frozenset[Path] = frozenset()
+    # Whether start() added SECOND_USER (stop() deletes it again, with its subordinate ids).
+    made_user: bool = False
 
     def run(self, *args: str, user: str | None = None, check: bool = True) -> str:
         command = list(args) if user is None else ["runuser", "-u", user, "--", *args]
@@ -124,6 +126,8 @@ class SlurmCluster:
             device.unlink(missing_ok=True)
         for made in set(slurm_cgroups(self.node)) - self.cgroups_before:
             remove_cgroup(made)
+        if self.made_user:
+            subprocess.run(["userdel", SECOND_USER], capture_output=True, check=False)
 
 
 def slurm_cgroups(node: str) -> list[Path]:
@@ -195,17 +199,19 @@ def start(root: Path) -> SlurmCluster:
     )
     env = {**os.environ, "SLURM_CONF": str(root / "slurm.conf")}
     cgroups_before = frozenset(slurm_cgroups(node))
+    made_user = False
     try:
         pwd.getpwnam(SECOND_USER)
     except KeyError:
         subprocess.run(["useradd", "--no-create-home", SECOND_USER], check=True)
+        made_user = True
     processes = [
         subprocess.Popen(["slurmctld", "-D", "-f", str(root / "slurm.conf")], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen(["slurmd", "-D", "-f", str(root / "slurm.conf")], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     ]  # fmt: skip
-    cluster = SlurmCluster(root, node, env, made, processes, cgroup_v1, cgroups_before)
+    cluster = SlurmCluster(root, node, env, made, processes, cgroup_v1, cgroups_before, made_user)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         out = cluster.run("sinfo", "-h", "-o", "%T", check=False).strip()

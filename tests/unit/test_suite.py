@@ -1,0 +1,96 @@
+"""The test suite's own structure: every test module in a tier folder, none importing another
+(shared code is in tests/support/, fixtures in tests/conftest.py), and no test that asserts nothing."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.support import REPO, TESTS, TIERS
+
+SKIPPED_DIRS = {"fixtures", "golden", "__pycache__"}
+# Calls that check something: pytest's, and the wait that raises when its condition never holds.
+CHECKING_CALLS = {"raises", "fail", "warns", "skip", "xfail", "wait_until", "require_real", "require_promtool"}
+
+
+def python_files(top: Path) -> list[Path]:
+    return sorted(p for p in top.rglob("*.py") if not SKIPPED_DIRS & set(p.relative_to(top).parts))
+
+
+def modules_of_tests() -> list[Path]:
+    return [p for p in python_files(TESTS) if p.name.startswith("test_")]
+
+
+def test_every_test_module_is_in_a_tier_folder() -> None:
+    outside = [p for p in modules_of_tests() if p.parent.parent != TESTS or p.parent.name not in TIERS]
+    assert [str(p.relative_to(TESTS)) for p in outside] == []
+
+
+def imported(path: Path) -> set[str]:
+    """Every module an import statement of the file names (relative ones resolved)."""
+    package = ".".join(path.relative_to(REPO).with_suffix("").parts[:-1])
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                base = ".".join([*parts[: len(parts) - node.level + 1], *([base] if base else [])])
+            names.add(base)
+            names |= {f"{base}.{alias.name}" for alias in node.names}
+    return names
+
+
+def test_no_module_imports_a_test_module_or_the_conftest() -> None:
+    """Test modules are imported by pytest alone: what two share is in tests/support/ or is a fixture."""
+
+    def is_test_module(name: str) -> bool:
+        parts = name.split(".")
+        return parts[0] == "tests" and (parts[-1].startswith("test_") or parts[-1] == "conftest")
+
+    found = {
+        str(path.relative_to(REPO)): sorted(name for name in imported(path) if is_test_module(name))
+        for path in [*python_files(TESTS), *python_files(REPO / "bench")]
+    }
+    assert {path: names for path, names in found.items() if names} == {}
+
+
+def checks(function: ast.FunctionDef, module: dict[str, ast.FunctionDef], seen: frozenset[str] = frozenset()) -> bool:
+    """Whether the function asserts, raises or makes a checking call, itself or through a function
+    of its module that it calls."""
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assert | ast.Raise):
+            return True
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+            if name in CHECKING_CALLS:
+                return True
+            if name in module and name not in seen and checks(module[name], module, seen | {name}):
+                return True
+    return False
+
+
+def test_every_test_checks_something() -> None:
+    """A test that asserts nothing passes whatever happens (a report of figures belongs in bench/ or
+    in a fixture's teardown)."""
+    unchecked = []
+    for path in modules_of_tests():
+        tree = ast.parse(path.read_text())
+        module = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef):
+                methods = {n.name: n for n in node.body if isinstance(n, ast.FunctionDef)}
+                unchecked += [
+                    f"{path.relative_to(TESTS)}::{node.name}::{name}"
+                    for name, method in methods.items()
+                    if name.startswith("test") and not checks(method, {**module, **methods})
+                ]
+        unchecked += [
+            f"{path.relative_to(TESTS)}::{name}"
+            for name, function in module.items()
+            if name.startswith("test") and not checks(function, module)
+        ]
+    assert unchecked == []
