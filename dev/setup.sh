@@ -29,20 +29,28 @@ ensure_debian_packages() {
         printf '#!/bin/sh\n# dev/setup.sh: no service starts while it installs test packages\nexit 101\n' >"$policy"
         chmod 755 "$policy"
     fi
+    local enabled_before
+    enabled_before="$(enabled_units)"
     local status=0
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
     [ -n "$own_policy" ] && rm -f "$policy"
     [ "$status" -eq 0 ] || return "$status"
+    # The units the install enabled, its dependencies' too (slurm-wlm's slurmctld and slurmd).
     local units=()
-    mapfile -t units < <(dpkg -L "${missing[@]}" 2>/dev/null \
-        | grep -E '^(/usr)?/lib/systemd/system/[^/]+\.(service|socket|timer)$' | xargs -r -n1 basename | sort -u)
-    if [ ${#units[@]} -gt 0 ] && command -v systemctl >/dev/null; then
+    mapfile -t units < <(comm -13 <(echo "$enabled_before") <(enabled_units))
+    if [ ${#units[@]} -gt 0 ]; then
+        echo "dev: disabling the services the packages enabled: ${units[*]}" >&2
         systemctl disable --quiet "${units[@]}" 2>/dev/null || true
         # Started anyway (a machine whose own policy-rc.d allowed it): stopped again.
         if [ -d /run/systemd/system ]; then
             systemctl stop "${units[@]}" 2>/dev/null || true
         fi
     fi
+}
+
+enabled_units() {
+    command -v systemctl >/dev/null || return 0
+    systemctl list-unit-files --state=enabled --no-legend 2>/dev/null | awk '{print $1}' | sort
 }
 
 ensure_venv() {
