@@ -41,7 +41,7 @@ def normalise(text: str) -> str:
     return re.sub(r'lockstep_build_info\{version="[^"]*"\}', 'lockstep_build_info{version="<version>"}', text)
 
 
-# Scenarios whose fault begins later are the healthy node at t=0 (tests/test_pages_e2e.py runs them).
+# Scenarios whose fault begins later are the healthy node at t=0 (tests/e2e/test_pages_e2e.py runs them).
 AT_START = sorted(name for name, scenario in scenarios().items() if not scenario.starts_healthy)
 
 
