@@ -42,6 +42,17 @@ UNITS = (
     "slurmd",
     "victoria-metrics",
 )
+# Modules whose tests change something machine-wide (a Slurm cluster and /dev/nvidia* nodes,
+# network namespaces and veth pairs with their uevents, a FUSE mount, a pids cgroup): when
+# ./dev/test --quick runs tests on several workers (pytest-xdist, --dist loadgroup), these run one
+# after another on the same worker, never beside each other.
+MACHINE_WIDE = {
+    "test_slurm_real.py",
+    "test_ethtool.py",
+    "test_hotplug.py",
+    "test_filesystem_fuse.py",
+    "test_thread_exhaustion.py",
+}
 # What the tests may leave in pytest's base temporary directory at the end (module-scoped
 # directories live until the session ends; a passed test's tmp_path is removed at once).
 BASETEMP_LIMIT = 50 * 1024 * 1024
@@ -79,6 +90,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         for marker in TIERS[found]:
             item.add_marker(marker)
+        if item.path.name in MACHINE_WIDE:
+            item.add_marker(pytest.mark.xdist_group("machine"))
     if outside:
         raise pytest.UsageError(f"tests outside a tier folder ({', '.join(TIERS)}): {', '.join(sorted(outside))}")
 
@@ -181,16 +194,52 @@ def _largest(path: Path, count: int = 5) -> list[str]:
     return [f"{name} {size / 1e6:.1f} MB" for size, name in sorted(sizes, reverse=True)[:count]]
 
 
-@pytest.fixture(scope="session", autouse=True)
-def machine_as_found(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+# The machine as the run found it, and what the run left changed (in the config's stash).
+_BEFORE = pytest.StashKey[dict[str, set[str]]]()
+_PROBLEMS = pytest.StashKey[list[str]]()
+
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note the machine as found, once per run: in the process that runs the tests, or with
+    pytest-xdist in the controller (each worker sees only its half of the run)."""
+    config = session.config
+    if _is_xdist_worker(config) or config.getoption("--no-machine-check"):
+        return
+    config.stash[_BEFORE] = machine_state()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
     """The run leaves the machine as it found it: no user, mount, network namespace or
     interface, enabled service, cgroup or process of its own, and little in pytest's base
-    temporary directory.  Fails the session (an error at the last teardown) saying what is left."""
-    if request.config.getoption("--no-machine-check"):
-        yield
+    temporary directory.  Otherwise the run fails (exit status 1) and the summary says what is left."""
+    config = session.config
+    if _BEFORE not in config.stash:
         return
-    before = machine_state()
-    yield
+    # pytest keeps its TempPathFactory only on the config (the tmp_path_factory fixture's source).
+    basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+    problems = machine_changes(config.stash[_BEFORE], basetemp)
+    if problems:
+        config.stash[_PROBLEMS] = problems
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, config: pytest.Config) -> None:
+    problems = config.stash.get(_PROBLEMS, [])
+    if problems:
+        terminalreporter.section("machine check", red=True)
+        terminalreporter.write_line(
+            "FAILED: the tests left the machine changed (another run on this machine at the same time shows "
+            "here too: --no-machine-check):"
+        )
+        for problem in problems:
+            terminalreporter.write_line(f"  {problem}")
+
+
+def machine_changes(before: dict[str, set[str]], basetemp: Path) -> list[str]:
     after = machine_state()
     problems = []
     for what, state in after.items():
@@ -202,14 +251,10 @@ def machine_as_found(request: pytest.FixtureRequest, tmp_path_factory: pytest.Te
     leftover = _processes()
     if leftover:
         problems.append("processes the tests started, still running: " + "; ".join(sorted(leftover)[:20]))
-    basetemp = tmp_path_factory.getbasetemp()
     size = _size(basetemp)
     if size > BASETEMP_LIMIT:
         problems.append(
             f"pytest's base temporary directory {basetemp} holds {size / 1e6:.0f} MB "
             f"(limit {BASETEMP_LIMIT / 1e6:.0f} MB): " + ", ".join(_largest(basetemp))
         )
-    assert not problems, (
-        "the tests left the machine changed (another run on this machine at the same time shows here "
-        "too: --no-machine-check):\n  " + "\n  ".join(problems)
-    )
+    return problems
