@@ -6,7 +6,7 @@ node_exporter's and dcgm-exporter's defaults.
 - Lockstep: one round of `lockstep demo --once --scenario X` (default configuration; the demo
   turns on two generic ethtool statistics and two generic RDMA hw_counters to show them), counted
   by collector (from the metric declarations) and by metric, then per GPU, per InfiniBand/RoCE
-  port and per RoCE interface against the budget (lockstep/simulation/cardinality.py).
+  port and per RoCE interface against the budget (simulation/cardinality.py).
 - node_exporter (Debian `prometheus-node-exporter`, default collectors, on this machine): its
   series, and how many of them are per CPU.  A GPU node has far more CPUs than this 2-core
   machine, so the per-CPU part is also scaled to a 2 x 56-core, 224-thread node.

@@ -1,9 +1,10 @@
 """A simulated GPU node: generated sysfs/procfs trees and fakes, for demo, golden test and benchmarks.
 
-Nothing in the production code paths imports this package.  ``lockstep demo`` builds a
-``SimulatedNode`` in a temporary directory and starts the agent on it: the collectors are
-the real ones, pointed at the generated trees through ``--path.*`` and at the fakes
-(e.g. a fake NVML) through ``CollectorContext.seams`` (lockstep/agent/seams.py).
+The daemon (``lockstep run``, ``once``, ``doctor``) imports nothing of this package; its one
+way in is the demo's entry, simulation/demo.py.  ``lockstep demo`` builds a ``SimulatedNode``
+in a temporary directory and starts the agent on it: the collectors are the real ones, pointed
+at the generated trees through ``--path.*`` and at the fakes (e.g. a fake NVML) through
+``CollectorContext.seams`` (agent/seams.py).
 
 Each area of the node (host, GPU, fabric, storage, Slurm, workloads) is one module in
 this package with a ``build(node, t)`` function that writes its part of the trees for the
