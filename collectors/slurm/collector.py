@@ -23,7 +23,6 @@ Where the data comes from, cheapest first:
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -221,6 +220,14 @@ class SlurmCollector(Collector[SlurmOptions]):
             if job.job_id.startswith("s") and env.get("SLURM_JOB_ID"):
                 job.job_id = env["SLURM_JOB_ID"]  # a SLUID-named cgroup: report the numeric id
             gpus = env.get("SLURM_JOB_GPUS") or env.get("SLURM_STEP_GPUS") or ""
+            try:
+                gres_indices = tuple(expand_ranges(gpus))
+            except ValueError as exc:
+                # The job's own user sets its environment: a bad list loses this job's GPU
+                # attribution (its processes' cgroups still attribute GPUs), nothing else.
+                # Details are kept per job, so this is logged once per job, not per round.
+                self.log.warning("job's GPU list skipped", extra={"job_id": job.job_id, "reason": str(exc)})
+                gres_indices = ()
             details = JobDetails(
                 user=env.get("SLURM_JOB_USER", ""),
                 account=env.get("SLURM_JOB_ACCOUNT", ""),
@@ -228,7 +235,7 @@ class SlurmCollector(Collector[SlurmOptions]):
                 name=env.get("SLURM_JOB_NAME", ""),
                 array_job_id=env.get("SLURM_ARRAY_JOB_ID", ""),
                 array_task_id=env.get("SLURM_ARRAY_TASK_ID", ""),
-                gres_indices=tuple(expand_ranges(gpus)) if re.fullmatch(r"[0-9,\-]*", gpus) else (),
+                gres_indices=gres_indices,
             )
             self._environ_details[job.job_id] = details
             return details

@@ -168,7 +168,10 @@ def _details_from_scontrol(out: str) -> JobDetails | None:
     user = record.get("UserId", "").split("(")[0]
     indices: list[int] = []
     for match in _IDX.finditer(out):
-        indices.extend(expand_ranges(match.group(1)))
+        try:
+            indices.extend(expand_ranges(match.group(1)))
+        except ValueError:
+            pass  # not Slurm's notation, or past the bound: that node line's GPUs are left out
     return JobDetails(
         user=user,
         account=record.get("Account", "") if record.get("Account") != "(null)" else "",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ import pytest
 from lockstep.agent.collector import NothingHere
 from lockstep.agent.seams import Seams
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
-from lockstep.collectors.slurm.gres import expand_brackets, parse_gres_conf
+from lockstep.collectors.slurm.gres import MAX_GRES_INDICES, expand_brackets, expand_ranges, parse_gres_conf
 from lockstep.collectors.slurm.scontrol import SCONTROL
 from tests.support import collected, context
 from tests.support.scontrol import SLURM, fake_scontrol
@@ -194,3 +196,38 @@ def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypa
     assert s[info("501", "erin", "nlp", "gpu", "eval")] == 1
     assert s[job("lockstep_slurm_job_processes", "501")] == 2  # slurmstepd (10070) not counted
     assert calls[0] == ["listpids"]
+
+
+@pytest.mark.parametrize(
+    "gpus",
+    ["-", "0-", "3-1", "0-4096", "0,0-4095", "0-30000000"],
+    ids=["dash", "open range", "backwards", "4097 indices", "4097 in two parts", "30 million"],
+)
+def test_a_bad_or_huge_gpu_list_skips_that_jobs_gpus_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, gpus: str
+) -> None:
+    """Issue 29 item 10: a job's user sets SLURM_JOB_GPUS.  '-' failed the whole collector every
+    round; '0-30000000' was expanded into a 30-million-entry list held for the job's life."""
+    fake_scontrol(tmp_path, monkeypatch)
+    tree = tmp_path / "v2"
+    shutil.copytree(SLURM / "v2", tree, symlinks=True)
+    environ = tree / "proc" / "5001" / "environ"
+    environ.write_bytes(environ.read_bytes().replace(b"SLURM_JOB_GPUS=0,2", b"SLURM_JOB_GPUS=" + gpus.encode()))
+    collector = SlurmCollector(context(proc=tree / "proc", sys_=tree / "sys", options=SlurmOptions(node_name="node07")))
+    with caplog.at_level(logging.WARNING):
+        collected(collector)
+        s = collected(collector)
+    assert s[info("101", "alice", "llm", "gpu", "pretrain 70b")] == 1  # the job itself is still reported
+    assert s[job("lockstep_slurm_job_processes", "101")] == 3
+    assert s[job("lockstep_slurm_job_cpu_seconds_total", "102")] == 5.0  # and the other job
+    assert collector._environ_details["101"].gres_indices == ()
+    skipped = [r for r in caplog.records if r.getMessage() == "job's GPU list skipped"]
+    assert [getattr(r, "job_id", None) for r in skipped] == ["101"]  # once for the job, not per round
+
+
+def test_gpu_index_lists_within_the_bound_are_expanded() -> None:
+    assert expand_ranges("0-2,5") == [0, 1, 2, 5]
+    assert expand_ranges("") == []
+    assert len(expand_ranges(f"0-{MAX_GRES_INDICES - 1}")) == MAX_GRES_INDICES
+    with pytest.raises(ValueError, match=f"names more than {MAX_GRES_INDICES} indices"):
+        expand_ranges(f"0-{MAX_GRES_INDICES}")
