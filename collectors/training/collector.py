@@ -14,6 +14,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
 from lockstep.agent.config import parse_choice, parse_duration, parse_string_list
 from lockstep.agent.options import option
+from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.training.metrics import (
     COMM_WAIT_SECONDS,
     COMPUTE_SECONDS,
@@ -30,6 +31,13 @@ from lockstep.collectors.training.metrics import (
 from lockstep.collectors.training.records import BadLine, parse_record
 from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS, RankState
 from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, FileId, Line
+
+# How far ahead of this node's clock a record's ts may be.  A rank's last step time is the
+# largest ts seen, so one record stamped in year 9999 would pin it there and the rank could
+# never be seen as hung.  60 s is far above the skew of NTP-synced hosts (milliseconds) that
+# write to a shared log directory, and far below the 10-minute window of the stall alert: a
+# record stamped ahead within the tolerance delays a hung verdict by a minute at most.
+MAX_FUTURE_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,7 @@ class TrainingCollector(Collector[TrainingOptions]):
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.clock = time.monotonic  # tests replace it
+        self.wall_clock = context.seams.get(WALL_CLOCK) or time.time
         self._lock = threading.Lock()  # the watchdog thread and collect() both read files
         self._follower: FileFollower | None = None
         self._watcher: DirectoryWatcher | None = None
@@ -151,6 +160,7 @@ class TrainingCollector(Collector[TrainingOptions]):
 
     def _ingest(self, lines: list[Line]) -> None:
         now = self.clock()
+        latest_believable_ts = self.wall_clock() + MAX_FUTURE_SECONDS
         for line in lines:
             try:
                 record = parse_record(line.data, line.path)
@@ -163,6 +173,10 @@ class TrainingCollector(Collector[TrainingOptions]):
                     self._invalid["bad_record"] += 1
                 continue
             if record is None:
+                continue
+            if record.ts > latest_believable_ts:  # a step from the future is no step: refused
+                if not line.context:
+                    self._invalid["bad_record"] += 1
                 continue
             if line.context:
                 self._under_way[line.file] = record.step_key

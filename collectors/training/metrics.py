@@ -59,7 +59,8 @@ INVALID = MetricSpec(
     "lockstep_training_log_lines_invalid_total",
     "counter",
     "Log lines skipped: not_json (not a JSON object), bad_record (no metric, value, job_id, rank "
-    "or ts), bad_value (not a finite number >= 0), too_long (no newline within 64 KiB).",
+    "or ts, or a ts over 60 s ahead of this node's clock), bad_value (not a finite number >= 0), "
+    "too_long (no newline within 64 KiB).",
     ("reason",),
 )
 INVALID_REASONS = ("not_json", "bad_record", "bad_value", "too_long")

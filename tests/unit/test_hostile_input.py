@@ -8,6 +8,7 @@ the parsers with values nobody thought of.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -449,6 +450,30 @@ def test_a_bad_timestamp_or_rank_is_counted_as_a_bad_record(tmp_path: Path, fiel
     record[field] = bad
     log.write_text(_good_steps(0, 2) + json.dumps(record) + "\n" + _good_steps(3, 10))
     values = collected(_training(tmp_path / "*.jsonl"))
+    assert _rank_value(values, "steps_total") == 12
+    assert values[("lockstep_training_log_lines_invalid_total", frozenset({("reason", "bad_record")}))] == 1
+
+
+@pytest.mark.parametrize("future_ts", [253402300799, "9999-12-31T23:59:59Z", 1_767_312_000 + 2 + 61])
+def test_a_record_stamped_in_the_future_is_refused_and_never_pins_the_last_step(
+    tmp_path: Path, future_ts: object
+) -> None:
+    """Issue 29 item 12: one step stamped in year 9999 pinned last_step_timestamp there, so the
+    rank could never be seen as hung.  The agent's wall clock is the last good step's ts + 2 s;
+    past it by more than the tolerance (60 s) a record is refused."""
+    log = tmp_path / "rank-0.jsonl"
+    future = json.loads(_record(2, "step_time_sec", 1.0))
+    future["ts"] = future_ts
+    # Steps 0 and 1 good, step 2's step time from the future, steps 3..12 good (ts up to +12).
+    log.write_text(_good_steps(0, 2) + json.dumps(future) + "\n" + _good_steps(3, 10))
+    collector = TrainingCollector(
+        dataclasses.replace(
+            context(options=TrainingOptions(logs=(str(tmp_path / "*.jsonl"),), start_at="beginning")),
+            seams=Seams(WALL_CLOCK.replaced_by(lambda: 1_767_312_000 + 2)),
+        )
+    )
+    values = collected(collector)
+    assert _rank_value(values, "last_step_timestamp_seconds") == 1_767_312_000 + 12
     assert _rank_value(values, "steps_total") == 12
     assert values[("lockstep_training_log_lines_invalid_total", frozenset({("reason", "bad_record")}))] == 1
 
