@@ -23,6 +23,9 @@ from lockstep.agent.files import read_text
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 _SLURM_JOB_IN_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
+# The fd link the kernel writes for a socket: "socket:[<inode>]", the inode in decimal ASCII.
+_SOCKET_LINK = re.compile(r"socket:\[([0-9]{1,20})\]")
+_HEX = re.compile(r"[0-9A-Fa-f]+")
 
 
 @dataclass(frozen=True)
@@ -58,7 +61,7 @@ def process_table(procfs: Path) -> dict[int, Process]:
         if open_paren < 0 or close_paren < open_paren:
             continue
         fields = stat[close_paren + 2 :].split()
-        if len(fields) < 2 or not fields[1].lstrip("-").isdigit():
+        if len(fields) < 2 or not (fields[1].isascii() and fields[1].lstrip("-").isdigit()):  # str.isdigit: "²" too
             continue
         table[int(name)] = Process(int(name), int(fields[1]), stat[open_paren + 1 : close_paren])
     return table
@@ -89,8 +92,9 @@ def socket_inodes(procfs: Path, pid: int) -> set[int]:
             target = os.readlink(fd_dir / name)
         except OSError:
             continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
+        socket_link = _SOCKET_LINK.fullmatch(target)
+        if socket_link:  # anything else ("socket:[abc]": never the kernel's) is not a socket of ours
+            inodes.add(int(socket_link.group(1)))
     return inodes
 
 
@@ -108,13 +112,14 @@ def listening_sockets(procfs: Path, pid: int) -> list[ListeningSocket]:
             continue
         for line in text.splitlines()[1:]:
             fields = line.split()
-            if len(fields) < 10 or fields[3] != _LISTEN or not fields[9].isdigit():
+            if len(fields) < 10 or fields[3] != _LISTEN or not (fields[9].isascii() and fields[9].isdigit()):
                 continue
             inode = int(fields[9])
             if inode not in inodes:
                 continue
             address, _, port = fields[1].partition(":")
-            if len(address) != width:
+            # Hex as the kernel writes it, or the line is skipped: one bad line costs its socket only.
+            if len(address) != width or not _HEX.fullmatch(address) or len(port) != 4 or not _HEX.fullmatch(port):
                 continue
             found.append(ListeningSocket(_address(address), int(port, 16), inode))
     return sorted(found, key=lambda s: (s.port, s.address))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from collections.abc import Iterator
 
 from prometheus_client.core import Metric
@@ -82,6 +83,14 @@ _MEMINFO = {
     "SwapFree": SWAP_FREE,
 }
 _PRESSURE_RESOURCES = ("cpu", "memory", "io")
+# A count as the kernel writes it: unsigned decimal ASCII, at most 20 digits (2**64).
+_COUNT = re.compile(r"[0-9]{1,20}")
+
+
+def _count(text: str) -> int | None:
+    """An unsigned kernel count, or None for what the kernel never writes (the sample is
+    skipped: one bad value never costs the rest of the file, or the collector)."""
+    return int(text) if _COUNT.fullmatch(text) else None
 
 
 class HostCollector(Collector):
@@ -104,6 +113,8 @@ class HostCollector(Collector):
         super().__init__(context)
         self.proc = context.paths.procfs
         self._ticks_per_second = os.sysconf("SC_CLK_TCK")
+        self._skipped: list[str] = []  # this round's values skipped, named "file: field"
+        self._skipped_logged: list[str] = []  # the last set logged: logged once per change
 
     def check(self) -> str:
         super().check()
@@ -117,11 +128,16 @@ class HostCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         families = Families(self.metrics)
+        self._skipped = []
         self._stat(families)
         self._meminfo(families)
         self._loadavg(families)
         self._pressure(families)
         self._blocked_tasks(families)
+        if self._skipped != self._skipped_logged:  # the same bad file would otherwise log every round
+            self._skipped_logged = self._skipped
+            if self._skipped:
+                self.log.warning("skipped values the kernel never writes: %s", "; ".join(self._skipped[:5]))
         # Every family is exposed each round, except a load average /proc/loadavg does not have.
         load = set(LOAD.values())
         yield from (families[spec] for spec in self.metrics if spec not in load or families[spec].samples)
@@ -139,15 +155,20 @@ class HostCollector(Collector):
             key, _, rest = line.partition(" ")
             if key == "cpu":
                 for mode, ticks in zip(_CPU_MODES, rest.split(), strict=False):
-                    cpu.add_metric([mode], int(ticks) / self._ticks_per_second)
+                    count = _count(ticks)
+                    if count is None:
+                        self._skipped.append(f"stat: cpu {mode}")
+                    else:
+                        cpu.add_metric([mode], count / self._ticks_per_second)
             elif key.startswith("cpu"):
                 online += 1
-            elif key == "ctxt":
-                ctxt.add_metric([], int(rest))
-            elif key == "btime":
-                btime.add_metric([], int(rest))
-            elif key == "procs_running":
-                running.add_metric([], int(rest))
+            elif key in ("ctxt", "btime", "procs_running"):
+                family = {"ctxt": ctxt, "btime": btime, "procs_running": running}[key]
+                count = _count(rest.strip())
+                if count is None:
+                    self._skipped.append(f"stat: {key}")
+                else:
+                    family.add_metric([], count)
         cpus.add_metric([], online)
 
     def _meminfo(self, families: Families) -> None:
@@ -155,13 +176,20 @@ class HostCollector(Collector):
             field, _, rest = line.partition(":")
             if field in _MEMINFO:
                 parts = rest.split()
+                count = _count(parts[0]) if parts else None
+                if count is None:
+                    self._skipped.append(f"meminfo: {field}")
+                    continue
                 scale = 1024 if parts[1:] == ["kB"] else 1
-                families[_MEMINFO[field]].add_metric([], int(parts[0]) * scale)
+                families[_MEMINFO[field]].add_metric([], count * scale)
 
     def _loadavg(self, families: Families) -> None:
         values = read_text(self.proc / "loadavg").split()
-        for (_window, spec), value in zip(LOAD.items(), values, strict=False):
-            families[spec].add_metric([], float(value))
+        for (window, spec), value in zip(LOAD.items(), values, strict=False):
+            try:
+                families[spec].add_metric([], float(value))  # nan/inf: left out by the worker's domain check
+            except ValueError:
+                self._skipped.append(f"loadavg: {window}")
 
     def _pressure(self, families: Families) -> None:
         family = families[PRESSURE]
@@ -175,9 +203,13 @@ class HostCollector(Collector):
                     continue
                 raise
             for line in text.splitlines():
-                kind, *fields = line.split()
-                values = dict(f.split("=", 1) for f in fields)
-                family.add_metric([resource, kind], int(values["total"]) / 1e6)  # µs -> s
+                kind, *fields = line.split() or [""]
+                values = dict(f.split("=", 1) for f in fields if "=" in f)
+                total = _count(values.get("total", ""))
+                if total is None:
+                    self._skipped.append(f"pressure/{resource}: {kind[:32]}")
+                    continue
+                family.add_metric([resource, kind], total / 1e6)  # µs -> s
 
     def _blocked_tasks(self, families: Families) -> None:
         """Count threads in state D.  A thread of a training job stuck on a hung mount is not

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
@@ -57,3 +58,37 @@ def test_missing_proc_is_a_failure_naming_the_file(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError) as err:
         collect(tmp_path)
     assert err.value.filename == str(tmp_path / "stat")
+
+
+def test_a_value_the_kernel_never_writes_loses_that_sample_only(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 29 item 15: one non-numeric /proc/stat field failed the whole collector every round."""
+    proc = tmp_path / "proc"
+    shutil.copytree(PROC, proc)
+    stat = (proc / "stat").read_text()
+    stat = stat.replace("cpu  2262 0 1425", "cpu  2262 x 1425").replace("ctxt 243568", "ctxt 24356a")
+    (proc / "stat").write_text(stat)
+    meminfo = (proc / "meminfo").read_text()
+    (proc / "meminfo").write_text(meminfo.replace("Dirty:", "Dirty: junk kB\nDirtyWas:", 1))
+    collector = HostCollector(context(proc=proc))
+    with caplog.at_level(logging.WARNING):
+        collected(collector)
+        s = collected(collector)
+    # Logged once, not once per round.
+    assert [r.getMessage() for r in caplog.records] == [
+        "skipped values the kernel never writes: stat: cpu nice; stat: ctxt; meminfo: Dirty"
+    ]
+    cpu = "lockstep_host_cpu_seconds_total"
+    assert ("lockstep_host_cpu_seconds_total", frozenset({("mode", "nice")})) not in s
+    assert ("lockstep_host_context_switches_total", frozenset()) not in s
+    assert ("lockstep_host_memory_dirty_bytes", frozenset()) not in s
+    # Everything else from the same files is still there, with its exact value.
+    assert s[(cpu, frozenset({("mode", "user")}))] == 22.62
+    assert s[(cpu, frozenset({("mode", "system")}))] == 14.25
+    assert s[(cpu, frozenset({("mode", "steal")}))] == 0.08
+    assert s[("lockstep_host_cpus", frozenset())] == 2
+    assert s[("lockstep_host_boot_time_seconds", frozenset())] == 1795302171
+    assert s[("lockstep_host_processes_running", frozenset())] == 1
+    assert s[("lockstep_host_memory_total_bytes", frozenset())] == 24684092 * 1024
+    assert s[("lockstep_host_processes_blocked", frozenset())] == 2
