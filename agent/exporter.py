@@ -7,9 +7,11 @@ No collector code, file or hardware access happens here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
+from prometheus_client import openmetrics
 from prometheus_client.core import Metric
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from lockstep import __version__
 from lockstep.agent.collector import MetricSpec
@@ -81,6 +83,54 @@ SELF_METRICS = (
 )
 
 
+@dataclass(frozen=True)
+class ExpositionFormat:
+    """One format the endpoint serves: what it is called, its Content-Type, and its encoder."""
+
+    name: str
+    content_type: str
+    encoder: Callable[[_Families], bytes]
+
+
+# The formats served, and nothing else.  Every name is already a legacy Prometheus name, so the
+# escaping schemes a scraper may ask for ("escaping=allow-utf-8", ...) change nothing: both
+# formats are rendered with the default (underscores) and the Content-Type does not echo one.
+TEXT_FORMAT = ExpositionFormat("text 0.0.4", CONTENT_TYPE_PLAIN_0_0_4, generate_latest)  # type: ignore[arg-type]
+OPENMETRICS_FORMAT = ExpositionFormat(
+    "openmetrics 1.0.0", openmetrics.exposition.CONTENT_TYPE_LATEST, openmetrics.exposition.generate_latest
+)  # type: ignore[arg-type]
+SUPPORTED_FORMATS = (TEXT_FORMAT, OPENMETRICS_FORMAT)
+
+
+def negotiate_format(accept_header: str) -> ExpositionFormat:
+    """The format to answer an Accept header with: OpenMetrics 1.0.0 or the text format.
+
+    Done here rather than by prometheus_client's choose_encoder, which raises TypeError on a
+    version it cannot parse ("version=1.x") and takes any other version at its word
+    ("version=1.0.0.<anything>", each a Content-Type of its own).  As choose_encoder does, the
+    first acceptable entry wins (Prometheus lists its entries best first; q-values are not read).
+    A text/plain entry of any version gets the text format.  An OpenMetrics entry counts when it
+    names version 1.0.0 or none; any other version, parsable or not, is skipped, and when nothing
+    counts the answer is the text format, never 406: that is what
+    prometheus_client does for a version below 1.0.0 and what client_golang's
+    NegotiateIncludingOpenMetrics does for every version it does not know, and a scraper always
+    accepts the text format (Prometheus parses a response by its Content-Type).
+    """
+    for entry in accept_header.split(","):
+        media_type, *params = entry.split(";")
+        media_type = media_type.strip().lower()
+        if media_type == "text/plain":
+            return TEXT_FORMAT
+        if media_type != "application/openmetrics-text":
+            continue
+        versions = [
+            value.strip() for name, _, value in (p.partition("=") for p in params) if name.strip().lower() == "version"
+        ]
+        if not versions or versions[0] == "1.0.0":
+            return OPENMETRICS_FORMAT
+    return TEXT_FORMAT
+
+
 class SnapshotExporter:
     """Renders the agent's workers' latest snapshots and self-metrics for a scrape.
 
@@ -101,7 +151,8 @@ class SnapshotExporter:
         Rendering is most of a scrape's cost (a few µs per series), so this keeps scrape
         latency flat however many series the collectors export.
         """
-        encoder, content_type = choose_encoder(accept_header)
+        exposition_format = negotiate_format(accept_header)
+        encoder, content_type = exposition_format.encoder, exposition_format.content_type
         views = sorted(self._views(), key=lambda v: v.name)
         parts = []
         failures: dict[str, str] = {}

@@ -520,6 +520,11 @@ class AgentHTTPServer:
         assert request is not None
         try:
             response = self._respond(request, _client_host(conn.address))
+        except Exception:
+            # A bug (ours or a library's) still gets the client a status, not a silent close.
+            log.exception("answering a request failed")
+            response = _Response(500, b"internal error\n")
+        try:
             head = request.method == b"HEAD"
             body = response.body
             headers = [] if response.status == 204 else [("Content-Type", response.content_type)]
