@@ -151,8 +151,11 @@ class SnapshotExporter:
         Rendering is most of a scrape's cost (a few µs per series), so this keeps scrape
         latency flat however many series the collectors export.
         """
+        # The caches below are keyed by the format negotiated, never by the raw header: a
+        # client varying its Accept header gets one of SUPPORTED_FORMATS, so each snapshot holds
+        # at most that many renderings (one per distinct header grew memory without bound).
         exposition_format = negotiate_format(accept_header)
-        encoder, content_type = exposition_format.encoder, exposition_format.content_type
+        encoder, cache_key = exposition_format.encoder, exposition_format.name
         views = sorted(self._views(), key=lambda v: v.name)
         parts = []
         failures: dict[str, str] = {}
@@ -160,26 +163,26 @@ class SnapshotExporter:
             snapshot = view.snapshot
             if snapshot is None:
                 continue
-            text = snapshot.rendered.get(content_type)
+            text = snapshot.rendered.get(cache_key)
             if text is None:
                 try:
-                    text = encoder(_Families(list(snapshot.families)))  # type: ignore[arg-type]
+                    text = encoder(_Families(list(snapshot.families)))
                 except Exception:
                     # One collector's bad family must not blank the whole scrape: leave that
                     # collector's families out and report it failed.
-                    snapshot.render_errors[content_type] = _render_problem(encoder, snapshot.families)
+                    snapshot.render_errors[cache_key] = _render_problem(encoder, snapshot.families)
                     text = b""
-                snapshot.rendered[content_type] = text
-            if content_type in snapshot.render_errors:
-                failures[view.name] = snapshot.render_errors[content_type]
+                snapshot.rendered[cache_key] = text
+            if cache_key in snapshot.render_errors:
+                failures[view.name] = snapshot.render_errors[cache_key]
                 continue
             parts.append(text)
         self._log_render_failures(failures)
-        parts.insert(0, encoder(_Families(list(self_metrics(views, failures)))))  # type: ignore[arg-type]
-        if content_type.startswith("application/openmetrics-text"):
+        parts.insert(0, encoder(_Families(list(self_metrics(views, failures)))))
+        if exposition_format is OPENMETRICS_FORMAT:
             # Each part ends with the format's "# EOF" line; the whole exposition has one.
             parts = [part.removesuffix(b"# EOF\n") for part in parts] + [b"# EOF\n"]
-        return b"".join(parts), content_type
+        return b"".join(parts), exposition_format.content_type
 
     def _log_render_failures(self, failures: dict[str, str]) -> None:
         for name, reason in failures.items():

@@ -6,6 +6,7 @@ No timing is asserted: deadlines are set short and the tests wait for the outcom
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import socket
 import threading
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+from prometheus_client.core import GaugeMetricFamily
 
-from lockstep.agent.exporter import SnapshotExporter, negotiate_format
-from lockstep.agent.scheduler import State, WorkerView
+from lockstep.agent.exporter import SUPPORTED_FORMATS, SnapshotExporter, negotiate_format
+from lockstep.agent.scheduler import Snapshot, State, WorkerView
 from lockstep.agent.server import AgentHTTPServer, ServerLimits, accepts_gzip, make_server
 from lockstep.agent.webconfig import AuthResult, WebConfig, WebConfigError, load_web_config
 
@@ -425,3 +427,28 @@ def test_content_length_with_transfer_encoding_is_refused_and_the_connection_clo
     )
     answered = responses(exchange(server, stream, end_input=False))
     assert answered == [(400, b"bad request: both Content-Length and Transfer-Encoding\n")]
+
+
+def test_distinct_accept_headers_cache_one_rendering_per_supported_format() -> None:
+    # Each distinct header was a cache key of its own: 200 requests grew the agent by 440 MB.
+    family = GaugeMetricFamily("lockstep_toy_level", "Toy level.", labels=["source"])
+    family.add_metric(["a"], 1)
+    snapshot = Snapshot((family,), finished_at=time.monotonic())
+    exporter = SnapshotExporter(lambda: [dataclasses.replace(VIEW, snapshot=snapshot)])
+    content_types = set()
+    for i in range(50):
+        for accept in (
+            f"application/openmetrics-text; version=1.0.0.{i}",
+            f"application/openmetrics-text; version=1.0.0; escaping=x{i}",
+            f"text/plain; version=0.0.{i}",
+            f"application/openmetrics-text; version=1.0.0, text/plain; q=0.{i}",
+        ):
+            body, content_type = exporter.render(accept)
+            content_types.add(content_type)
+            assert b'lockstep_toy_level{source="a"} 1' in body, accept
+    assert len(snapshot.rendered) <= len(SUPPORTED_FORMATS) == 2, sorted(snapshot.rendered)[:3]
+    assert sorted(snapshot.rendered) == ["openmetrics 1.0.0", "text 0.0.4"]
+    assert content_types == {
+        "text/plain; version=0.0.4; charset=utf-8",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    }
