@@ -92,13 +92,15 @@ class ExpositionFormat:
     encoder: Callable[[_Families], bytes]
 
 
-# The formats served, and nothing else.  Every name is already a legacy Prometheus name, so the
-# escaping schemes a scraper may ask for ("escaping=allow-utf-8", ...) change nothing: both
-# formats are rendered with the default (underscores) and the Content-Type does not echo one.
-TEXT_FORMAT = ExpositionFormat("text 0.0.4", CONTENT_TYPE_PLAIN_0_0_4, generate_latest)  # type: ignore[arg-type]
+# The formats served, and nothing else (each is one cached rendering per snapshot).  Names are
+# rendered with the default escaping (underscores) whatever "escaping=" a scraper asks for, and
+# the Content-Type does not echo one: the agent's names are legacy Prometheus names, which that
+# escaping leaves as they are, so a scraper asking for allow-utf-8 gets exactly what it would
+# have; serving dots or values escaping as well would be more renderings for no agent name.
+TEXT_FORMAT = ExpositionFormat("text 0.0.4", CONTENT_TYPE_PLAIN_0_0_4, generate_latest)
 OPENMETRICS_FORMAT = ExpositionFormat(
     "openmetrics 1.0.0", openmetrics.exposition.CONTENT_TYPE_LATEST, openmetrics.exposition.generate_latest
-)  # type: ignore[arg-type]
+)
 SUPPORTED_FORMATS = (TEXT_FORMAT, OPENMETRICS_FORMAT)
 
 
