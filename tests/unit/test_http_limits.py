@@ -252,7 +252,9 @@ def test_connections_above_the_cap_refused_when_all_are_busy(serve) -> None:  # 
         sock = connect(server)
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
         busy.append(sock)
-    wait_for(lambda: views.rendering.is_set() and server.waiting_connections == 0)
+    # All three accepted (a connection still in the listen backlog is not waiting either: the
+    # newcomer would then evict it and wait for a request it never sends) and all three dispatched.
+    wait_for(lambda: views.rendering.is_set() and server.open_connections == 3 and server.waiting_connections == 0)
     refused = read_all(connect(server))
     assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n") and refused.endswith(b"too many connections\n")
     views.release.set()
