@@ -7,9 +7,11 @@ No collector code, file or hardware access happens here.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
+from prometheus_client import openmetrics
 from prometheus_client.core import Metric
-from prometheus_client.exposition import choose_encoder
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
 from lockstep import __version__
 from lockstep.agent.collector import MetricSpec
@@ -81,6 +83,56 @@ SELF_METRICS = (
 )
 
 
+@dataclass(frozen=True)
+class ExpositionFormat:
+    """One format the endpoint serves: what it is called, its Content-Type, and its encoder."""
+
+    name: str
+    content_type: str
+    encoder: Callable[[_Families], bytes]
+
+
+# The formats served, and nothing else (each is one cached rendering per snapshot).  Names are
+# rendered with the default escaping (underscores) whatever "escaping=" a scraper asks for, and
+# the Content-Type does not echo one: the agent's names are legacy Prometheus names, which that
+# escaping leaves as they are, so a scraper asking for allow-utf-8 gets exactly what it would
+# have; serving dots or values escaping as well would be more renderings for no agent name.
+TEXT_FORMAT = ExpositionFormat("text 0.0.4", CONTENT_TYPE_PLAIN_0_0_4, generate_latest)
+OPENMETRICS_FORMAT = ExpositionFormat(
+    "openmetrics 1.0.0", openmetrics.exposition.CONTENT_TYPE_LATEST, openmetrics.exposition.generate_latest
+)
+SUPPORTED_FORMATS = (TEXT_FORMAT, OPENMETRICS_FORMAT)
+
+
+def negotiate_format(accept_header: str) -> ExpositionFormat:
+    """The format to answer an Accept header with: OpenMetrics 1.0.0 or the text format.
+
+    Done here rather than by prometheus_client's choose_encoder, which raises TypeError on a
+    version it cannot parse ("version=1.x") and takes any other version at its word
+    ("version=1.0.0.<anything>", each a Content-Type of its own).  As choose_encoder does, the
+    first acceptable entry wins (Prometheus lists its entries best first; q-values are not read).
+    A text/plain entry of any version gets the text format.  An OpenMetrics entry counts when it
+    names version 1.0.0 or none; any other version, parsable or not, is skipped, and when nothing
+    counts the answer is the text format, never 406: that is what
+    prometheus_client does for a version below 1.0.0 and what client_golang's
+    NegotiateIncludingOpenMetrics does for every version it does not know, and a scraper always
+    accepts the text format (Prometheus parses a response by its Content-Type).
+    """
+    for entry in accept_header.split(","):
+        media_type, *params = entry.split(";")
+        media_type = media_type.strip().lower()
+        if media_type == "text/plain":
+            return TEXT_FORMAT
+        if media_type != "application/openmetrics-text":
+            continue
+        versions = [
+            value.strip() for name, _, value in (p.partition("=") for p in params) if name.strip().lower() == "version"
+        ]
+        if not versions or versions[0] == "1.0.0":
+            return OPENMETRICS_FORMAT
+    return TEXT_FORMAT
+
+
 class SnapshotExporter:
     """Renders the agent's workers' latest snapshots and self-metrics for a scrape.
 
@@ -101,7 +153,11 @@ class SnapshotExporter:
         Rendering is most of a scrape's cost (a few µs per series), so this keeps scrape
         latency flat however many series the collectors export.
         """
-        encoder, content_type = choose_encoder(accept_header)
+        # The caches below are keyed by the format negotiated, never by the raw header: a
+        # client varying its Accept header gets one of SUPPORTED_FORMATS, so each snapshot holds
+        # at most that many renderings (one per distinct header grew memory without bound).
+        exposition_format = negotiate_format(accept_header)
+        encoder, cache_key = exposition_format.encoder, exposition_format.name
         views = sorted(self._views(), key=lambda v: v.name)
         parts = []
         failures: dict[str, str] = {}
@@ -109,26 +165,26 @@ class SnapshotExporter:
             snapshot = view.snapshot
             if snapshot is None:
                 continue
-            text = snapshot.rendered.get(content_type)
+            text = snapshot.rendered.get(cache_key)
             if text is None:
                 try:
-                    text = encoder(_Families(list(snapshot.families)))  # type: ignore[arg-type]
+                    text = encoder(_Families(list(snapshot.families)))
                 except Exception:
                     # One collector's bad family must not blank the whole scrape: leave that
                     # collector's families out and report it failed.
-                    snapshot.render_errors[content_type] = _render_problem(encoder, snapshot.families)
+                    snapshot.render_errors[cache_key] = _render_problem(encoder, snapshot.families)
                     text = b""
-                snapshot.rendered[content_type] = text
-            if content_type in snapshot.render_errors:
-                failures[view.name] = snapshot.render_errors[content_type]
+                snapshot.rendered[cache_key] = text
+            if cache_key in snapshot.render_errors:
+                failures[view.name] = snapshot.render_errors[cache_key]
                 continue
             parts.append(text)
         self._log_render_failures(failures)
-        parts.insert(0, encoder(_Families(list(self_metrics(views, failures)))))  # type: ignore[arg-type]
-        if content_type.startswith("application/openmetrics-text"):
+        parts.insert(0, encoder(_Families(list(self_metrics(views, failures)))))
+        if exposition_format is OPENMETRICS_FORMAT:
             # Each part ends with the format's "# EOF" line; the whole exposition has one.
             parts = [part.removesuffix(b"# EOF\n") for part in parts] + [b"# EOF\n"]
-        return b"".join(parts), content_type
+        return b"".join(parts), exposition_format.content_type
 
     def _log_render_failures(self, failures: dict[str, str]) -> None:
         for name, reason in failures.items():

@@ -42,7 +42,8 @@ class Snapshot:
     """The metric families of one finished run, and when it finished (monotonic clock).
 
     ``rendered`` caches the snapshot's exposition text per format (filled by the exporter):
-    a snapshot never changes, so it is rendered once, not on every scrape."""
+    a snapshot never changes, so it is rendered once, not on every scrape.  Its keys are the
+    names of the exporter's SUPPORTED_FORMATS, so it holds at most that many renderings."""
 
     families: tuple[Metric, ...]
     finished_at: float

@@ -16,7 +16,9 @@ is bounded (docs/security.md states the limits):
   refused (503, or a close on a TLS port).
 - Requests are parsed by h11 (strict HTTP/1.1 framing: Content-Length, chunked bodies,
   Connection: close, mandatory Host) rather than http.server, which answers a truncated request
-  with a full render and leaves an unread body to be parsed as the next request.
+  with a full render and leaves an unread body to be parsed as the next request.  A request
+  with both Content-Length and Transfer-Encoding (allowed by h11, forbidden to keep alive by
+  RFC 9112 6.3) is refused with 400 and the connection closed.
 
 TLS is applied per accepted connection with the current web config, so a reload that rotates
 certificates takes effect for the next connection without rebinding the port.
@@ -411,6 +413,14 @@ class AgentHTTPServer:
                 if size > self.limits.max_header_bytes:
                     self._reject(conn, 431, "request header fields too large\n")
                     return False
+                # RFC 9112 6.3: both framings at once may be a request-smuggling attempt (h11 obeys
+                # Transfer-Encoding, a proxy in front may have obeyed Content-Length), and the
+                # server must close the connection after answering it.  Refused with 400 and
+                # closed, as any other framing error here, so nothing after it is read as a request.
+                names = {name for name, _ in event.headers}
+                if b"content-length" in names and b"transfer-encoding" in names:
+                    self._reject(conn, 400, "bad request: both Content-Length and Transfer-Encoding\n")
+                    return False
                 conn.request = event
                 conn.body_bytes = 0
             elif isinstance(event, h11.Data):
@@ -520,6 +530,11 @@ class AgentHTTPServer:
         assert request is not None
         try:
             response = self._respond(request, _client_host(conn.address))
+        except Exception:
+            # A bug (ours or a library's) still gets the client a status, not a silent close.
+            log.exception("answering a request failed")
+            response = _Response(500, b"internal error\n")
+        try:
             head = request.method == b"HEAD"
             body = response.body
             headers = [] if response.status == 204 else [("Content-Type", response.content_type)]

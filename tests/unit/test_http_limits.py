@@ -6,6 +6,7 @@ No timing is asserted: deadlines are set short and the tests wait for the outcom
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import socket
 import threading
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import bcrypt
 import pytest
+from prometheus_client.core import GaugeMetricFamily
 
-from lockstep.agent.exporter import SnapshotExporter
-from lockstep.agent.scheduler import State, WorkerView
+from lockstep.agent.exporter import SUPPORTED_FORMATS, SnapshotExporter, negotiate_format
+from lockstep.agent.scheduler import Snapshot, State, WorkerView
 from lockstep.agent.server import AgentHTTPServer, ServerLimits, accepts_gzip, make_server
 from lockstep.agent.webconfig import AuthResult, WebConfig, WebConfigError, load_web_config
 
@@ -250,7 +252,9 @@ def test_connections_above_the_cap_refused_when_all_are_busy(serve) -> None:  # 
         sock = connect(server)
         sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n")
         busy.append(sock)
-    wait_for(lambda: views.rendering.is_set() and server.waiting_connections == 0)
+    # All three accepted (a connection still in the listen backlog is not waiting either: the
+    # newcomer would then evict it and wait for a request it never sends) and all three dispatched.
+    wait_for(lambda: views.rendering.is_set() and server.open_connections == 3 and server.waiting_connections == 0)
     refused = read_all(connect(server))
     assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n") and refused.endswith(b"too many connections\n")
     views.release.set()
@@ -356,3 +360,97 @@ def test_unknown_users_checked_at_the_highest_configured_cost() -> None:
     assert web._unknown_user_hash.startswith(b"$2b$06$") and len(web._unknown_user_hash) == 60
     assert web.check_basic_auth("nobody", "") is AuthResult.DENIED
     assert web.check_basic_auth("dear", "b") is AuthResult.OK
+
+
+def test_an_accept_version_the_library_cannot_parse_gets_the_text_format(serve) -> None:  # type: ignore[no-untyped-def]
+    # prometheus_client's choose_encoder raises TypeError comparing "x" with an int here.
+    prometheus_3 = (
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+        "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
+        "text/plain;version=0.0.4;q=0.2,*/*;q=0.1"
+    )
+    negotiated = {
+        accept: negotiate_format(accept)
+        for accept in (
+            "",
+            "*/*",
+            "application/openmetrics-text",
+            "application/openmetrics-text; version=1.0.0",
+            prometheus_3,
+            "application/openmetrics-text; version=0.0.1",
+            "application/openmetrics-text; version=1.x",
+            "application/openmetrics-text; version=2.0.0, application/openmetrics-text; version=1.0.0",
+            "text/plain; version=0.0.4, application/openmetrics-text; version=1.0.0",
+        )
+    }
+    assert [f.name for f in negotiated.values()] == [
+        "text 0.0.4",
+        "text 0.0.4",
+        "openmetrics 1.0.0",
+        "openmetrics 1.0.0",
+        "openmetrics 1.0.0",
+        "text 0.0.4",
+        "text 0.0.4",
+        "openmetrics 1.0.0",
+        "text 0.0.4",
+    ]
+    server = serve()
+    for accept in (
+        "application/openmetrics-text; version=1.x",
+        "text/plain; version=x",
+        "application/openmetrics-text; version=..",
+    ):
+        request = b"GET /metrics HTTP/1.1\r\nHost: node\r\nAccept: %s\r\nConnection: close\r\n\r\n" % accept.encode()
+        response = exchange(server, request, end_input=False)
+        assert response.startswith(b"HTTP/1.1 200 "), (accept, response[:80])
+        assert b"\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n" in response, accept
+        assert b'lockstep_collector_runs_total{collector="toy"} 3.0\n' in response, accept
+
+
+class FailingViews(CountingViews):
+    def __call__(self) -> list[WorkerView]:
+        raise RuntimeError("a bug on the scrape path")
+
+
+def test_an_exception_while_answering_gets_a_500_not_a_silent_close(serve) -> None:  # type: ignore[no-untyped-def]
+    server = serve(views=FailingViews())
+    response = exchange(server, b"GET /metrics HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n", end_input=False)
+    assert response.startswith(b"HTTP/1.1 500 ") and response.endswith(b"\r\n\r\ninternal error\n"), response[:80]
+
+
+def test_content_length_with_transfer_encoding_is_refused_and_the_connection_closed(serve) -> None:  # type: ignore[no-untyped-def]
+    # RFC 9112 6.3: such a request may be a smuggling attempt; whatever the answer, close after it.
+    server = serve()
+    smuggled = b"GET /nope HTTP/1.1\r\nHost: node\r\nConnection: close\r\n\r\n"
+    stream = (
+        b"GET /healthz HTTP/1.1\r\nHost: node\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + b"0\r\n\r\n"
+        + smuggled
+    )
+    answered = responses(exchange(server, stream, end_input=False))
+    assert answered == [(400, b"bad request: both Content-Length and Transfer-Encoding\n")]
+
+
+def test_distinct_accept_headers_cache_one_rendering_per_supported_format() -> None:
+    # Each distinct header was a cache key of its own: 200 requests grew the agent by 440 MB.
+    family = GaugeMetricFamily("lockstep_toy_level", "Toy level.", labels=["source"])
+    family.add_metric(["a"], 1)
+    snapshot = Snapshot((family,), finished_at=time.monotonic())
+    exporter = SnapshotExporter(lambda: [dataclasses.replace(VIEW, snapshot=snapshot)])
+    content_types = set()
+    for i in range(50):
+        for accept in (
+            f"application/openmetrics-text; version=1.0.0.{i}",
+            f"application/openmetrics-text; version=1.0.0; escaping=x{i}",
+            f"text/plain; version=0.0.{i}",
+            f"application/openmetrics-text; version=1.0.0, text/plain; q=0.{i}",
+        ):
+            body, content_type = exporter.render(accept)
+            content_types.add(content_type)
+            assert b'lockstep_toy_level{source="a"} 1' in body, accept
+    assert len(snapshot.rendered) <= len(SUPPORTED_FORMATS) == 2, sorted(snapshot.rendered)[:3]
+    assert sorted(snapshot.rendered) == ["openmetrics 1.0.0", "text 0.0.4"]
+    assert content_types == {
+        "text/plain; version=0.0.4; charset=utf-8",
+        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+    }
