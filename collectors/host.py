@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, Families, MetricSpec
+from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec
 from lockstep.agent.files import read_text
 
 CPU_SECONDS = MetricSpec(
@@ -109,7 +109,7 @@ class HostCollector(Collector):
         BLOCKED,
     )
 
-    def __init__(self, context):  # type: ignore[no-untyped-def]
+    def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
         self.proc = context.paths.procfs
         self._ticks_per_second = os.sysconf("SC_CLK_TCK")
