@@ -74,3 +74,7 @@ class Seams:
 
 # Seconds since the epoch, for timestamps the collectors export (time.time when not replaced).
 WALL_CLOCK = Seam[Callable[[], float]]("wall_clock", "seconds since the epoch")
+# Seconds on a clock that never steps back, for intervals between a collector's own readings
+# (time.monotonic when not replaced): the simulated node replaces it with its simulated time, so
+# what a reading's spacing decides (GPM's windowed metrics) does not depend on the machine's speed.
+MONOTONIC_CLOCK = Seam[Callable[[], float]]("monotonic_clock", "seconds on a clock that never steps back")

@@ -34,7 +34,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING
 
-from lockstep.agent.seams import WALL_CLOCK
+from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
 from lockstep.collectors.gpu.provider import NVML
 from lockstep.simulation import Scenario
 from lockstep.simulation.fake_nvml import (
@@ -394,6 +394,9 @@ def build(node: SimulatedNode, t: float) -> None:
         node.seams.replace(NVML.replaced_by(fake))
         if node.seams.get(WALL_CLOCK) is None:
             node.seams.replace(WALL_CLOCK.replaced_by(lambda: WALL_CLOCK_AT_START + node.t))
+        # GPM's sample spacing in simulated time too: a round asked for at once (after an XID)
+        # is then never 100 ms after the last one, however slow the machine running the node.
+        node.seams.replace(MONOTONIC_CLOCK.replaced_by(lambda: node.t))
     if node.scenario == "gpu-faults":
         fake.spec = node_spec(node.scenario, t)  # its counters change with t
     fake.set_time(t)

@@ -38,7 +38,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, CollectorContext, Families
 from lockstep.agent.files import read_text
 from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
-from lockstep.agent.seams import WALL_CLOCK
+from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
 from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.fields import omitted_metrics
 from lockstep.collectors.gpu.metrics import INFO, METRICS, NVML_ERRORS, UP
@@ -85,8 +85,9 @@ class GpuCollector(Collector):
         timings = SessionTimings(
             self.reinit_backoff_initial, self.reinit_backoff_max, self.listener_wait_ms, self.listener_backoff
         )
-        self.sessions = NvmlSessions(nvml, self.calls, self.xids, timings, self.log)
-        self.reader = GpuReader(self.calls, self.gpm_min_interval)
+        gpm_clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
+        self.sessions = NvmlSessions(nvml, self.calls, self.xids, timings, self.log, gpm_clock)
+        self.reader = GpuReader(self.calls, self.gpm_min_interval, gpm_clock)
 
     # --- one round ---
 

@@ -25,7 +25,7 @@ byte counts on every GPU that has GPM.
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -133,21 +133,28 @@ def _sample(
     return True
 
 
-def first_sample(calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState) -> None:
-    """The whole GPU's first sample, taken at enumeration, so the first round has the counters."""
+def first_sample(calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState, now: float) -> None:
+    """The whole GPU's first sample, taken at enumeration (``now`` on the collector's monotonic
+    clock), so the first round has the counters."""
     if gpu.gpm is None:
         return
     target = _target(calls, nvml, gpu, gpu.gpm, None)
     if target is not None:
         target.sampled = _sample(calls, nvml, gpu, target, target.previous, at_enumeration=True)
-        target.sampled_at = time.monotonic()
+        target.sampled_at = now
 
 
 def read_gpm(
-    calls: NvmlCalls, nvml: NvmlProvider, gpu: GpuState, instances: list[int] | None, min_interval: float
+    calls: NvmlCalls,
+    nvml: NvmlProvider,
+    gpu: GpuState,
+    instances: list[int] | None,
+    min_interval: float,
+    clock: Callable[[], float],
 ) -> list[Sample]:
     """This round's GPM values of the GPU (``instances`` None) or of its MIG GPU instances;
-    windowed ones only from two samples at least ``min_interval`` seconds apart."""
+    windowed ones only from two samples at least ``min_interval`` seconds apart on ``clock`` (the
+    collector's monotonic clock)."""
     state = gpu.gpm
     if state is None:
         return []
@@ -162,7 +169,7 @@ def read_gpm(
             continue
         if not target.sampled:  # a new instance: its first sample now, its counters from this round on
             target.sampled = _sample(calls, nvml, gpu, target, target.previous)
-            target.sampled_at = time.monotonic()
+            target.sampled_at = clock()
             if gpu.gpm is None:
                 return []
             if not target.sampled:
@@ -171,7 +178,7 @@ def read_gpm(
             if gpu.gpm is None:
                 return []
             continue
-        now = time.monotonic()
+        now = clock()
         # Windowed metrics between two rounds' samples (the first pair spans the enumeration), at
         # least min_interval apart: NVML refreshes its samples every 100 ms.  A round that comes
         # sooner (one asked for at once, after an XID or a hotplug) reads the counters only and keeps

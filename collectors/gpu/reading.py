@@ -6,6 +6,7 @@ processes, each call probed once and remembered when unsupported, failures count
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from typing import Any
 
 import pynvml
@@ -56,11 +57,12 @@ from lockstep.collectors.gpu.state import GpuState, Sample
 class GpuReader:
     """One GPU's values in a round, read through the collector's guarded NVML calls."""
 
-    def __init__(self, calls: NvmlCalls, gpm_min_interval: float) -> None:
+    def __init__(self, calls: NvmlCalls, gpm_min_interval: float, gpm_clock: Callable[[], float]) -> None:
         self.calls = calls
         # GPM's windowed metrics need their two samples at least this far apart (seconds; NVML
-        # refreshes GPM samples every 100 ms): collectors/gpu/gpm.py.
+        # refreshes GPM samples every 100 ms), on the collector's monotonic clock: collectors/gpu/gpm.py.
         self.gpm_min_interval = gpm_min_interval
+        self.gpm_clock = gpm_clock
 
     def read(
         self, nvml: NvmlProvider, gpu: GpuState
@@ -124,7 +126,7 @@ class GpuReader:
                 migs = read_mig(self.calls, nvml, gpu, out, processes or ())
         if gpu.gpm is not None:
             instances = sorted({m.gpu_instance_id for m in migs}) if mig_enabled else None
-            out += read_gpm(self.calls, nvml, gpu, instances, self.gpm_min_interval)
+            out += read_gpm(self.calls, nvml, gpu, instances, self.gpm_min_interval, self.gpm_clock)
         return out, processes or (), migs
 
     def _read_fabric(self, nvml: NvmlProvider, gpu: GpuState) -> list[Sample]:

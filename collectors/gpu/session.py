@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pynvml
@@ -65,12 +66,14 @@ class NvmlSessions:
         xids: XidCounts,
         timings: SessionTimings,
         log: logging.Logger,
+        gpm_clock: Callable[[], float],
     ) -> None:
         self.nvml = nvml  # pynvml, or the fake NVML of Seams.nvml
         self.calls = calls
         self.xids = xids  # the XID counts, kept across sessions; each session's listener records into them
         self.timings = timings
         self.log = log
+        self.gpm_clock = gpm_clock  # the clock GPM's sample spacing is measured on (gpm.py)
         self.session: Session | None = None
         self._retry_at = 0.0  # monotonic time before which NVML is not re-initialised
         self.retry_delay = timings.reinit_backoff_initial
@@ -156,7 +159,7 @@ class NvmlSessions:
             gpu.sm_clock_max_hz = None if max_mhz is None else max_mhz * 1e6
             gpu.links = self._link_count(nvml, gpu)
             start_gpm(self.calls, nvml, gpu)
-            first_sample(self.calls, nvml, gpu)
+            first_sample(self.calls, nvml, gpu, self.gpm_clock())
         except GPU_GONE as exc:
             self.lose(gpu, exc, known)
         except pynvml.NVMLError as exc:
