@@ -1,4 +1,4 @@
-"""The ``lockstep`` command: run, once, doctor, demo, config check.
+"""The ``lockstep`` command: run, once, doctor, demo, config check, config example.
 
 Exit status: 0 fine; 1 a collector failed (``once``) or the agent could not start;
 2 bad usage or bad configuration (every problem printed, no traceback).
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from lockstep import __version__
+from lockstep.agent import config_example
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere, describe_error
 from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup, serve
@@ -115,6 +116,9 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser("check", help="validate a config file without starting anything")
     check.add_argument("file", type=Path)
+    config_commands.add_parser(
+        "example", help="print a config file with every key at its default, for the collectors installed"
+    )
     return parser
 
 
@@ -303,6 +307,9 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     discovery = discover()
     args = build_parser(discovery).parse_args(argv)
+    if args.command == "config" and args.config_command == "example":
+        sys.stdout.write(config_example.render({name: r.cls for name, r in discovery.collectors.items()}))
+        return 0
     if args.command == "config":
         return config_check(args.file, discovery)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.agent import config_example
 from lockstep.agent.cli import build_parser, overrides_from
 from lockstep.agent.collector import Collector, CollectorContext, Paths
 from lockstep.agent.config import (
@@ -17,6 +18,7 @@ from lockstep.agent.config import (
     load_config,
     parse_duration,
     parse_listen,
+    parse_string,
     parse_string_list,
 )
 from lockstep.agent.options import NoOptions, declared_options, option
@@ -172,9 +174,66 @@ def test_run_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
 
 def test_documented_example_file_is_valid_and_shows_the_defaults() -> None:
     example = REPO / "docs" / "lockstep.example.yml"
-    loaded = load_config(example, AVAILABLE)
-    defaults = load_config(None, AVAILABLE)
+    builtin = config_example.builtin_collectors()
+    loaded = load_config(example, builtin)
+    defaults = load_config(None, builtin)
     assert loaded == Config(**{**vars(defaults), "source": example})
+    # Every collector and every option is in it, not only those whose defaults are written.
+    text = example.read_text()
+    for name, cls in builtin.items():
+        assert f"\n  {name}:\n" in text
+        for declared in declared_options(cls.options_class):
+            assert f" {declared.name}:" in text, f"{name}.{declared.name} missing from {example}"
+
+
+def test_documented_example_file_is_current() -> None:
+    assert config_example.DOC.read_text() == config_example.render(config_example.builtin_collectors()), (
+        "docs/lockstep.example.yml is stale: python -m lockstep.agent.config_example --write"
+    )
+
+
+def test_example_writes_each_default_in_the_form_the_loader_reads_back() -> None:
+    @dataclass(frozen=True)
+    class Shown:
+        every: float = option(120.0, parse_duration, "a duration")
+        quick: float = option(0.25, parse_duration, "a short one")
+        ratio: float = option(0.75, lambda v: float(v), "a plain number")
+        names: tuple[str, ...] = option(("a*", "*", "true", "1.5"), parse_string_list, "strings YAML would retype")
+        node: str = option("", parse_string, "derived when unset")
+
+    shown = {o.name: config_example.show(o) for o in declared_options(Shown)}
+    assert shown == {
+        "every": "2m",
+        "quick": "250ms",
+        "ratio": "0.75",
+        "names": '[a*, "*", "true", "1.5"]',
+        "node": None,
+    }
+
+
+def test_example_refuses_a_default_it_cannot_write() -> None:
+    @dataclass(frozen=True)
+    class Unwritable:
+        odd: int = option(7, lambda v: v + 1, "a parse that never gives back the default")
+
+    (declared,) = declared_options(Unwritable)
+    with pytest.raises(ValueError) as err:
+        config_example.show(declared)
+    assert str(err.value) == "option odd: no written form parses back to its default 7"
+
+
+def test_config_example_command_prints_a_file_config_check_accepts(tmp_path: Path) -> None:
+    printed = lockstep("config", "example")
+    assert (printed.returncode, printed.stderr) == (0, "")
+    assert printed.stdout == config_example.DOC.read_text()  # the same collectors are installed here
+    path = tmp_path / "lockstep.yml"
+    path.write_text(printed.stdout)
+    checked = lockstep("config", "check", str(path))
+    assert checked.returncode == 0
+    assert checked.stdout == (
+        f"{path}: OK (collectors enabled: checkpoint, ethtool, filesystem, gpu, host, inference, infiniband,"
+        " kubernetes, pcie, slurm, training)\n"
+    )
 
 
 @dataclass(frozen=True)
