@@ -6,15 +6,23 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import threading
+import time
 import tracemalloc
 from pathlib import Path
 
 import pytest
 
+from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.agent.seams import WALL_CLOCK, Seams
+from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions
+from lockstep.collectors.checkpoint.config import parse_roots
+from lockstep.collectors.checkpoint.watch import MAX_WATCH_DEPTH
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.collectors.training.collector import DEFAULT_MAX_RANKS
 from lockstep.collectors.training.tail import _CHUNK, MAX_LINES
-from tests.support import collected, context
+from tests.support import collected, context, wait_until
 
 
 def _training(*globs: Path | str, **options: object) -> TrainingCollector:
@@ -133,3 +141,97 @@ def test_max_ranks_is_an_option(tmp_path: Path) -> None:
         assert _invalid(values, "too_many_ranks") == 2 * 4
     finally:
         collector.close()
+
+
+# --- item 5: a directory 1,000 levels deep under a checkpoint root ---
+
+
+def _deep_tree(top: Path, levels: int) -> None:
+    """``top`` and ``levels`` directories nested under it (os.makedirs is recursive: it cannot)."""
+    path = top
+    path.mkdir()
+    for _ in range(levels):
+        path = path / "d"
+        path.mkdir()
+
+
+def _remove_deep_tree(top: Path) -> None:
+    """Remove what _deep_tree made (shutil.rmtree, pytest's cleanup, is recursive too)."""
+    path = top
+    while (path / "d").is_dir():
+        path = path / "d"
+    while path != top.parent:
+        path.rmdir()
+        path = path.parent
+
+
+def _save(root: Path, name: str, mtime: float) -> None:
+    """A complete PyTorch DCP save: one 1,000-byte shard, then .metadata (100 bytes)."""
+    (root / name).mkdir()
+    for file, size, when in (("__0_0.distcp", 1000, mtime - 10), (".metadata", 100, mtime)):
+        (root / name / file).write_bytes(b"x" * size)
+        os.utime(root / name / file, (when, when))
+
+
+def _root_values(values: dict, root: str) -> dict[str, float]:
+    return {
+        name.removeprefix("lockstep_checkpoint_"): v
+        for (name, labels), v in values.items()
+        if ("root", root) in labels and name != "lockstep_checkpoint_info"
+    }
+
+
+def test_a_directory_1000_levels_deep_is_not_watched_and_costs_no_root_its_data(tmp_path: Path) -> None:
+    """Two roots watched with inotify; one holds a directory 1,000 levels deep from the start,
+    and the other gets one after its watch started.  Watchdog's recursive watch raised
+    RecursionError: the first made the collector fail every round, for both roots; the second
+    stopped the agent's inotify thread, so no later save was seen.  Now each deep tree is
+    watched down to MAX_WATCH_DEPTH levels, its deeper directory counted (1: its subtree is not
+    walked), and the healthy root's saves are seen through inotify with exact values."""
+    now = time.time()
+    deep, good = tmp_path / "ckpt" / "deep", tmp_path / "ckpt" / "good"
+    deep.parent.mkdir()
+    _deep_tree(deep, 1000)
+    good.mkdir()
+    _save(good, "step_1", now - 100)
+    collector = CheckpointCollector(
+        CollectorContext(
+            paths=Paths(rootfs=tmp_path),
+            options=CheckpointOptions(roots=parse_roots([{"path": "/ckpt/*", "watch": "inotify"}])),
+            log=logging.getLogger("test"),
+            seams=Seams(WALL_CLOCK.replaced_by(lambda: now)),
+        )
+    )
+    try:
+        values = collected(collector)
+        assert MAX_WATCH_DEPTH == 16
+        assert _root_values(values, "/ckpt/deep")["skipped_directories_total"] == 1
+        assert _root_values(values, "/ckpt/good") == {
+            "saves_total": 0,
+            "in_progress_seconds": 0,
+            "last_success_timestamp_seconds": now - 100,
+            "last_duration_seconds": 10,
+            "last_size_bytes": 1100,
+            "last_write_throughput_bytes_per_second": 110,
+            "root_readable": 1,
+            "scan_truncated": 0,
+            "skipped_directories_total": 0,
+        }
+        _deep_tree(good / "attack", 1000)  # made under a live watch, level by level
+        _save(good, "step_2", now - 5)
+        # Seen through the watch (the collector rescans a watched root only after an event).
+        values = wait_until(
+            lambda: (v := collected(collector)) and _root_values(v, "/ckpt/good")["saves_total"] == 1 and v,
+            timeout=10,
+            what="the save made after the deep tree to be seen",
+        )
+        good_values = _root_values(values, "/ckpt/good")
+        assert good_values["last_success_timestamp_seconds"] == now - 5
+        assert good_values["last_size_bytes"] == 1100
+        assert good_values["skipped_directories_total"] == 1
+        assert [t.name for t in threading.enumerate() if t.name == "checkpoint-inotify"] == ["checkpoint-inotify"]
+    finally:
+        collector.close()
+        for top in (deep, good / "attack"):
+            if top.exists():
+                _remove_deep_tree(top)
