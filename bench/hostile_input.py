@@ -226,7 +226,8 @@ def many_ranks(workdir: Path) -> None:
     """Item 3: one log with 150,000 distinct job/rank/host values."""
     logs = workdir / "logs"
     logs.mkdir()
-    agent = Agent(workdir, {"training": {"logs": f"['{logs}/*.jsonl']", "start_at": "beginning", "idle_timeout": "30s"}})
+    options = {"logs": f"['{logs}/*.jsonl']", "start_at": "beginning", "idle_timeout": "30s"}
+    agent = Agent(workdir, {"training": options})
 
     def extra(page: str) -> dict[str, object]:
         ranks = sum(1 for line in page.splitlines() if line.startswith("lockstep_training_steps_total{"))
