@@ -43,7 +43,8 @@ MAX_FUTURE_SECONDS = 60.0
 # Ranks (job_id, rank, host) held at once by default.  A node runs a few jobs of up to 8 ranks
 # (one per GPU), and a finished job's ranks stay idle_timeout (10 min) longer: 1,024 is far
 # above that, and bounds the collector's series at about 8,200 (8 per rank) and its memory at
-# about 2 MB, whatever a log says (150,000 distinct ranks in one log made 750,000 series).
+# about 6 MB (their state and one round's families), whatever a log says (150,000 distinct
+# ranks in one log made 750,000 series).
 DEFAULT_MAX_RANKS = 1024
 
 
