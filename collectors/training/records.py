@@ -100,8 +100,6 @@ def parse_record(data: bytes, path: str) -> Record | None:
     job_id and rank come from the record, else from the path (``...job=4242...`` and
     ``rank-003...``), as in the record format's file layout.
     """
-    if not data.lstrip().startswith(b"{"):
-        raise BadLine("not_json")  # no object: refused without building one (a log of `1` lines)
     try:
         obj = json.loads(data)
     except (UnicodeDecodeError, ValueError):
