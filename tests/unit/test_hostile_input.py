@@ -556,6 +556,47 @@ def test_the_files_followed_stay_within_a_quarter_of_the_descriptor_limit(tmp_pa
     ]
 
 
+def test_running_out_of_file_descriptors_is_loud_and_never_rereads(tmp_path: Path) -> None:
+    """200 ranks' logs, 64 descriptors of which something else took all but 10 (fewer than the
+    collector's 16): the files that cannot be opened are reported as an error, and the ones
+    followed are never closed and read again from the start (the issue saw steps_total 4 for
+    ranks that logged one step)."""
+    for rank in range(200):
+        (tmp_path / f"rank-{rank}.jsonl").write_text(_good_steps(0, 2, rank))
+    script = (
+        "import json, logging, os, resource, sys\n"
+        "from pathlib import Path\n"
+        "from tests.support import collected, context\n"
+        "from lockstep.collectors.training import TrainingCollector, TrainingOptions\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(levelname)s %(message)s')\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))\n"
+        "c = TrainingCollector(context(options=TrainingOptions(logs=(sys.argv[1],), start_at='beginning')))\n"
+        "taken = []\n"
+        "try:\n"
+        "    while True:\n"
+        "        taken.append(os.open(os.devnull, os.O_RDONLY))\n"
+        "except OSError:\n"
+        "    pass\n"
+        "for fd in taken[:10]:\n"
+        "    os.close(fd)\n"
+        "rounds = [collected(c) for _ in range(4)]\n"
+        "steps = [sorted(v for (n, _), v in r.items() if n == 'lockstep_training_steps_total') for r in rounds]\n"
+        "print(json.dumps(steps))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "*.jsonl")], capture_output=True, text=True, cwd=REPO, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    rounds = json.loads(result.stdout)
+    assert all(steps and set(steps) == {2} for steps in rounds)  # never more than the two steps logged
+    assert len(rounds[-1]) < 16  # not even the collector's share could be followed
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ERROR")]
+    # Once per change (opening failed; then listing the directory did too), not per file or round.
+    assert 1 <= len(errors) <= 2
+    assert "out of file descriptors: " in errors[0]
+    assert all("out of file descriptors" in e or "too many open files" in e for e in errors)
+
+
 def test_more_matching_files_than_max_files_are_reported_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     for rank in range(8):
         (tmp_path / f"rank-{rank}.jsonl").write_text(_good_steps(0, 1, rank))
