@@ -260,13 +260,12 @@ def deep_checkpoint_dir(workdir: Path) -> None:
     def extra(page: str) -> dict[str, object]:
         return {
             "good_last_size_bytes": agent.value(page, "lockstep_checkpoint_last_size_bytes", root=f"{ckpt}/good"),
-            "skipped_directories": agent.value(
-                page, "lockstep_checkpoint_skipped_directories_total", root=f"{ckpt}/deep"
-            ),
+            "skipped_directories": agent.value(page, "lockstep_checkpoint_skipped_directories", root=f"{ckpt}/deep"),
             **_collector(agent, page, "checkpoint"),
         }
 
-    deep = ckpt / "deep"
+    (ckpt / "deep").mkdir()
+    deep = ckpt / "deep" / "tree"
     try:
         agent.phase("deep_checkpoint_dir", "before", extra)
         path = deep

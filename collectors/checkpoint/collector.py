@@ -151,17 +151,17 @@ class CheckpointCollector(Collector[CheckpointOptions]):
             self.log.warning("cannot watch %s with inotify (%s): polling it instead", state.label, describe_error(exc))
             state.mode = "poll"
             return
-        if state.watch_handle.skipped:
+        if state.watch_handle.cut:
             self.log.warning(
-                "checkpoint root %s: %d directories deeper than %d levels are not watched (max_watch_depth)",
+                "checkpoint root %s: the subdirectories of %d directories %d levels down are not watched "
+                "(max_watch_depth)",
                 state.label,
-                state.watch_handle.skipped,
+                state.watch_handle.cut,
                 self.options.max_watch_depth,
             )
 
     def _stop_watch(self, state: RootState) -> None:
         if state.watch_handle is not None and self._watcher is not None:
-            state.skipped_before += state.watch_handle.skipped
             self._watcher.unwatch(state.watch_handle)
         state.watch_handle = None
 
@@ -270,8 +270,8 @@ class CheckpointCollector(Collector[CheckpointOptions]):
                 families[EXPECTED_INTERVAL].add_metric([label], spec.expected_interval)
             families[READABLE].add_metric([label], int(state.readable))
             families[TRUNCATED].add_metric([label], int(state.truncated))
-            skipped = state.skipped_before + (state.watch_handle.skipped if state.watch_handle is not None else 0)
-            families[SKIPPED_DIRECTORIES].add_metric([label], skipped)
+            cut = state.watch_handle.cut if state.watch_handle is not None else 0
+            families[SKIPPED_DIRECTORIES].add_metric([label], cut)
 
 
 def _directory_id(path: str) -> tuple[int, int] | None:

@@ -69,10 +69,10 @@ TRUNCATED = MetricSpec(
     ("root",),
 )
 SKIPPED_DIRECTORIES = MetricSpec(
-    "lockstep_checkpoint_skipped_directories_total",
-    "counter",
-    "Directories found deeper than max_watch_depth levels below the root (default 16) and not watched with "
-    "inotify (nor anything under them); the periodic rescan still counts their files.",
+    "lockstep_checkpoint_skipped_directories",
+    "gauge",
+    "Directories max_watch_depth levels below the root (default 16) that have subdirectories: those are not "
+    "watched with inotify, nor anything under them (the periodic rescan still counts their files).",
     ("root",),
 )
 ROOTS = MetricSpec(

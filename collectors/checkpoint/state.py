@@ -60,7 +60,6 @@ class RootState:
     current_start: float | None = None
     watch_handle: Any = None  # the inotify watch while there is one
     watched_id: tuple[int, int] | None = None  # (st_dev, st_ino) of the directory the watch is on
-    skipped_before: int = 0  # directories too deep to watch, found by the root's earlier watches
     tracker_error: str = ""  # why the last scan skipped Megatron's tracker file ("" if it did not)
     tracker_error_logged: str = ""
 

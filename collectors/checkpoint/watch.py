@@ -5,9 +5,9 @@ recursive up to Python 3.11, so a directory 1,000 levels deep under a root (any 
 write there can make one) raised RecursionError: in the collector when the watch started (the
 collector failed every round, for every root) and in watchdog's one inotify thread when the tree
 appeared later (every inotify watch of the agent stopped, in silence).  Here the walk is a loop
-and stops ``max_depth`` levels below the root; deeper directories are counted (``skipped``),
-not watched: a save's files are a level or two below the root, and the periodic rescan (every
-RESYNC_SECONDS) still sees anything deeper.
+and stops ``max_depth`` levels below the root: the subdirectories of a directory at that depth
+are not watched, and such directories are counted (``cut``): a save's files are a level or two
+below the root, and the periodic rescan (every RESYNC_SECONDS) still sees anything deeper.
 
 One thread reads every root's inotify instance (one instance, so one descriptor, per root);
 the collector's ``on_event(path)`` runs in that thread.  The kernel interface is inotify(7):
@@ -72,37 +72,45 @@ class TreeWatch:
         self.root = root.rstrip("/") or "/"
         self.on_event = on_event
         self.max_depth = max_depth
-        self.skipped = 0  # directories found deeper than max_depth, not watched (nor walked)
         self._dirs: dict[int, tuple[str, int]] = {}
+        # Watched directories max_depth levels down that have subdirectories (not watched).
+        self._cut: set[int] = set()
         fd = libc.inotify_init1(IN_CLOEXEC | IN_NONBLOCK)
         if fd < 0:
             code = ctypes.get_errno()
             raise OSError(code, f"inotify_init1: {os.strerror(code)}")
         self.fd = fd
         try:
-            self._add_tree(self.root, 0)
+            self._add_tree(self.root, 0, -1)
         except OSError:
             os.close(fd)
             raise
 
-    def _add(self, path: str, depth: int) -> None:
+    @property
+    def cut(self) -> int:
+        """Directories max_depth levels below the root whose subdirectories are not watched."""
+        return len(self._cut)
+
+    def _add(self, path: str, depth: int) -> int:
         wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), _MASK | IN_ONLYDIR | IN_DONT_FOLLOW)
         if wd < 0:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code), path)
         self._dirs[wd] = (path, depth)
+        return int(wd)
 
-    def _add_tree(self, top: str, depth: int) -> None:
-        """Watch ``top`` (at ``depth`` below the root) and the directories under it, a loop (no
-        recursion) that stops at max_depth.  Only a failure to watch the root itself raises."""
-        stack = [(top, depth)]
+    def _add_tree(self, top: str, depth: int, parent: int) -> None:
+        """Watch ``top`` (at ``depth`` below the root, in the directory watched as ``parent``) and
+        the directories under it, a loop (no recursion) that stops at max_depth.  Only a failure
+        to watch the root itself raises."""
+        stack = [(top, depth, parent)]
         while stack:
-            path, level = stack.pop()
+            path, level, parent = stack.pop()
             if level > self.max_depth:
-                self.skipped += 1
+                self._cut.add(parent)  # nothing under it is walked: a deep tree costs nothing
                 continue
             try:
-                self._add(path, level)
+                wd = self._add(path, level)
                 with os.scandir(path) as entries:
                     children = [e.path for e in entries if e.is_dir(follow_symlinks=False)]
             except OSError as exc:
@@ -112,7 +120,7 @@ class TreeWatch:
                     log.warning("cannot watch %s: %s (fs.inotify.max_user_watches)", path, exc.strerror)
                     return
                 continue  # removed meanwhile, or not readable
-            stack.extend((child, level + 1) for child in children)
+            stack.extend((child, level + 1, wd) for child in children)
 
     def _forget_tree(self, top: str) -> None:
         """A directory moved away: stop watching it and everything under it."""
@@ -121,6 +129,17 @@ class TreeWatch:
             if path == top or path.startswith(prefix):
                 self._libc.inotify_rm_watch(self.fd, wd)
                 del self._dirs[wd]
+                self._cut.discard(wd)
+
+    def _recheck_cut(self, wd: int, directory: str) -> None:
+        """A subdirectory left a directory at max_depth: is any left?"""
+        try:
+            with os.scandir(directory) as entries:
+                if any(e.is_dir(follow_symlinks=False) for e in entries):
+                    return
+        except OSError:
+            pass
+        self._cut.discard(wd)
 
     def read(self) -> None:
         """Read and handle the pending events (from the watcher's thread)."""
@@ -138,6 +157,7 @@ class TreeWatch:
                 continue
             if mask & IN_IGNORED:
                 self._dirs.pop(wd, None)  # the directory is gone, or its watch was removed
+                self._cut.discard(wd)
                 continue
             watched = self._dirs.get(wd)
             if watched is None:
@@ -147,7 +167,9 @@ class TreeWatch:
             if mask & IN_ISDIR and mask & IN_MOVED_FROM:
                 self._forget_tree(path)
             if mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
-                self._add_tree(path, depth + 1)
+                self._add_tree(path, depth + 1, wd)
+            if mask & IN_ISDIR and mask & (IN_DELETE | IN_MOVED_FROM) and wd in self._cut:
+                self._recheck_cut(wd, directory)
             self.on_event(path)
 
     def close(self) -> None:

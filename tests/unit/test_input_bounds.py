@@ -186,8 +186,9 @@ def test_a_directory_1000_levels_deep_is_not_watched_and_costs_no_root_its_data(
     and the other gets one after its watch started.  Watchdog's recursive watch raised
     RecursionError: the first made the collector fail every round, for both roots; the second
     stopped the agent's inotify thread, so no later save was seen.  Now each deep tree is
-    watched down to MAX_WATCH_DEPTH levels, its deeper directory counted (1: its subtree is not
-    walked), and the healthy root's saves are seen through inotify with exact values."""
+    watched down to MAX_WATCH_DEPTH levels, the directory at that depth counted (1: nothing
+    below it is walked), and the healthy root's saves are seen through inotify with exact
+    values.  Once the deep tree is removed, nothing is counted any more."""
     now = time.time()
     deep, good = tmp_path / "ckpt" / "deep", tmp_path / "ckpt" / "good"
     deep.parent.mkdir()
@@ -205,7 +206,7 @@ def test_a_directory_1000_levels_deep_is_not_watched_and_costs_no_root_its_data(
     try:
         values = collected(collector)
         assert MAX_WATCH_DEPTH == 16
-        assert _root_values(values, "/ckpt/deep")["skipped_directories_total"] == 1
+        assert _root_values(values, "/ckpt/deep")["skipped_directories"] == 1
         assert _root_values(values, "/ckpt/good") == {
             "saves_total": 0,
             "in_progress_seconds": 0,
@@ -215,7 +216,7 @@ def test_a_directory_1000_levels_deep_is_not_watched_and_costs_no_root_its_data(
             "last_write_throughput_bytes_per_second": 110,
             "root_readable": 1,
             "scan_truncated": 0,
-            "skipped_directories_total": 0,
+            "skipped_directories": 0,
         }
         _deep_tree(good / "attack", 1000)  # made under a live watch, level by level
         _save(good, "step_2", now - 5)
@@ -228,8 +229,14 @@ def test_a_directory_1000_levels_deep_is_not_watched_and_costs_no_root_its_data(
         good_values = _root_values(values, "/ckpt/good")
         assert good_values["last_success_timestamp_seconds"] == now - 5
         assert good_values["last_size_bytes"] == 1100
-        assert good_values["skipped_directories_total"] == 1
+        assert good_values["skipped_directories"] == 1
         assert [t.name for t in threading.enumerate() if t.name == "checkpoint-inotify"] == ["checkpoint-inotify"]
+        _remove_deep_tree(good / "attack")
+        wait_until(
+            lambda: _root_values(collected(collector), "/ckpt/good")["skipped_directories"] == 0,
+            timeout=10,
+            what="the removed deep tree to be counted no more",
+        )
     finally:
         collector.close()
         for top in (deep, good / "attack"):
