@@ -255,6 +255,7 @@ def deep_checkpoint_dir(workdir: Path) -> None:
     good.mkdir(parents=True)
     (good / "__0_0.distcp").write_bytes(b"x" * 1000)
     (good / ".metadata").write_bytes(b"m")
+    (ckpt / "deep").mkdir()  # the root whose tree grows 1,000 levels deep
     agent = Agent(workdir, {"checkpoint": {"roots": f"[{{path: '{ckpt}/*', watch: inotify}}]"}})
 
     def extra(page: str) -> dict[str, object]:
@@ -264,7 +265,6 @@ def deep_checkpoint_dir(workdir: Path) -> None:
             **_collector(agent, page, "checkpoint"),
         }
 
-    (ckpt / "deep").mkdir()
     deep = ckpt / "deep" / "tree"
     try:
         agent.phase("deep_checkpoint_dir", "before", extra)
