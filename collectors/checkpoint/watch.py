@@ -92,7 +92,10 @@ class TreeWatch:
         return len(self._cut)
 
     def _add(self, path: str, depth: int) -> int:
-        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), _MASK | IN_ONLYDIR | IN_DONT_FOLLOW)
+        # The root may be a symlink (/ckpt -> /lustre/ckpt); below it, a directory replaced by a
+        # symlink meanwhile is not followed.
+        flags = _MASK | IN_ONLYDIR | (IN_DONT_FOLLOW if depth > 0 else 0)
+        wd = self._libc.inotify_add_watch(self.fd, os.fsencode(path), flags)
         if wd < 0:
             code = ctypes.get_errno()
             raise OSError(code, os.strerror(code), path)

@@ -242,3 +242,32 @@ def test_a_directory_1000_levels_deep_is_not_watched_and_costs_no_root_its_data(
         for top in (deep, good / "attack"):
             if top.exists():
                 _remove_deep_tree(top)
+
+
+def test_a_root_reached_through_a_symlink_is_watched(tmp_path: Path) -> None:
+    """The depth-bounded watch follows the root itself when it is a symlink (as watchdog did),
+    never a symlink below it."""
+    now = time.time()
+    (tmp_path / "real").mkdir()
+    (tmp_path / "ckpt").symlink_to(tmp_path / "real")
+    collector = CheckpointCollector(
+        CollectorContext(
+            paths=Paths(rootfs=tmp_path),
+            options=CheckpointOptions(roots=parse_roots([{"path": "/ckpt", "watch": "inotify"}])),
+            log=logging.getLogger("test"),
+            seams=Seams(WALL_CLOCK.replaced_by(lambda: now)),
+        )
+    )
+    try:
+        values = collected(collector)
+        info = [dict(labels) for (name, labels) in values if name == "lockstep_checkpoint_info"]
+        assert [i["watch"] for i in info] == ["inotify"]
+        _save(tmp_path / "real", "step_1", now - 5)
+        got = wait_until(
+            lambda: (v := _root_values(collected(collector), "/ckpt"))["saves_total"] == 1 and v,
+            timeout=10,
+            what="the save seen through the watch",
+        )
+        assert (got["last_success_timestamp_seconds"], got["last_size_bytes"]) == (now - 5, 1100)
+    finally:
+        collector.close()
