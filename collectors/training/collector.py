@@ -104,7 +104,7 @@ class TrainingCollector(Collector[TrainingOptions]):
         # its beginning was never read.
         self._under_way: dict[FileId, str] = {}
         self._watch_problems: list[str] = []
-        self._too_many_ranks_logged = 0  # the refusals already logged (one line per round at most)
+        self._invalid_logged = dict.fromkeys(INVALID_REASONS, 0)  # counts already logged
 
     def check(self) -> str:
         if not self.options.logs:
@@ -134,14 +134,7 @@ class TrainingCollector(Collector[TrainingOptions]):
                     rank.finish_step()
             directories = self._follower.directories()
             families = self._families()
-            refused = self._invalid["too_many_ranks"]
-            if refused > self._too_many_ranks_logged:
-                self.log.warning(
-                    "%d records of new ranks refused since the last round: %d ranks held (max_ranks)",
-                    refused - self._too_many_ranks_logged,
-                    len(self._ranks),
-                )
-                self._too_many_ranks_logged = refused
+            self._log_skipped_lines()
         # Outside our lock: watchdog's dispatcher holds its own lock while it calls
         # _on_file_event, which takes ours.
         self._watch(directories)
@@ -223,6 +216,18 @@ class TrainingCollector(Collector[TrainingOptions]):
                     continue
                 rank = self._ranks[record.rank_key] = RankState()
             rank.add(record, now)
+
+    def _log_skipped_lines(self) -> None:
+        """One line per round for the lines skipped since the last one, whatever their number."""
+        new = {r: self._invalid[r] - self._invalid_logged[r] for r in INVALID_REASONS}
+        if any(new.values()):
+            self.log.warning(
+                "log lines skipped since the last round: %s; %d ranks held (max_ranks %d)",
+                ", ".join(f"{reason} {count}" for reason, count in new.items() if count),
+                len(self._ranks),
+                self.options.max_ranks,
+            )
+            self._invalid_logged = dict(self._invalid)
 
     # --- output ---
 

@@ -77,16 +77,24 @@ def test_a_log_of_non_records_costs_one_read_chunk_of_memory(tmp_path: Path) -> 
     assert _invalid(values, "too_long") == 0
 
 
-def test_a_log_of_one_byte_lines_is_read_at_most_max_lines_a_round(tmp_path: Path) -> None:
+def test_a_log_of_one_byte_lines_is_read_at_most_max_lines_a_round(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """1 MiB of `1` lines (524,288 of them): each round takes MAX_LINES (200,000), so a round's
-    time is bounded (the issue's collector overran its deadline); the next rounds read the
-    rest, and a good rank's steps written after the garbage are counted exactly."""
+    time is bounded (the issue's collector overran its deadline), and says so in one line; the
+    next rounds read the rest, and a good rank's steps written after the garbage are counted
+    exactly."""
     log = tmp_path / "rank-0.jsonl"
     log.write_bytes(b"1\n" * 524_288)
     collector = _training(tmp_path / "*.jsonl")
     try:
-        counted = [_invalid(collected(collector), "not_json") for _ in range(3)]
+        with caplog.at_level(logging.WARNING, logger="test"):
+            counted = [_invalid(collected(collector), "not_json") for _ in range(3)]
         assert counted == [MAX_LINES, 2 * MAX_LINES, 524_288]
+        assert [r.getMessage() for r in caplog.records] == [
+            f"log lines skipped since the last round: not_json {n}; 0 ranks held (max_ranks 1024)"
+            for n in (200_000, 200_000, 124_288)
+        ]
         with log.open("a") as f:
             f.write(_step_lines("7", 0, "h", 0, 3))
         values = collected(collector)
@@ -119,7 +127,7 @@ def test_ranks_beyond_max_ranks_are_refused_and_counted_and_the_others_keep_thei
         assert _steps(values, "9", 0, "host1024") is None
         assert _invalid(values, "too_many_ranks") == 76 * 4
         assert [r.getMessage() for r in caplog.records] == [
-            "304 records of new ranks refused since the last round: 1024 ranks held (max_ranks)"
+            "log lines skipped since the last round: too_many_ranks 304; 1024 ranks held (max_ranks 1024)"
         ]
         with log.open("a") as f:
             f.write(_step_lines("9", 0, "host0000", 2, 4) + _step_lines("9", 0, "host5000", 0, 1))
