@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import resource
 import signal
 import threading
 from collections.abc import Callable, Mapping
@@ -317,9 +318,22 @@ def _shutdown(agent: Agent, watcher: ConfigWatcher | None, handlers: dict[Any, A
         signal.signal(signum, handler)
 
 
+def raise_open_file_limit() -> None:
+    """Raise the soft open-file limit to the hard one, as Go programs do at start: a soft limit
+    of 1,024 is there for select(), which the agent does not use (selectors and epoll), and the
+    descriptors the collectors and the HTTP endpoint may hold are derived from it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:  # e.g. a hard limit above fs.nr_open
+            log.debug("cannot raise the open-file limit from %s to %s: %s", soft, hard, exc)
+
+
 def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = None) -> int:
     """Run the agent until SIGTERM/SIGINT.  Returns the exit status."""
     setup_logging(config.log_level, config.log_format)
+    raise_open_file_limit()
     try:
         web = load_web(config)
     except WebConfigError as exc:

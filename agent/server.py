@@ -10,6 +10,10 @@ is bounded (docs/security.md states the limits):
   connection back for keep-alive).  Rendering is all in memory, so a few workers suffice.
 - The whole request (TLS handshake, headers, body) must arrive within ``header_timeout`` of
   the connection or of its first byte; a slowloris connection is closed then, whatever it trickles.
+- One file descriptor is held in reserve (open on /dev/null): when the process is out of
+  descriptors (EMFILE, ENFILE: whatever took them), it is given up to accept the next
+  connection, so a scrape or a liveness probe is still answered; it is taken back once a
+  descriptor is free again.  Serving a connection needs no other descriptor.
 - At ``max_connections``, a new connection evicts the connection that has waited longest for a
   request (slowloris or idle keep-alive): a real scrape sends its request at once, so it gets
   through an attack.  Only when every connection holds a complete request is the newcomer
@@ -28,9 +32,11 @@ from __future__ import annotations
 
 import collections
 import email.utils
+import errno
 import gzip
 import html
 import logging
+import os
 import queue
 import re
 import resource
@@ -80,6 +86,10 @@ class ServerLimits:
     max_body_bytes: int = 64 * 1024  # request body, read and discarded; above: 413
     backlog: int = 4096  # listen queue (the kernel caps it at net.core.somaxconn)
 
+
+# "cannot accept a connection" is logged at most this often: out of descriptors, every
+# connection attempt fails the same way.
+ACCEPT_TROUBLE_LOG_SECONDS = 60.0
 
 # A request line as RFC 9112 has it, checked as soon as the line is in: without it an
 # HTTP/0.9 request ("GET /") would wait for a blank line that never comes.
@@ -190,6 +200,8 @@ class AgentHTTPServer:
         self._workers: list[threading.Thread] = []
         self._worker_start_failed_at = 0.0
         self._accept_paused_until = 0.0
+        self._accept_trouble_logged_at = -ACCEPT_TROUBLE_LOG_SECONDS
+        self._spare_fd: int | None = _reserve_descriptor()
         self._stop = threading.Event()
         self._stopped = threading.Event()
         self._stopped.set()
@@ -218,6 +230,8 @@ class AgentHTTPServer:
                 if now >= next_sweep:
                     self._ensure_workers(now)
                     self._close_expired(now)
+                    if self._spare_fd is None:
+                        self._spare_fd = _reserve_descriptor()  # given up for a connection: take it back
                     next_sweep = now + 0.25
                 if self._accept_paused_until and now >= self._accept_paused_until:
                     self._accept_paused_until = 0.0
@@ -288,7 +302,18 @@ class AgentHTTPServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:  # EMFILE, ENFILE, ENOBUFS: back off rather than spin
-                log.warning("cannot accept a connection: %s", exc)
+                now = time.monotonic()
+                if now - self._accept_trouble_logged_at >= ACCEPT_TROUBLE_LOG_SECONDS:
+                    self._accept_trouble_logged_at = now
+                    log.warning(
+                        "cannot accept a connection: %s%s (logged once a minute at most)",
+                        exc,
+                        "; serving it with the descriptor held in reserve" if self._spare_fd is not None else "",
+                    )
+                if exc.errno in (errno.EMFILE, errno.ENFILE) and self._spare_fd is not None:
+                    os.close(self._spare_fd)  # the reserve takes this connection
+                    self._spare_fd = None
+                    continue
                 self._selector.unregister(self.socket)
                 self._accept_paused_until = time.monotonic() + 0.1
                 return
@@ -512,6 +537,9 @@ class AgentHTTPServer:
         self.socket.close()
         self._wake_reader.close()
         self._wake_writer.close()
+        if self._spare_fd is not None:
+            os.close(self._spare_fd)
+            self._spare_fd = None
 
     # --- the workers ----------------------------------------------------------------------
 
@@ -644,6 +672,14 @@ def _send_all(sock: socket.socket, data: bytes, timeout: float) -> None:
         sock.settimeout(remaining)
         sent = sock.send(view)
         view = view[sent:]
+
+
+def _reserve_descriptor() -> int | None:
+    """A descriptor to give up when the process has no other (see the module doc)."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # out of them right now: tried again at the next sweep
 
 
 def make_server(

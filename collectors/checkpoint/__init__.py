@@ -17,16 +17,18 @@ Megatron's tracker file), or its newest file's mtime (NeMo, generic; for a renam
 rename time, its ctime).  An incomplete save that started before the newest completed save
 is an abandoned leftover (a crashed job's), not in progress.
 
-Watching: ``inotify`` (watchdog) sees writes made on this node only; a root on a network
-filesystem written by other nodes needs ``poll``; ``auto`` (default) polls roots on network
-and FUSE filesystems and watches the others.  Polling rescans a root every run; inotify
-rescans only after events (and every few minutes, in case events were lost).  Either way a
-scan stats at most ``max_files`` files per root and reports when it stopped there.
+Watching: ``inotify`` (watch.py, down to ``max_watch_depth`` levels below the root) sees
+writes made on this node only; a root on a network filesystem written by other nodes needs
+``poll``; ``auto`` (default) polls roots on network and FUSE filesystems and watches the
+others.  Polling rescans a root every run; inotify rescans only after events (and every few
+minutes, in case events were lost).  Either way a scan stats at most ``max_files`` files per
+root and reports when it stopped there.
 
 Files: collector.py (roots, watching, a run, the metrics), config.py (the roots' settings),
 markers.py (the writers' file names), scan.py (a root's listing into observed saves),
-walk.py (one save's files), evaluate.py (observed saves into complete and in progress),
-state.py (what is known across runs), metrics.py (the declarations).
+walk.py (one save's files), watch.py (inotify, depth-bounded), evaluate.py (observed saves
+into complete and in progress), state.py (what is known across runs), metrics.py (the
+declarations).
 """
 
 from lockstep.collectors.checkpoint.collector import CheckpointCollector

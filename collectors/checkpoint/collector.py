@@ -7,9 +7,7 @@ import glob
 import os
 import re
 import time
-import warnings
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client.core import Metric
 
@@ -30,10 +28,12 @@ from lockstep.collectors.checkpoint.metrics import (
     READABLE,
     ROOTS,
     SAVES,
+    SKIPPED_DIRECTORIES,
     TRUNCATED,
 )
 from lockstep.collectors.checkpoint.scan import scan
 from lockstep.collectors.checkpoint.state import RootState
+from lockstep.collectors.checkpoint.watch import TreeWatcher
 
 # Filesystems where other nodes write: inotify sees none of it, so `auto` polls there.
 NETWORK_FSTYPES = (
@@ -69,6 +69,7 @@ class CheckpointCollector(Collector[CheckpointOptions]):
         EXPECTED_INTERVAL,
         READABLE,
         TRUNCATED,
+        SKIPPED_DIRECTORIES,
         ROOTS,
     )
     options_class = CheckpointOptions
@@ -79,7 +80,7 @@ class CheckpointCollector(Collector[CheckpointOptions]):
         # Wall clock; the simulated node and the tests set their own.
         self.clock: Callable[[], float] = context.seams.get(WALL_CLOCK) or time.time
         self.roots: dict[str, RootState] = {}  # label -> state
-        self._observer: Any = None
+        self._watcher: TreeWatcher | None = None
         self._closed = False
 
     # --- roots and watching ---
@@ -127,75 +128,48 @@ class CheckpointCollector(Collector[CheckpointOptions]):
         return "inotify"
 
     def _start_watch(self, state: RootState) -> None:
-        """Watch the root with inotify; a root that cannot be watched (inotify limits) is polled."""
-        from watchdog.events import (
-            DirCreatedEvent,
-            DirDeletedEvent,
-            DirMovedEvent,
-            FileClosedEvent,
-            FileCreatedEvent,
-            FileDeletedEvent,
-            FileMovedEvent,
-            FileSystemEvent,
-            FileSystemEventHandler,
-        )
-        from watchdog.observers import Observer
-
+        """Watch the root with inotify, at most max_watch_depth levels down (watch.py); a root
+        that cannot be watched (inotify limits) is polled."""
         root = state.path.rstrip("/")
         clock = self.clock
 
-        class Handler(FileSystemEventHandler):
-            def on_any_event(self, event: FileSystemEvent) -> None:
-                now = clock()
-                for raw in (event.src_path, getattr(event, "dest_path", "")):
-                    path = os.fsdecode(raw)
-                    if path.startswith(root + "/"):
-                        name = path[len(root) + 1 :].split("/", 1)[0]
-                        if name.endswith(NEMO_MARKER_SUFFIX):
-                            name = name[: -len(NEMO_MARKER_SUFFIX)]
-                        state.note(final_name(name)[0], now)
-                with state.lock:
-                    state.dirty = True
+        def on_event(path: str) -> None:  # in the watcher's thread
+            if path.startswith(root + "/"):
+                name = path[len(root) + 1 :].split("/", 1)[0]
+                if name.endswith(NEMO_MARKER_SUFFIX):
+                    name = name[: -len(NEMO_MARKER_SUFFIX)]
+                state.note(final_name(name)[0], clock())
+            with state.lock:
+                state.dirty = True
 
-        if self._observer is None:
-            # watchdog warns when a new subdirectory's watch is added twice (by its creation
-            # event and by its own recursive walk), a harmless race of its own: not for operators.
-            warnings.filterwarnings("ignore", "Callback with id", RuntimeWarning, r"watchdog\.")
-            self._observer = Observer()
-            self._observer.daemon = True
-            self._observer.start()
-        # Creations, deletions, renames and closes after writing: one event per file written,
-        # not one per write() (IN_MODIFY would flood the handler during a save).
-        events = [
-            FileCreatedEvent,
-            DirCreatedEvent,
-            FileDeletedEvent,
-            DirDeletedEvent,
-            FileMovedEvent,
-            DirMovedEvent,
-            FileClosedEvent,
-        ]
         try:
+            if self._watcher is None:
+                self._watcher = TreeWatcher(self.options.max_watch_depth)
             state.watched_id = _directory_id(root)
-            state.watch_handle = self._observer.schedule(Handler(), root, recursive=True, event_filter=events)
+            state.watch_handle = self._watcher.watch(root, on_event)
         except OSError as exc:
             self.log.warning("cannot watch %s with inotify (%s): polling it instead", state.label, describe_error(exc))
             state.mode = "poll"
+            return
+        if state.watch_handle.cut:
+            self.log.warning(
+                "checkpoint root %s: the subdirectories of %d directories %d levels down are not watched "
+                "(max_watch_depth)",
+                state.label,
+                state.watch_handle.cut,
+                self.options.max_watch_depth,
+            )
 
     def _stop_watch(self, state: RootState) -> None:
-        if state.watch_handle is not None and self._observer is not None:
-            try:
-                self._observer.unschedule(state.watch_handle)
-            except (KeyError, OSError):
-                pass
-            state.watch_handle = None
+        if state.watch_handle is not None and self._watcher is not None:
+            self._watcher.unwatch(state.watch_handle)
+        state.watch_handle = None
 
     def close(self) -> None:
         self._closed = True
-        if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout=2)
-            self._observer = None
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
 
     # --- a run ---
 
@@ -296,6 +270,8 @@ class CheckpointCollector(Collector[CheckpointOptions]):
                 families[EXPECTED_INTERVAL].add_metric([label], spec.expected_interval)
             families[READABLE].add_metric([label], int(state.readable))
             families[TRUNCATED].add_metric([label], int(state.truncated))
+            cut = state.watch_handle.cut if state.watch_handle is not None else 0
+            families[SKIPPED_DIRECTORIES].add_metric([label], cut)
 
 
 def _directory_id(path: str) -> tuple[int, int] | None:

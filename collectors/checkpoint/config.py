@@ -9,6 +9,7 @@ from typing import Any
 
 from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string
 from lockstep.agent.options import option
+from lockstep.collectors.checkpoint.watch import MAX_WATCH_DEPTH
 
 WATCH_MODES = ("auto", "inotify", "poll")
 DEFAULT_QUIET_PERIOD = 60.0
@@ -86,6 +87,11 @@ class CheckpointOptions:
         repeatable=True,
     )
     max_files: int = option(DEFAULT_MAX_FILES, parse_positive_int, "files a scan of one root stats at most")
+    max_watch_depth: int = option(
+        MAX_WATCH_DEPTH,
+        parse_positive_int,
+        "directory levels below a root watched with inotify; deeper directories are counted, not watched",
+    )
     job_id_pattern: str = option(
         DEFAULT_JOB_ID_PATTERN,
         parse_regex_with_group,

@@ -68,6 +68,13 @@ TRUNCATED = MetricSpec(
     "1 when the last scan of the root stopped at max_files: sizes and times may be partial.",
     ("root",),
 )
+SKIPPED_DIRECTORIES = MetricSpec(
+    "lockstep_checkpoint_skipped_directories",
+    "gauge",
+    "Directories max_watch_depth levels below the root (default 16) that have subdirectories: those are not "
+    "watched with inotify, nor anything under them (the periodic rescan still counts their files).",
+    ("root",),
+)
 ROOTS = MetricSpec(
     "lockstep_checkpoint_roots",
     "gauge",

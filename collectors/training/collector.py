@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_choice, parse_duration, parse_string_list
+from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string_list
 from lockstep.agent.options import option
 from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.training.metrics import (
@@ -24,6 +24,7 @@ from lockstep.collectors.training.metrics import (
     INVALID_REASONS,
     LAST_STEP,
     SAMPLES,
+    SKIPPED_FILES,
     STEP_SECONDS,
     STEPS,
     TOKENS,
@@ -38,6 +39,13 @@ from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, Fi
 # write to a shared log directory, and far below the 10-minute window of the stall alert: a
 # record stamped ahead within the tolerance delays a hung verdict by a minute at most.
 MAX_FUTURE_SECONDS = 60.0
+
+# Ranks (job_id, rank, host) held at once by default.  A node runs a few jobs of up to 8 ranks
+# (one per GPU), and a finished job's ranks stay idle_timeout (10 min) longer: 1,024 is far
+# above that, and bounds the collector's series at about 8,200 (8 per rank) and its memory at
+# about 6 MB (their state and one round's families), whatever a log says (150,000 distinct
+# ranks in one log made 750,000 series).
+DEFAULT_MAX_RANKS = 1024
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,11 @@ class TrainingOptions:
         flag="--training.start-at",
     )
     idle_timeout: float = option(600.0, parse_duration, "a rank that has logged nothing for this long is dropped")
+    max_ranks: int = option(
+        DEFAULT_MAX_RANKS,
+        parse_positive_int,
+        "ranks (job_id, rank, host) held at once; records of further ranks are refused and counted",
+    )
 
 
 class TrainingCollector(Collector[TrainingOptions]):
@@ -72,6 +85,7 @@ class TrainingCollector(Collector[TrainingOptions]):
         SAMPLES,
         LAST_STEP,
         FILES,
+        SKIPPED_FILES,
         INVALID,
     )
     options_class = TrainingOptions
@@ -90,13 +104,15 @@ class TrainingCollector(Collector[TrainingOptions]):
         # its beginning was never read.
         self._under_way: dict[FileId, str] = {}
         self._watch_problems: list[str] = []
+        self._invalid_logged = dict.fromkeys(INVALID_REASONS, 0)  # counts already logged
 
     def check(self) -> str:
         if not self.options.logs:
             raise NothingHere(self._nothing_configured())
         follower = FileFollower(self.options.logs, self.paths.rootfs, start_at_end=True, log=self.log)
         try:
-            follower.sweep()
+            for _line in follower.sweep():
+                pass  # files present now are followed from their end: nothing but context
             return f"{follower.followed} log file(s) match {', '.join(self.options.logs)}"
         finally:
             follower.close()
@@ -118,6 +134,7 @@ class TrainingCollector(Collector[TrainingOptions]):
                     rank.finish_step()
             directories = self._follower.directories()
             families = self._families()
+            self._log_skipped_lines()
         # Outside our lock: watchdog's dispatcher holds its own lock while it calls
         # _on_file_event, which takes ours.
         self._watch(directories)
@@ -158,10 +175,17 @@ class TrainingCollector(Collector[TrainingOptions]):
             self.log.warning("cannot watch log directories, reading them every round only: %s", "; ".join(problems))
         self._watch_problems = problems
 
-    def _ingest(self, lines: list[Line]) -> None:
+    def _ingest(self, lines: Iterable[Line]) -> None:
+        """Parse each line as the follower hands it over: nothing holds the round's lines."""
         now = self.clock()
         latest_believable_ts = self.wall_clock() + MAX_FUTURE_SECONDS
         for line in lines:
+            if not line.data.lstrip().startswith(b"{"):
+                # Not a JSON object: refused before any parsing, the cheapest way there is (a
+                # log of `1` lines is millions of them).  parse_record would say the same.
+                if not line.context:
+                    self._invalid["not_json"] += 1
+                continue
             try:
                 record = parse_record(line.data, line.path)
             except BadLine as bad:
@@ -187,8 +211,23 @@ class TrainingCollector(Collector[TrainingOptions]):
                 del self._under_way[line.file]
             rank = self._ranks.get(record.rank_key)
             if rank is None:
+                if len(self._ranks) >= self.options.max_ranks:
+                    self._invalid["too_many_ranks"] += 1  # the ranks held keep their data
+                    continue
                 rank = self._ranks[record.rank_key] = RankState()
             rank.add(record, now)
+
+    def _log_skipped_lines(self) -> None:
+        """One line per round for the lines skipped since the last one, whatever their number."""
+        new = {r: self._invalid[r] - self._invalid_logged[r] for r in INVALID_REASONS}
+        if any(new.values()):
+            self.log.warning(
+                "log lines skipped since the last round: %s; %d ranks held (max_ranks %d)",
+                ", ".join(f"{reason} {count}" for reason, count in new.items() if count),
+                len(self._ranks),
+                self.options.max_ranks,
+            )
+            self._invalid_logged = dict(self._invalid)
 
     # --- output ---
 
@@ -212,6 +251,7 @@ class TrainingCollector(Collector[TrainingOptions]):
                 families[LAST_STEP].add_metric(labels, rank.last_step_ts)
         assert self._follower is not None
         families[FILES].add_metric([], self._follower.followed)
+        families[SKIPPED_FILES].add_metric([], self._follower.skipped)
         self._invalid["too_long"] = self._follower.lines_too_long
         for reason in INVALID_REASONS:
             families[INVALID].add_metric([reason], self._invalid[reason])

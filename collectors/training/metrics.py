@@ -55,12 +55,19 @@ LAST_STEP = MetricSpec(
     unit="seconds",
 )
 FILES = MetricSpec("lockstep_training_log_files", "gauge", "Log files being followed.")
+SKIPPED_FILES = MetricSpec(
+    "lockstep_training_skipped_log_files",
+    "gauge",
+    "Log files matching the globs that are not followed: the collector holds at most a quarter of "
+    "the open-file limit (at most 1024) open.",
+)
 INVALID = MetricSpec(
     "lockstep_training_log_lines_invalid_total",
     "counter",
     "Log lines skipped: not_json (not a JSON object), bad_record (no metric, value, job_id, rank "
     "or ts, or a ts over 60 s ahead of this node's clock), bad_value (not a finite number >= 0), "
-    "too_long (no newline within 64 KiB).",
+    "too_long (no newline within 64 KiB), too_many_ranks (a record of a new rank while max_ranks "
+    "ranks are held).",
     ("reason",),
 )
-INVALID_REASONS = ("not_json", "bad_record", "bad_value", "too_long")
+INVALID_REASONS = ("not_json", "bad_record", "bad_value", "too_long", "too_many_ranks")

@@ -6,8 +6,12 @@ call, and survives what log files go through:
 
 - files appearing later (new ranks, a restarted job): read from their first byte;
 - growth: read from where the last read stopped, at most ``read_budget`` bytes per file
-  per call and ``sweep_budget`` bytes per sweep, so a huge backlog is worked off over
-  several rounds instead of one long one;
+  per call, ``sweep_budget`` bytes per sweep and ``max_lines`` lines per call, so a huge
+  backlog is worked off over several rounds instead of one long one;
+- lines are handed over one at a time, as they are read (``sweep`` and ``read_path`` are
+  generators): the caller parses each before the next is split off, so a round holds one
+  read chunk and one line, never a list of every line in the budget (16 MiB of ``1\n`` was
+  8 million objects);
 - rotation by rename (logrotate ``create``, Python's RotatingFileHandler): files are
   followed by identity (device, inode) through an open descriptor, so the rest of the
   old file is still read after the rename and the new file at the old path is read from
@@ -19,6 +23,11 @@ call, and survives what log files go through:
   without bound;
 - symlink loops under ``**``: not followed (``glob_files``); directories that cannot be
   listed (out of file descriptors) are reported, and their files are not taken for deleted;
+- more files than ``max_files``: each followed file holds a descriptor, so at most
+  ``max_files`` are open, whichever path opens them (a sweep or a file event); the default
+  (``default_max_files``) is a quarter of the process's open-file limit, at most 1,024, so
+  the collector can never take the descriptors the HTTP endpoint and the other collectors
+  need; the rest are counted (``skipped``) and reported once per change;
 - huge existing files: with ``start_at_end`` the files present at the first sweep are
   followed from their end (a partial line there is skipped), so a restarted agent does
   not replay gigabytes of history; the last complete line before that point is handed
@@ -29,7 +38,8 @@ into immediate reads, so growth, rotation and truncation are seen as they happen
 periodic ``sweep`` (glob + read everything) is the backstop for what makes no local
 event (writes from other nodes on NFS/Lustre, an inotify queue overflow).
 
-Not thread-safe: the caller serialises ``sweep`` and ``read_path`` (one lock).
+Not thread-safe: the caller serialises ``sweep`` and ``read_path`` (one lock), and reads
+each generator to its end before calling the next.
 """
 
 from __future__ import annotations
@@ -39,19 +49,47 @@ import fnmatch
 import glob
 import logging
 import os
+import resource
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 FileId = tuple[int, int]  # (st_dev, st_ino)
 _CHUNK = 1 << 20
 
+# Lines handed over per sweep (and per file event) at most.  A real node's ranks log a few
+# thousand lines per 15-s round (8 ranks x ~10 metrics x a few steps a second); a file of
+# one-byte lines (`1\n`) would otherwise hand over 16 million per round, each parsed, which
+# takes minutes.  What is left is read by the next round.
+MAX_LINES = 200_000
 
-@dataclass(frozen=True)
-class Line:
-    """One complete line (without its newline) and where it came from."""
+# Files followed at most, whatever the open-file limit: each holds a descriptor.
+MAX_FILES = 1024
+
+
+def default_max_files() -> int:
+    """How many log files may be open at once: a quarter of the soft open-file limit, at most
+    MAX_FILES.  The HTTP endpoint takes at most half of the limit (ServerLimits), so a quarter
+    stays for the rest of the agent (other collectors, inotify, libraries) whatever is logged."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_FILES
+    return max(1, min(MAX_FILES, soft // 4))
+
+
+@dataclass
+class _Budget:
+    """What a sweep (or one file event) may still read."""
+
+    bytes: int
+    lines: int
+
+
+class Line(NamedTuple):
+    """One complete line (without its newline) and where it came from.  A tuple: made once
+    per line read, so it is the cheapest object Python has."""
 
     file: FileId
     path: str
@@ -79,7 +117,8 @@ class FileFollower:
 
     ``root`` is where the host's file system is (``--path.rootfs``): patterns are
     resolved under it.  Counters for the caller's metrics: ``lines_too_long``,
-    ``truncations``, ``rotations``.  At most ``max_files`` files are followed (each holds a
+    ``truncations``, ``rotations``, ``skipped`` (matching files not followed at the last
+    sweep: over ``max_files``).  At most ``max_files`` files are followed (each holds a
     descriptor open): more matching files are reported, never followed by closing others.
     """
 
@@ -96,7 +135,8 @@ class FileFollower:
         max_line_bytes: int = 64 * 1024,
         read_budget: int = 16 * 1024 * 1024,
         sweep_budget: int = 32 * 1024 * 1024,
-        max_files: int = 1024,
+        max_lines: int = MAX_LINES,
+        max_files: int | None = None,
         log: logging.Logger | None = None,
     ) -> None:
         self.patterns = tuple(_under(root, p) for p in patterns)
@@ -107,7 +147,9 @@ class FileFollower:
         self.log = log or logging.getLogger(__name__)
         self._files: dict[FileId, _Followed] = {}
         self._swept = False
-        self.max_files = max_files
+        self.max_lines = max_lines
+        self.max_files = default_max_files() if max_files is None else max_files
+        self.skipped = 0
         self.lines_too_long = 0
         self.truncations = 0
         self.rotations = 0
@@ -142,9 +184,9 @@ class FileFollower:
 
     # --- reading ---
 
-    def sweep(self) -> list[Line]:
+    def sweep(self) -> Iterator[Line]:
         """Find the files matching the patterns now and read what was appended to every
-        followed file (including rotated-away ones still being drained)."""
+        followed file (including rotated-away ones still being drained), one line at a time."""
         found: dict[FileId, str] = {}
         problems: list[str] = []
         complete = True  # every directory on the way could be listed
@@ -164,15 +206,7 @@ class FileFollower:
                     continue  # vanished between glob and stat
                 if stat.S_ISREG(st.st_mode):
                     found.setdefault((st.st_dev, st.st_ino), path)
-        lines: list[Line] = []
-        budget = self.sweep_budget
-        new = [(file, path) for file, path in found.items() if file not in self._files]
-        room = self.max_files - len([f for f in self._files if f in found])
-        if len(new) > room:
-            problems.append(
-                f"{len(found)} files match; following {self.max_files} at most (max_files), "
-                f"{len(new) - max(room, 0)} left unread"
-            )
+        budget = _Budget(self.sweep_budget, self.max_lines)
         # Files that no longer match (rotated out of the pattern, deleted) first: what was
         # written to them came before what is in the files that took their place.
         for file, followed in list(self._files.items()):
@@ -182,18 +216,19 @@ class FileFollower:
                 # Not listed this time is not gone (a directory could not be read, e.g. out of
                 # file descriptors): closing it would read it again from the start later.
                 continue
-            drained, used = self._read_counted(followed, budget)
-            budget -= used
-            lines += drained
-            followed.quiet_orphan_sweeps = 0 if used else followed.quiet_orphan_sweeps + 1
+            before = budget.bytes
+            yield from self._read(followed, budget)
+            followed.quiet_orphan_sweeps = 0 if budget.bytes < before else followed.quiet_orphan_sweeps + 1
             if followed.quiet_orphan_sweeps >= self.ORPHAN_SWEEPS:
-                lines += self._close(followed)
+                yield from self._close(followed)
         out_of_descriptors = 0
+        skipped = 0
         for file, path in found.items():
             current = self._files.get(file)
             if current is None:
                 if len(self._files) >= self.max_files:
-                    continue  # reported above
+                    skipped += 1
+                    continue
                 if out_of_descriptors:
                     out_of_descriptors += 1
                     continue
@@ -206,41 +241,49 @@ class FileFollower:
                 continue
             current.path = path
             current.quiet_orphan_sweeps = 0
-            read, used = self._read_counted(current, budget)
-            budget -= used
-            lines += read
+            yield from self._read(current, budget)
+        self.skipped = skipped
+        if skipped:
+            problems.append(
+                f"{len(found)} files match; following {self.max_files} at most (max_files), {skipped} left unread"
+            )
         if out_of_descriptors:
             problems.append(f"out of file descriptors: {out_of_descriptors} files left unread")
         self._report(problems)
         self._swept = True
-        return lines
 
-    def read_path(self, path: str) -> list[Line]:
+    def read_path(self, path: str) -> Iterator[Line]:
         """A file-system event names ``path``: read it now (it grew, appeared, or a new
-        file took the place of one that was rotated away)."""
+        file took the place of one that was rotated away), one line at a time."""
         try:
             st = os.stat(path)
         except OSError:
-            return []  # gone: its descriptor is drained by the next sweep
+            return  # gone: its descriptor is drained by the next sweep
         file = (st.st_dev, st.st_ino)
+        budget = _Budget(self.read_budget, self.max_lines)
         followed = self._files.get(file)
         if followed is not None:
             followed.path = path
-            return self._read(followed)
+            yield from self._read(followed, budget)
+            return
         if not self._swept or not stat.S_ISREG(st.st_mode) or not self.matches(path):
-            return []
-        lines: list[Line] = []
+            return
         for other in list(self._files.values()):
             if other.path == path:  # the file that was here was rotated away: drain it first
-                lines += self._read(other)
-        followed = self._open(path, file, at_end=False)
+                yield from self._read(other, budget)
+        if len(self._files) >= self.max_files:
+            return  # the cap holds for files an event names too; the next sweep counts it
+        try:
+            followed = self._open(path, file, at_end=False)
+        except OSError:
+            return  # out of descriptors: the next sweep reports it
         if followed is not None:
-            lines += self._read(followed)
-        return lines
+            yield from self._read(followed, budget)
 
     def close(self) -> None:
         for followed in list(self._files.values()):
-            self._close(followed)
+            os.close(followed.fd)
+        self._files.clear()
 
     # --- internals ---
 
@@ -281,19 +324,17 @@ class FileFollower:
         self._files[file] = followed
         return followed
 
-    def _close(self, followed: _Followed) -> list[Line]:
+    def _close(self, followed: _Followed) -> Iterator[Line]:
         """Stop following; a last line without its newline is handed over as it is."""
         os.close(followed.fd)
         del self._files[followed.file]
         if followed.partial and not followed.discarding:
-            return [Line(followed.file, followed.path, bytes(followed.partial))]
-        return []
+            yield Line(followed.file, followed.path, bytes(followed.partial))
 
-    def _read(self, followed: _Followed) -> list[Line]:
-        return self._read_counted(followed, self.read_budget)[0]
-
-    def _read_counted(self, followed: _Followed, budget: int) -> tuple[list[Line], int]:
-        """Read what was appended, at most min(budget, read_budget) bytes: (lines, bytes read)."""
+    def _read(self, followed: _Followed, budget: _Budget) -> Iterator[Line]:
+        """Hand over the complete lines appended since the last read, within the budget (and
+        at most read_budget bytes of this file), one at a time.  The file's offset moves past
+        each line before it is handed over, so a line is never read twice."""
         size = os.fstat(followed.fd).st_size
         if size < followed.offset:
             self.truncations += 1
@@ -301,41 +342,49 @@ class FileFollower:
             followed.offset = 0
             followed.partial.clear()
             followed.discarding = False
-        lines: list[Line] = []
         if followed.context is not None:
-            lines.append(followed.context)
-            followed.context = None
-        budget = min(budget, self.read_budget)
-        used = 0
-        while used < budget:
-            chunk = os.pread(followed.fd, min(_CHUNK, budget - used), followed.offset)
+            context, followed.context = followed.context, None
+            yield context
+        file_left = self.read_budget
+        while budget.bytes > 0 and budget.lines > 0 and file_left > 0:
+            chunk = os.pread(followed.fd, min(_CHUNK, budget.bytes, file_left), followed.offset)
             if not chunk:
-                break
-            followed.offset += len(chunk)
-            used += len(chunk)
-            lines += self._split(followed, chunk)
-        return lines, used
-
-    def _split(self, followed: _Followed, chunk: bytes) -> list[Line]:
-        lines: list[Line] = []
-        start = 0
-        while True:
-            newline = chunk.find(b"\n", start)
-            piece = chunk[start:] if newline < 0 else chunk[start:newline]
-            if not followed.discarding:
-                followed.partial += piece
-                if len(followed.partial) > self.max_line_bytes:
-                    self.lines_too_long += 1
+                return
+            base = followed.offset
+            start = 0
+            while start < len(chunk) and budget.lines > 0:
+                newline = chunk.find(b"\n", start)
+                end = len(chunk) if newline < 0 else newline
+                if not followed.discarding:
+                    if end - start + len(followed.partial) > self.max_line_bytes:
+                        self.lines_too_long += 1
+                        followed.partial.clear()
+                        followed.discarding = True
+                    elif newline < 0:
+                        followed.partial += chunk[start:end]
+                if newline < 0:
+                    start = len(chunk)
+                    break
+                if followed.discarding:
+                    followed.discarding = False  # the newline ends the dropped line
+                    data = b""
+                elif followed.partial:
+                    followed.partial += chunk[start:end]
+                    data = bytes(followed.partial)
                     followed.partial.clear()
-                    followed.discarding = True
-            if newline < 0:
-                return lines
-            if followed.discarding:
-                followed.discarding = False  # the newline ends the dropped line
-            elif followed.partial.strip():
-                lines.append(Line(followed.file, followed.path, bytes(followed.partial)))
-            followed.partial.clear()
-            start = newline + 1
+                else:
+                    data = chunk[start:end]
+                start = newline + 1
+                followed.offset = base + start
+                if data.strip():
+                    budget.lines -= 1
+                    yield Line(followed.file, followed.path, data)
+            followed.offset = base + start
+            budget.bytes -= start
+            file_left -= start
+            if start < len(chunk):
+                return  # the line budget is spent: the rest of the chunk is read next time
+            del chunk  # before the next read: one chunk in memory at a time
 
 
 class DirectoryWatcher:

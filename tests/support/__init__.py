@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import shutil
 import socket
 import subprocess
@@ -123,16 +124,27 @@ def wait_until(predicate, timeout: float = 10, step: float = 0.05, what: str = "
 class AgentProcess:
     """`lockstep run` (or demo) as a real subprocess, for daemon-life tests."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    def __init__(self, *args: str, env: dict[str, str] | None = None, open_files: int | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [*args, "--listen", f"127.0.0.1:{self.port}"]
         self.env = {**os.environ, **(env or {})}
+        self.open_files = open_files  # RLIMIT_NOFILE (soft and hard) of the agent, as LimitNOFILE= sets it
         self.proc: subprocess.Popen[str] | None = None
+
+    def _limit_open_files(self) -> None:  # in the child, before exec
+        if self.open_files is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, self.open_files))
 
     def __enter__(self) -> AgentProcess:
         self.proc = subprocess.Popen(
-            [*LOCKSTEP, *self.args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env, cwd=REPO
+            [*LOCKSTEP, *self.args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+            preexec_fn=self._limit_open_files if self.open_files is not None else None,
         )
 
         def up() -> bool:

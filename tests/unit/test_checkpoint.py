@@ -128,6 +128,7 @@ def test_pytorch_dcp_lifecycle(tmp_path: Path, mode: str, harnesses: list[Harnes
         "expected_interval_seconds": 600,
         "root_readable": 1,
         "scan_truncated": 0,
+        "skipped_directories": 0,
     }
     assert h.scrape()[("lockstep_checkpoint_roots", frozenset({("pattern", "/ckpt/job=*")}))] == 1
 
@@ -190,6 +191,7 @@ def test_nemo_unfinished_marker(tmp_path: Path, mode: str, harnesses: list[Harne
         "last_write_throughput_bytes_per_second": 9000 / 8,
         "root_readable": 1,
         "scan_truncated": 0,
+        "skipped_directories": 0,
     }
 
 
@@ -249,6 +251,7 @@ def test_generic_quiet_period(tmp_path: Path, mode: str, harnesses: list[Harness
         "last_size_bytes": 4096,
         "root_readable": 1,
         "scan_truncated": 0,
+        "skipped_directories": 0,
     }  # a save of zero duration has no throughput
 
 

@@ -105,7 +105,7 @@ def test_writer_threads_appending_while_collecting_give_exact_totals(tmp_path: P
     for r in range(ranks_):
         assert_steps(s, r, steps_per_rank)
         assert rank(s, "last_step_timestamp_seconds", r) == 1_767_312_000 + steps_per_rank - 1
-    assert invalid(s) == {"not_json": 0, "bad_record": 0, "bad_value": 0, "too_long": 0}
+    assert invalid(s) == {"not_json": 0, "bad_record": 0, "bad_value": 0, "too_long": 0, "too_many_ranks": 0}
     assert s[("lockstep_training_log_files", frozenset())] == ranks_
     print(f"{rounds} collection rounds while writing")
 
@@ -146,7 +146,7 @@ def test_garbage_lines_are_counted_and_skipped(tmp_path: Path) -> None:
     s = run(collector)
     collector.close()
     assert_steps(s, 0, 3)
-    assert invalid(s) == {"not_json": 3, "bad_record": 2, "bad_value": 2, "too_long": 1}
+    assert invalid(s) == {"not_json": 3, "bad_record": 2, "bad_value": 2, "too_long": 1, "too_many_ranks": 0}
 
 
 def test_rotation_by_rename_reads_the_old_files_rest_and_the_new_file(tmp_path: Path) -> None:
