@@ -36,6 +36,7 @@ from lockstep.collectors.inference.metrics import (
     REQUESTS_FINISHED,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
+    SKIPPED_VALUES,
     TTFT,
     UP,
 )
@@ -89,6 +90,7 @@ class InferenceCollector(Collector[InferenceOptions]):
         QUEUE_TIME,
         PROCESS_INFO,
         GPU_INFO,
+        SKIPPED_VALUES,
     )
     needs = ("gpu",)  # the GPU inventory (context.gpu_inventory) says which GPUs run the engines' processes
     options_class = InferenceOptions
@@ -101,6 +103,8 @@ class InferenceCollector(Collector[InferenceOptions]):
         self._models: dict[str, list[str]] = {}  # endpoint -> models of its last good answer
         self._down: dict[str, str] = {}  # endpoint -> why, for logging changes once
         self._rejected: dict[str, str] = {}  # endpoint -> an out-of-domain value it sent, logged once
+        self._skipped: dict[Target, int] = {}  # values left out of the target's answers so far
+        self._skipped_lock = threading.Lock()  # scrapes run in the pool's threads
         # Discovered endpoints -> (target, when a process last served it), monotonic clock.
         self._discovered: dict[str, tuple[Target, float]] = {}
         self.clock = time.monotonic  # tests replace it
@@ -204,17 +208,20 @@ class InferenceCollector(Collector[InferenceOptions]):
         samples = Samples(text, engine.prefix)
         if not samples.has_prefix(engine.prefix):
             raise ScrapeError(f"no {engine.prefix}* metrics in the answer: not a {engine.title} metrics endpoint?")
+        readings = engine.normalise(samples)  # may leave out invalid histograms too (readings.histograms)
+        with self._skipped_lock:
+            self._skipped[target] = self._skipped.get(target, 0) + samples.rejected
         rejected = samples.rejected_example if samples.rejected else ""
         if rejected != self._rejected.get(target.endpoint, ""):  # once per change, per target
             if rejected:
                 self.log.warning(
-                    "left out %d values that are not finite numbers of at least 0, e.g. %s",
+                    "left out %d values outside their domain, e.g. %s",
                     samples.rejected,
                     rejected,
                     extra={"engine": target.engine, "endpoint": target.endpoint},
                 )
             self._rejected[target.endpoint] = rejected
-        return engine.normalise(samples)
+        return readings
 
     def _log_change(self, result: Result) -> None:
         if self._quiet:
@@ -274,6 +281,13 @@ class InferenceCollector(Collector[InferenceOptions]):
                     if histogram is not None:
                         buckets = [(floatToGoString(b), c) for b, c in sorted(histogram.buckets.items())]
                         family_h.add_metric(labels, buckets, histogram.sum)
+        with self._skipped_lock:
+            # Reported with the target's other values; kept while it is down, forgotten with it.
+            self._skipped = {t: n for t, n in self._skipped.items() if t in {r.target for r in results}}
+            for result in results:
+                if result.readings is not None:
+                    count = self._skipped.get(result.target, 0)
+                    families[SKIPPED_VALUES].add_metric([result.target.engine, result.target.endpoint], count)
         info, gpu_info = families[PROCESS_INFO], families[GPU_INFO]
         published = self.context.gpu_inventory.published()  # the GPU collector's latest round
         for endpoint, engine in sorted(engines.items()):

@@ -205,3 +205,60 @@ def test_a_job_name_over_the_cap_keeps_its_job_info(tmp_path: Path, monkeypatch:
         assert of(values, "lockstep_slurm_job_info", **labels) == 1  # was absent
         assert of(values, "lockstep_slurm_job_cpu_seconds_total", job_id="101") == 123.456789
     assert self_metric(result, "altered_label_values_total", "slurm") == 1
+
+
+# --- item 11: engine histograms with bounds that are no histogram's ---
+
+
+def _ttft(model: str, buckets: list[tuple[str, float]], count: float, total: float) -> str:
+    lines = [f'vllm:time_to_first_token_seconds_bucket{{le="{le}",model_name="{model}"}} {n}' for le, n in buckets]
+    lines.append(f'vllm:time_to_first_token_seconds_count{{model_name="{model}"}} {count}')
+    lines.append(f'vllm:time_to_first_token_seconds_sum{{model_name="{model}"}} {total}')
+    return "\n".join(lines) + "\n"
+
+
+# One model per defect, each next to nothing else; "good" is a valid histogram.
+HISTOGRAMS = {
+    "good": [("0.1", 1), ("1.0", 3), ("+Inf", 5)],
+    "nan": [("0.1", 1), ("NaN", 3), ("+Inf", 5)],
+    "minus-inf": [("-Inf", 0), ("1.0", 3), ("+Inf", 5)],
+    "alias": [("1", 5), ("1.0", 5), ("+Inf", 5)],  # the same bucket twice: was added up to 10
+    "alias-inf": [("1.0", 3), ("1e400", 5), ("+Inf", 5)],  # 1e400 is +Inf as a float
+    "decreasing": [("0.1", 4), ("1.0", 2), ("+Inf", 5)],
+    "no-inf": [("0.1", 1), ("1.0", 3)],
+}
+
+
+def test_engine_histograms_with_bad_bounds_are_refused_and_the_output_stays_valid(tmp_path: Path) -> None:
+    body = "# TYPE vllm:time_to_first_token_seconds histogram\n" + "".join(
+        _ttft(model, buckets, 5, 2.5) for model, buckets in HISTOGRAMS.items()
+    )
+    body += "".join(f'vllm:num_requests_running{{model_name="{model}"}} 1\n' for model in HISTOGRAMS)
+    endpoint = "http://127.0.0.1:9001/metrics"
+    collector = InferenceCollector(
+        dataclasses.replace(
+            context(
+                proc=tmp_path, options=InferenceOptions(targets=parse_targets([f"vllm={endpoint}"]), discover=False)
+            ),
+            seams=Seams(INFERENCE_HTTP.replaced_by(lambda url, timeout: body)),
+        )
+    )
+    try:
+        result = served(collector)  # served() parses the OpenMetrics rendering: it raised before
+    finally:
+        collector.close()
+    name = "lockstep_inference_time_to_first_token_seconds"
+    for values in (result.text, result.openmetrics):
+        good = {"engine": "vllm", "server": endpoint, "model": "good"}
+        assert {
+            labels["le"]: v
+            for (n, ls), v in values.items()
+            if n == f"{name}_bucket" and (labels := dict(ls))["model"] == "good"
+        } == {"0.1": 1, "1.0": 3, "+Inf": 5}
+        assert of(values, f"{name}_count", **good) == 5
+        assert of(values, f"{name}_sum", **good) == 2.5
+        histogram_models = {dict(ls)["model"] for n, ls in values if n.startswith(name)}
+        assert histogram_models == {"good"}
+        for model in HISTOGRAMS:  # the rest of each model's data stays
+            assert of(values, "lockstep_inference_up", engine="vllm", server=endpoint, model=model) == 1
+    assert of(result.text, "lockstep_inference_skipped_values_total", engine="vllm", server=endpoint) == 6
