@@ -119,6 +119,7 @@ class InferenceCollector(Collector[InferenceOptions]):
         self._rotation = Rotation()  # which discovered candidates each round scrapes
         self._discovery_counts: dict[str, int] = {}  # lockstep_inference_discovered_processes
         self._silent_logged = 0  # silent candidates in the last summary line
+        self._candidates: list[LocalEngine] = []  # the last round's discovered candidates
         self.clock = time.monotonic  # tests replace it
         self._quiet = False
         self.notes: list[str] = []  # what discovery could not do, for doctor
@@ -162,13 +163,6 @@ class InferenceCollector(Collector[InferenceOptions]):
         candidates = [e for e in local if (e.pid, e.port) not in served]
         now = self.clock()
         plan = self._rotation.plan(candidates, now)
-        self._discovery_counts = {
-            "engine": plan.engines,
-            "probing": plan.probing,
-            "over_cap": plan.over_cap,
-            "unreadable": counts.get("unreadable", 0),
-            "other_namespace": counts.get("other_namespace", 0),
-        }
         timeouts: dict[Target, float] = {}
         discovered: dict[Target, LocalEngine] = {}
         for engine in plan.scrape + plan.probe:  # the engines that answer first: never queued behind a probe
@@ -195,6 +189,8 @@ class InferenceCollector(Collector[InferenceOptions]):
             results.append(Result(target, None, self._down.get(target.endpoint, "not answering")))
             engines[target.endpoint] = engine
         self._log_silent(silent)
+        self._candidates = candidates
+        self._discovery_counts = {**self._rotation.census(candidates), "unreadable": 0, "other_namespace": 0, **counts}
         # A discovered engine whose process is gone (crashed, stopped) stays, down, for a
         # while: `up == 0` should see it rather than the series just vanishing.
         for result in results:
@@ -354,7 +350,8 @@ class InferenceCollector(Collector[InferenceOptions]):
                     families[SKIPPED_VALUES].add_metric([result.target.engine, result.target.endpoint], count)
         info, gpu_info = families[PROCESS_INFO], families[GPU_INFO]
         published = self.context.gpu_inventory.published()  # the GPU collector's latest round
-        processes = engine_processes(table, engines)  # each process under one engine
+        others = [e for e in self._candidates if e.url not in engines]
+        processes = engine_processes(table, engines, others)  # each process under one engine
         for endpoint, engine in sorted(engines.items()):
             pids = set(processes[endpoint])
             for pid in sorted(pids):

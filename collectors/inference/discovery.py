@@ -216,8 +216,11 @@ def local_engines(
 _NOTES_PER_KIND = 3
 
 
-def engine_processes(table: dict[int, Process], engines: dict[str, LocalEngine]) -> dict[str, list[int]]:
-    """Each engine's processes (endpoint -> pids), every process under one engine only.
+def engine_processes(
+    table: dict[int, Process], engines: dict[str, LocalEngine], others: Sequence[LocalEngine] = ()
+) -> dict[str, list[int]]:
+    """Each engine's processes (endpoint -> pids), every process under one engine only;
+    ``others`` are candidates not reported (silent, over the cap): their processes are nobody's.
 
     A process belongs to the engine whose listening process it is or descends from; one
     above them (TGI's launcher above its router) to the first engine, by endpoint, under it.
@@ -231,6 +234,8 @@ def engine_processes(table: dict[int, Process], engines: dict[str, LocalEngine])
     owner: dict[int, str] = {}
     for endpoint, engine in sorted(engines.items()):
         owner.setdefault(engine.pid, endpoint)
+    for other in others:
+        owner.setdefault(other.pid, "")
 
     def claim(pids: list[int], endpoint: str) -> None:
         stack = list(pids)
@@ -247,7 +252,7 @@ def engine_processes(table: dict[int, Process], engines: dict[str, LocalEngine])
         claim([engine.root], endpoint)
     found: dict[str, list[int]] = {endpoint: [] for endpoint in engines}
     for pid, endpoint in owner.items():
-        if pid in table:
+        if endpoint and pid in table:
             found[endpoint].append(pid)
     return {endpoint: sorted(pids) for endpoint, pids in found.items()}
 
@@ -275,9 +280,6 @@ class Plan:
     scrape: list[LocalEngine] = field(default_factory=list)  # engines that answered last time: full timeout
     probe: list[LocalEngine] = field(default_factory=list)  # the rest that are due, in turn
     resting: list[LocalEngine] = field(default_factory=list)  # engines down and backing off: reported down
-    engines: int = 0  # candidates that are engines (answered once), within the cap
-    probing: int = 0  # candidates that have not answered yet
-    over_cap: int = 0  # candidates beyond MAX_DISCOVERED_TARGETS: not looked at
 
 
 class Rotation:
@@ -301,8 +303,6 @@ class Rotation:
         engines, plan = known[:MAX_DISCOVERED_TARGETS], Plan()
         room = MAX_DISCOVERED_TARGETS - len(engines)
         unknown = [c for c in order if not seen[c.url].known]
-        plan.engines, plan.probing = len(engines), len(unknown) if room else 0
-        plan.over_cap = len(known) - len(engines) + (0 if room else len(unknown))
         plan.scrape = [c for c in engines if seen[c.url].answered]
         down = [c for c in engines if not seen[c.url].answered and seen[c.url].due(now)]
         down.sort(key=lambda c: seen[c.url].last_probe)
@@ -318,6 +318,18 @@ class Rotation:
         seen.answered = answered
         seen.known = seen.known or answered
         seen.failures = 0 if answered else seen.failures + 1
+
+    def census(self, candidates: Sequence[LocalEngine]) -> dict[str, int]:
+        """Candidates by state (lockstep_inference_discovered_processes): engines within the
+        cap, the others still probed, and those beyond the cap."""
+        known = sum(1 for c in candidates if self.known(c))
+        unknown = len(candidates) - known
+        room = known < MAX_DISCOVERED_TARGETS
+        return {
+            "engine": min(known, MAX_DISCOVERED_TARGETS),
+            "probing": unknown if room else 0,
+            "over_cap": max(0, known - MAX_DISCOVERED_TARGETS) + (0 if room else unknown),
+        }
 
     def silent(self) -> int:
         """Candidates that have never answered and failed their last probe."""

@@ -1,0 +1,132 @@
+"""Hostile input, round two (issue 29 items 6 and 7, and issue 26's log flood): look-alike engine
+processes any user can start neither grow the series quadratically nor starve a real engine.
+
+Real processes (tests/support/lookalikes.py: one ``vllm serve`` process forking N children, each
+listening on its own port), read through a procfs view that shows only them, so every count is
+exact whatever else runs on the machine.  Scaled down from the issue's N=400 (bench/hostile_input.py
+runs that): the bound is what makes the point.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lockstep.collectors.inference import InferenceCollector, InferenceOptions
+from lockstep.collectors.inference.discovery import MAX_DISCOVERED_TARGETS, MAX_PROBES_PER_ROUND
+from tests.support import collected, context
+from tests.support.lookalikes import LookalikeEngines, procfs_view
+
+
+@pytest.fixture
+def started() -> Iterator[list[LookalikeEngines]]:
+    engines: list[LookalikeEngines] = []
+    yield engines
+    for group in engines:
+        group.stop()
+
+
+def _collector(proc: Path, timeout: float = 3.0) -> InferenceCollector:
+    return InferenceCollector(context(proc=proc, options=InferenceOptions(timeout=timeout)))
+
+
+def _of(values: dict, name: str) -> dict[frozenset, float]:
+    return {labels: v for (n, labels), v in values.items() if n == name}
+
+
+def _states(values: dict) -> dict[str, float]:
+    return {dict(labels)["state"]: v for labels, v in _of(values, "lockstep_inference_discovered_processes").items()}
+
+
+def _real(values: dict, url: str) -> tuple[float | None, float | None]:
+    labels = frozenset({"engine": "vllm", "server": url, "model": "llama"}.items())
+    return (
+        values.get(("lockstep_inference_up", labels)),
+        values.get(("lockstep_inference_requests_running", labels)),
+    )
+
+
+def test_look_alikes_forked_by_one_process_are_bounded_and_listed_once(
+    tmp_path: Path, started: list[LookalikeEngines]
+) -> None:
+    """40 answering look-alikes under one parent: each was listed with all 41 processes
+    (1,640 process_info series, N x (N+1)); now each process once, at most 32 engines."""
+    count = 40
+    group = LookalikeEngines(tmp_path / "lookalikes", count, "answer", first_port=21000)
+    started.append(group)
+    collector = _collector(procfs_view(tmp_path / "proc", group.pids))
+    rounds = math.ceil(MAX_DISCOVERED_TARGETS / MAX_PROBES_PER_ROUND)  # 4 rounds of 8 probes
+    try:
+        for _ in range(rounds + 1):
+            values = collected(collector)
+    finally:
+        collector.close()
+    info = _of(values, "lockstep_inference_process_info")
+    pids = [dict(labels)["pid"] for labels in info]
+    assert len(pids) == len(set(pids)) == MAX_DISCOVERED_TARGETS + 1  # 32 engines and their parent, once each
+    assert str(group.process.pid) in pids
+    assert len(_of(values, "lockstep_inference_up")) == MAX_DISCOVERED_TARGETS
+    assert all(v == 1 for v in _of(values, "lockstep_inference_up").values())
+    assert _states(values) == {"engine": 32, "probing": 0, "over_cap": 8, "unreadable": 0, "other_namespace": 0}
+
+
+def test_silent_look_alikes_on_lower_ports_never_starve_a_found_engine(
+    tmp_path: Path, started: list[LookalikeEngines], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real engine found, then 40 silent look-alikes on lower ports: it stayed up 1 with its
+    values every round (was: up 0, its series gone, every probe queued ahead of it)."""
+    real = LookalikeEngines(tmp_path / "real", 1, "answer", first_port=45000)
+    started.append(real)
+    url = real.urls()[0]
+    view = procfs_view(tmp_path / "proc", real.pids)
+    collector = _collector(view, timeout=1.0)
+    try:
+        assert _real(collected(collector), url) == (1, 7)
+        silent = LookalikeEngines(tmp_path / "silent", 40, "silent", first_port=31000)
+        started.append(silent)
+        assert max(silent.ports) < real.ports[0]
+        procfs_view(view, silent.pids)
+        with caplog.at_level(logging.INFO, logger="test"):
+            for _ in range(3):
+                began = time.monotonic()
+                values = collected(collector)
+                assert _real(values, url) == (1, 7)
+                assert time.monotonic() - began < 2.5  # probes take 1 s at most, 8 at a time
+    finally:
+        collector.close()
+    assert _states(values) == {"engine": 1, "probing": 40, "over_cap": 0, "unreadable": 0, "other_namespace": 0}
+    # Silent look-alikes are not engines: no series of theirs, and one summary line per round
+    # at most, none per process (issue 26: ~1,600 warning lines).
+    assert len(_of(values, "lockstep_inference_up")) == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert not [m for m in messages if m.startswith("inference target down")]
+    assert [m.split(" (e.g.")[0] for m in messages] == [
+        "8 processes that look like inference engines do not answer as one",
+        "16 processes that look like inference engines do not answer as one",
+        "24 processes that look like inference engines do not answer as one",
+    ]
+
+
+def test_a_new_engine_among_silent_look_alikes_is_found_in_turn(
+    tmp_path: Path, started: list[LookalikeEngines]
+) -> None:
+    """40 silent look-alikes on lower ports, then a real engine: probed in turn, 8 per round, it
+    is found in round 6 and stays (was: never, every round's probes queued ahead of it)."""
+    silent = LookalikeEngines(tmp_path / "silent", 40, "silent", first_port=32000)
+    started.append(silent)
+    real = LookalikeEngines(tmp_path / "real", 1, "answer", first_port=46000)
+    started.append(real)
+    url = real.urls()[0]
+    collector = _collector(procfs_view(tmp_path / "proc", silent.pids + real.pids), timeout=1.0)
+    seen = []
+    try:
+        for _ in range(7):
+            seen.append(_real(collected(collector), url))
+    finally:
+        collector.close()
+    assert seen == [(None, None)] * 5 + [(1, 7)] * 2
