@@ -124,7 +124,7 @@ def lookalike_engines(workdir: Path, interval: float, count: int = 400) -> dict[
         return {
             "process_info": _count(body, "lockstep_inference_process_info{"),
             "up_series": _count(body, "lockstep_inference_up{"),
-            "over_cap": _value(body, 'lockstep_inference_discovered_processes{state="over_cap"}'),
+            "over_cap": _value(body, 'lockstep_inference_discovered_processes{category="over_cap"}'),
             "log_lines": _log_lines(workdir),
         }
 
@@ -159,7 +159,7 @@ def silent_lookalikes(workdir: Path, interval: float, count: int = 40) -> dict[s
         return {
             "real_up": _value(body, f"lockstep_inference_up{{{labels}}}"),
             "real_running": _value(body, f"lockstep_inference_requests_running{{{labels}}}"),
-            "probing": _value(body, 'lockstep_inference_discovered_processes{state="probing"}'),
+            "probing": _value(body, 'lockstep_inference_discovered_processes{category="probing"}'),
             "duration_s": _value(body, 'lockstep_collector_duration_seconds{collector="inference"}'),
             "log_lines": _log_lines(workdir),
         }

@@ -360,6 +360,6 @@ class InferenceCollector(Collector[InferenceOptions]):
                 if any(process.pid in pids for process in gpu.processes):
                     gpu_info.add_metric([engine.engine, endpoint, str(gpu.index), gpu.uuid], 1)
         if self.options.discover:
-            for state, count in self._discovery_counts.items():
-                families[DISCOVERED_PROCESSES].add_metric([state], count)
+            for category, count in self._discovery_counts.items():
+                families[DISCOVERED_PROCESSES].add_metric([category], count)
         return families.with_samples()

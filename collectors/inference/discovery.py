@@ -320,7 +320,7 @@ class Rotation:
         seen.failures = 0 if answered else seen.failures + 1
 
     def census(self, candidates: Sequence[LocalEngine]) -> dict[str, int]:
-        """Candidates by state (lockstep_inference_discovered_processes): engines within the
+        """Candidates by category (lockstep_inference_discovered_processes): engines within the
         cap, the others still probed, and those beyond the cap."""
         known = sum(1 for c in candidates if self.known(c))
         unknown = len(candidates) - known

@@ -123,10 +123,10 @@ SKIPPED_VALUES = MetricSpec(
 DISCOVERED_PROCESSES = MetricSpec(
     "lockstep_inference_discovered_processes",
     "gauge",
-    "Processes whose command line and listening port look like an engine's, in the last round, by state: "
+    "Processes whose command line and listening port look like an engine's, in the last round, by category: "
     "engine (answered as its engine: scraped and reported), probing (not yet answered as one: probed in turn, "
     "a few per round, a silent one less and less often), over_cap (beyond the 32 discovered targets looked at), "
     "unreadable (its sockets cannot be read: another user's process, agent not root), other_namespace "
     "(another network namespace: a container).",
-    ("state",),
+    ("category",),
 )

@@ -40,7 +40,7 @@ def _of(values: dict, name: str) -> dict[frozenset, float]:
 
 
 def _states(values: dict) -> dict[str, float]:
-    return {dict(labels)["state"]: v for labels, v in _of(values, "lockstep_inference_discovered_processes").items()}
+    return {dict(labels)["category"]: v for labels, v in _of(values, "lockstep_inference_discovered_processes").items()}
 
 
 def _real(values: dict, url: str) -> tuple[float | None, float | None]:
