@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,14 @@ from pathlib import Path
 import pytest
 
 from lockstep.collectors.inference import InferenceCollector, InferenceOptions
-from lockstep.collectors.inference.discovery import MAX_DISCOVERED_TARGETS, MAX_PROBES_PER_ROUND
+from lockstep.collectors.inference.discovery import (
+    MAX_DISCOVERED_TARGETS,
+    MAX_PROBES_PER_ROUND,
+    LocalEngine,
+    Rotation,
+    Trust,
+    trust_of,
+)
 from tests.support import collected, context
 from tests.support.lookalikes import LookalikeEngines, procfs_view
 
@@ -130,3 +138,44 @@ def test_a_new_engine_among_silent_look_alikes_is_found_in_turn(
     finally:
         collector.close()
     assert seen == [(None, None)] * 5 + [(1, 7)] * 2
+
+
+def test_trust_comes_from_what_a_process_cannot_change(tmp_path: Path) -> None:
+    """The owner of /proc/PID and a Slurm job's cgroup, never SLURM_JOB_ID in the environment."""
+    for pid, owner, cgroup, environ in (
+        (10, os.geteuid(), "0::/user.slice\n", b""),
+        (11, 65534, "0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n", b""),
+        (12, 65534, "0::/user.slice/user-65534.slice\n", b"SLURM_JOB_ID=4242\0"),
+    ):
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cgroup").write_text(cgroup)
+        (tmp_path / str(pid) / "environ").write_bytes(environ)
+        os.chown(tmp_path / str(pid), owner, owner)
+    assert [trust_of(tmp_path, pid) for pid in (10, 11, 12)] == [Trust.AGENT_USER, Trust.SLURM_JOB, Trust.OTHER]
+
+
+def _candidate(port: int, trust: Trust) -> LocalEngine:
+    return LocalEngine("vllm", pid=port, root=port, host="127.0.0.1", port=port, trust=trust)
+
+
+def test_probes_go_to_trusted_candidates_first_then_in_turn() -> None:
+    others = [_candidate(port, Trust.OTHER) for port in range(20000, 20020)]  # lower ports
+    job = _candidate(30000, Trust.SLURM_JOB)
+    ours = _candidate(40000, Trust.AGENT_USER)
+    rotation = Rotation()
+    plan = rotation.plan([*others, job, ours], now=0.0)
+    assert [c.port for c in plan.probe] == [40000, 30000, *range(20000, 20006)]
+    for candidate in plan.probe:
+        rotation.record(candidate, answered=candidate is ours, now=0.0)
+    # Next round: the engine that answered is scraped, the silent ones wait out their backoff
+    # (15 s) and the candidates not probed yet go first.
+    plan = rotation.plan([*others, job, ours], now=10.0)
+    assert [c.port for c in plan.scrape] == [40000]
+    assert [c.port for c in plan.probe] == list(range(20006, 20014))
+    for candidate in plan.probe:
+        rotation.record(candidate, answered=False, now=10.0)
+    # 20 s: the candidates probed at 0 are due again, those probed at 10 are not; trusted first,
+    # then the one probed longest ago (never, before 0).
+    plan = rotation.plan([*others, job, ours], now=20.0)
+    assert [c.port for c in plan.probe] == [30000, *range(20014, 20020), 20000]
+    assert rotation.census([*others, job, ours]) == {"engine": 1, "probing": 21, "over_cap": 0}
