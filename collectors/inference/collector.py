@@ -221,6 +221,8 @@ class InferenceCollector(Collector[InferenceOptions]):
         """One line when the number of silent candidates changes, not one per probe (a user's
         hundreds of look-alikes wrote a warning each, every time its error changed)."""
         count = self._rotation.silent()
+        if count:
+            self.notes.append(f"{count} processes look like engines but have not answered as one (probed in turn)")
         if count != self._silent_logged and not self._quiet:
             if count and silent:
                 example = f"{silent[0].target.endpoint}: {silent[0].error}"
