@@ -345,7 +345,8 @@ class InferenceCollector(Collector[InferenceOptions]):
                         family_h.add_metric(labels, buckets, histogram.sum)
         with self._skipped_lock:
             # Reported with the target's other values; kept while it is down, forgotten with it.
-            self._skipped = {t: n for t, n in self._skipped.items() if t in {r.target for r in results}}
+            current = {r.target for r in results}
+            self._skipped = {t: n for t, n in self._skipped.items() if t in current}
             for result in results:
                 if result.readings is not None:
                     count = self._skipped.get(result.target, 0)
