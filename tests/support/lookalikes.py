@@ -83,16 +83,23 @@ VLLM_BODY = (
 class LookalikeEngines:
     """N forked children of one ``vllm serve`` process, each on its own port from ``first_port`` up."""
 
-    def __init__(self, directory: Path, count: int, mode: str, first_port: int, body: str = VLLM_BODY) -> None:
+    def __init__(
+        self, directory: Path, count: int, mode: str, first_port: int, body: str = VLLM_BODY, user: int | None = None
+    ) -> None:
+        """``user``: the uid to run as (the caller must be root, and ``directory`` readable by it)."""
         directory.mkdir(parents=True, exist_ok=True)
         script = directory / "vllm"
-        script.write_text(SCRIPT.format(python=sys.executable))
+        # Another user may not reach this interpreter (under /root): the system's then (stdlib only).
+        python = sys.executable if user is None or not Path("/usr/bin/python3").exists() else "/usr/bin/python3"
+        script.write_text(SCRIPT.format(python=python))
         script.chmod(0o755)
         metrics = directory / "metrics.txt"
         metrics.write_text(body)
         argv = [str(script), "serve", "llama", "--lookalikes", str(count), "--mode", mode]
         argv += ["--first-port", str(first_port), "--metrics-file", str(metrics)]
-        self.process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.process = subprocess.Popen(
+            argv, stdout=subprocess.PIPE, text=True, start_new_session=True, user=user, group=user
+        )
         assert self.process.stdout is not None
         self.children = [int(pid) for pid in self.process.stdout.readline().split()]
         self.ports = [int(port) for port in self.process.stdout.readline().split()]

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import math
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -179,3 +181,26 @@ def test_probes_go_to_trusted_candidates_first_then_in_turn() -> None:
     plan = rotation.plan([*others, job, ours], now=20.0)
     assert [c.port for c in plan.probe] == [30000, *range(20014, 20020), 20000]
     assert rotation.census([*others, job, ours]) == {"engine": 1, "probing": 21, "over_cap": 0}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="starts processes as another user (needs root)")
+def test_another_users_look_alikes_never_delay_the_agent_users_engine(started: list[LookalikeEngines]) -> None:
+    """40 silent look-alikes of user nobody on lower ports: the root-run engine is probed first
+    and found in the first round (was: never, queued behind them)."""
+    shared = Path(tempfile.mkdtemp(prefix="lockstep-lookalikes-"))  # readable by nobody, unlike tmp_path
+    try:
+        shared.chmod(0o755)
+        silent = LookalikeEngines(shared / "silent", 40, "silent", first_port=33000, user=65534)
+        started.append(silent)
+        real = LookalikeEngines(shared / "real", 1, "answer", first_port=47000)
+        started.append(real)
+        assert Path(f"/proc/{silent.children[0]}").stat().st_uid == 65534
+        collector = _collector(procfs_view(shared / "proc", silent.pids + real.pids), timeout=1.0)
+        try:
+            assert _real(collected(collector), real.urls()[0]) == (1, 7)
+        finally:
+            collector.close()
+    finally:
+        for group in started:
+            group.stop()
+        shutil.rmtree(shared)
