@@ -59,7 +59,15 @@ COLLECTOR_REJECTED = MetricSpec(
     "lockstep_collector_rejected_samples_total",
     "counter",
     "Samples the collector produced that were left out because their value or labels were outside "
-    "their domain (not a finite number, a negative counter, an oversized label, a repeated series).",
+    "their domain (not a finite number, a negative counter, a label that is not a string, a repeated series).",
+    ("collector",),
+)
+COLLECTOR_ALTERED_LABELS = MetricSpec(
+    "lockstep_collector_altered_label_values_total",
+    "counter",
+    "Samples the collector produced that were served with a label value made safe: characters UTF-8 "
+    "cannot encode backslash-escaped, a value over 4096 characters cut and ended with a hash of the whole "
+    "(docs/security.md).",
     ("collector",),
 )
 COLLECTOR_CPU = MetricSpec(
@@ -80,6 +88,7 @@ SELF_METRICS = (
     COLLECTOR_RUNS,
     COLLECTOR_CPU,
     COLLECTOR_REJECTED,
+    COLLECTOR_ALTERED_LABELS,
 )
 
 
@@ -220,7 +229,9 @@ def self_metrics(views: Iterable[WorkerView], render_failures: Mapping[str, str]
     """The agent's own metrics; a collector in ``render_failures`` is reported failed."""
     build = BUILD_INFO.family()
     build.add_metric([__version__], 1)
-    up, state, duration, last_success, errors, runs, cpu, rejected = (spec.family() for spec in SELF_METRICS[1:])
+    up, state, duration, last_success, errors, runs, cpu, rejected, altered = (
+        spec.family() for spec in SELF_METRICS[1:]
+    )
     for view in views:
         current = State.FAILED if view.name in render_failures else view.state
         up.add_metric([view.name], 1 if current in HEALTHY_STATES else 0)
@@ -234,4 +245,5 @@ def self_metrics(views: Iterable[WorkerView], render_failures: Mapping[str, str]
         runs.add_metric([view.name], view.runs_total)
         cpu.add_metric([view.name], view.cpu_seconds_total)
         rejected.add_metric([view.name], view.rejected_samples_total)
-    yield from (build, up, state, duration, last_success, errors, runs, cpu, rejected)
+        altered.add_metric([view.name], view.altered_label_values_total)
+    yield from (build, up, state, duration, last_success, errors, runs, cpu, rejected, altered)

@@ -98,13 +98,35 @@ def socket_inodes(procfs: Path, pid: int) -> set[int]:
     return inodes
 
 
-def listening_sockets(procfs: Path, pid: int) -> list[ListeningSocket]:
+def listening_sockets(
+    procfs: Path, pid: int, tables: dict[str, dict[int, ListeningSocket]] | None = None
+) -> list[ListeningSocket]:
     """TCP sockets the process listens on, read from its own network namespace's tables
-    (/proc/PID/net/tcp and tcp6) and matched to its descriptors by inode."""
+    (/proc/PID/net/tcp and tcp6) and matched to its descriptors by inode.
+
+    ``tables`` caches each namespace's listening sockets for the caller's round: every
+    process of a namespace sees the same tables, so N processes read them once, not N times
+    (400 look-alike processes each reading a 400-line table was quadratic)."""
     inodes = socket_inodes(procfs, pid)
     if not inodes:
         return []
-    found = []
+    try:
+        namespace = os.readlink(procfs / str(pid) / "ns" / "net")
+    except OSError:
+        namespace = ""
+    if tables is None or not namespace:
+        listening = _listening_table(procfs, pid)
+    elif namespace in tables:
+        listening = tables[namespace]
+    else:
+        listening = tables[namespace] = _listening_table(procfs, pid)
+    found = [listening[inode] for inode in inodes if inode in listening]
+    return sorted(found, key=lambda s: (s.port, s.address))
+
+
+def _listening_table(procfs: Path, pid: int) -> dict[int, ListeningSocket]:
+    """Every listening TCP socket of the process's network namespace, by inode."""
+    found = {}
     for table, width in (("tcp", 8), ("tcp6", 32)):
         try:
             text = read_text(procfs / str(pid) / "net" / table)
@@ -115,14 +137,12 @@ def listening_sockets(procfs: Path, pid: int) -> list[ListeningSocket]:
             if len(fields) < 10 or fields[3] != _LISTEN or not (fields[9].isascii() and fields[9].isdigit()):
                 continue
             inode = int(fields[9])
-            if inode not in inodes:
-                continue
             address, _, port = fields[1].partition(":")
             # Hex as the kernel writes it, or the line is skipped: one bad line costs its socket only.
             if len(address) != width or not _HEX.fullmatch(address) or len(port) != 4 or not _HEX.fullmatch(port):
                 continue
-            found.append(ListeningSocket(_address(address), int(port, 16), inode))
-    return sorted(found, key=lambda s: (s.port, s.address))
+            found[inode] = ListeningSocket(_address(address), int(port, 16), inode)
+    return found
 
 
 def _address(hex_address: str) -> str:
@@ -152,12 +172,9 @@ def slurm_job(procfs: Path, pid: int) -> str:
     from SLURM_JOB_ID in its environment (needs the right to read it; only that one
     variable is looked at, nothing else of the environment is kept or logged).
     """
-    try:
-        match = _SLURM_JOB_IN_CGROUP.search(read_text(procfs / str(pid) / "cgroup"))
-        if match:
-            return match.group(1)
-    except OSError:
-        pass
+    job = slurm_job_of_cgroup(procfs, pid)
+    if job:
+        return job
     try:
         environ = (procfs / str(pid) / "environ").read_bytes()
     except OSError:
@@ -167,6 +184,16 @@ def slurm_job(procfs: Path, pid: int) -> str:
             value = entry[len(b"SLURM_JOB_ID=") :].decode("ascii", "replace")
             return value if value.isdigit() else ""
     return ""
+
+
+def slurm_job_of_cgroup(procfs: Path, pid: int) -> str:
+    """The Slurm job whose cgroup the process is in, "" if none.  Unlike its environment,
+    which its user writes, a process's cgroup is set by slurmd: a user cannot claim a job."""
+    try:
+        match = _SLURM_JOB_IN_CGROUP.search(read_text(procfs / str(pid) / "cgroup"))
+    except OSError:
+        return ""
+    return match.group(1) if match else ""
 
 
 def same_network_namespace(procfs: Path, pids: Iterable[int]) -> dict[int, bool]:

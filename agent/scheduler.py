@@ -66,6 +66,7 @@ class WorkerView:
     cpu_seconds_total: float
     snapshot: Snapshot | None  # None when there is none or it is stale
     rejected_samples_total: int = 0
+    altered_label_values_total: int = 0  # samples served with a label value made safe (agent/samples.py)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class _Result:
     cpu_seconds_total: float = 0.0
     snapshot: Snapshot | None = None
     rejected_samples_total: int = 0
+    altered_label_values_total: int = 0
 
 
 class Worker:
@@ -223,7 +225,9 @@ class Worker:
                 errors_total=previous.errors_total + (0 if healthy else 1),
                 runs_total=previous.runs_total + 1,
                 cpu_seconds_total=previous.cpu_seconds_total + cpu,
-                rejected_samples_total=previous.rejected_samples_total + len(rejections),
+                rejected_samples_total=previous.rejected_samples_total + sum(r.left_out for r in rejections),
+                altered_label_values_total=previous.altered_label_values_total
+                + sum(not r.left_out for r in rejections),
                 # A failed run keeps the previous snapshot, which ages out on its own.
                 snapshot=Snapshot(families, finished) if healthy else previous.snapshot,
             )
@@ -234,10 +238,15 @@ class Worker:
         if rejected != self._rejected_series and outcome in HEALTHY_STATES:
             # Once per change, not per round: the same bad file would otherwise log every interval.
             self._rejected_series = rejected
-            if rejections:
-                shown = "; ".join(str(r) for r in rejections[:3])
-                more = f" (and {len(rejections) - 3} more)" if len(rejections) > 3 else ""
-                self.log.warning("left out %d samples outside their domain: %s%s", len(rejections), shown, more)
+            for left_out, what in (
+                (True, "left out %d samples outside their domain"),
+                (False, "made safe %d label values"),
+            ):
+                some = [r for r in rejections if r.left_out == left_out]
+                if some:
+                    shown = "; ".join(str(r) for r in some[:3])
+                    more = f" (and {len(some) - 3} more)" if len(some) > 3 else ""
+                    self.log.warning(what + ": %s%s", len(some), shown, more)
 
     def _log_transition(self, state: State, reason: str) -> None:
         if state == State.FAILED:
@@ -271,4 +280,5 @@ class Worker:
             cpu_seconds_total=result.cpu_seconds_total,
             snapshot=snapshot,
             rejected_samples_total=result.rejected_samples_total,
+            altered_label_values_total=result.altered_label_values_total,
         )

@@ -8,9 +8,14 @@ Each case starts `lockstep run` as its own process (so the figures are the agent
 the collectors the attack needs, running every 2 s, measures it idle ("before"), makes the
 hostile input an unprivileged user on the node could make, measures it while the input is there
 ("during"), removes the input and measures again ("after").  A scrape is timed 5 times per
-phase (p50 and max).  The tests in tests/unit/test_input_bounds.py and
-tests/component/test_fd_limit.py run the same attacks scaled down, with exact assertions; this
-prints figures only (the machines are shared and noisy: the load average is printed beside them).
+phase (p50 and max).  The tests in tests/unit/test_input_bounds.py,
+tests/component/test_fd_limit.py and tests/unit/test_hostile_*.py run the same attacks scaled
+down, with exact assertions; this prints figures only (the machines are shared and noisy: the
+load average is printed beside them).
+
+The discovery cases (items 6 and 7) give the agent a procfs view of the case's processes only
+(tests/support/lookalikes.py: symlinks to /proc/PID), so other processes on the machine that look
+like engines do not change the figures; everything else is real (processes, sockets, HTTP).
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import json
 import os
 import re
 import resource
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,19 +35,24 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support import free_port  # noqa: E402
+from tests.support.lookalikes import LookalikeEngines, procfs_view  # noqa: E402
+
 INTERVAL = "2s"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Agent:
     """`lockstep run` as a child process, with LimitNOFILE-like open-file limit."""
 
-    def __init__(self, workdir: Path, collectors: dict[str, dict[str, str]], open_files: int = 8192) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        collectors: dict[str, dict[str, str]],
+        open_files: int = 8192,
+        procfs: Path | None = None,
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = workdir / "agent.yml"
@@ -54,6 +63,8 @@ class Agent:
         config.write_text(f"log_level: warning\ncollectors:\n{sections}")
         args = ["run", "--config", str(config), "--collector.disable-defaults", "--listen", f"127.0.0.1:{self.port}"]
         args += [f"--collector.{name}" for name in collectors]
+        if procfs is not None:
+            args += ["--path.procfs", str(procfs)]
 
         def limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, open_files))
@@ -149,6 +160,14 @@ def _collector(agent: Agent, page: str, name: str) -> dict[str, object]:
 def _record(job: str, rank: int, host: str, step: int, metric: str, value: float) -> str:
     fields = {"ts": time.time() - 30, "job_id": job, "rank": rank, "host": host, "step": step}
     return json.dumps({**fields, "metric": metric, "value": value}) + "\n"
+
+
+def _count(page: str, prefix: str) -> int:
+    return sum(1 for line in page.splitlines() if line.startswith(prefix))
+
+
+def _log_lines(workdir: Path) -> int:
+    return len((workdir / "agent.log").read_text().splitlines())
 
 
 def _remove_deep(top: Path) -> None:
@@ -284,11 +303,80 @@ def deep_checkpoint_dir(workdir: Path) -> None:
         agent.stop()
 
 
+def lookalike_engines(workdir: Path) -> None:
+    """Item 6: 400 answering look-alike engines (`python3 .../vllm serve`, one port each) forked by one process."""
+    view = procfs_view(workdir / "proc", [])
+    agent = Agent(workdir, {"inference": {}}, procfs=view)
+
+    def extra(page: str) -> dict[str, object]:
+        return {
+            "process_info": _count(page, "lockstep_inference_process_info{"),
+            "up_series": _count(page, "lockstep_inference_up{"),
+            "over_cap": agent.value(page, "lockstep_inference_discovered_processes", category="over_cap"),
+            "log_lines": _log_lines(workdir),
+            **_collector(agent, page, "inference"),
+        }
+
+    lookalikes = None
+    try:
+        wait_rounds(2)
+        agent.phase("lookalike_engines", "before", extra)
+        lookalikes = LookalikeEngines(workdir / "lookalikes", 400, "answer", first_port=20000)
+        procfs_view(view, lookalikes.pids)
+        wait_rounds(8)  # 32 engines are found in 4 rounds of 8 probes
+        agent.phase("lookalike_engines", "during", extra)
+        lookalikes.stop()
+        lookalikes = None
+        wait_rounds(4)
+        agent.phase("lookalike_engines", "after", extra)
+    finally:
+        if lookalikes is not None:
+            lookalikes.stop()
+        agent.stop()
+
+
+def silent_lookalikes(workdir: Path) -> None:
+    """Item 7: a real engine found, then 40 silent look-alikes on lower ports."""
+    real = LookalikeEngines(workdir / "real", 1, "answer", first_port=47000)
+    view = procfs_view(workdir / "proc", real.pids)
+    agent = Agent(workdir, {"inference": {}}, procfs=view)
+    labels = {"engine": "vllm", "model": "llama", "server": real.urls()[0]}
+
+    def extra(page: str) -> dict[str, object]:
+        return {
+            "real_up": agent.value(page, "lockstep_inference_up", **labels),
+            "real_running": agent.value(page, "lockstep_inference_requests_running", **labels),
+            "probing": agent.value(page, "lockstep_inference_discovered_processes", category="probing"),
+            "log_lines": _log_lines(workdir),
+            **_collector(agent, page, "inference"),
+        }
+
+    silent = None
+    try:
+        wait_rounds(2)
+        agent.phase("silent_lookalikes", "before", extra)
+        silent = LookalikeEngines(workdir / "silent", 40, "silent", first_port=30000)
+        procfs_view(view, silent.pids)
+        wait_rounds(8)
+        agent.phase("silent_lookalikes", "during", extra)
+        silent.stop()
+        silent = None
+        wait_rounds(4)
+        agent.phase("silent_lookalikes", "after", extra)
+    finally:
+        if silent is not None:
+            silent.stop()
+        agent.stop()
+        real.stop()
+
+
 CASES: dict[str, Callable[[Path], None]] = {
     "fd_exhaustion": fd_exhaustion,
     "one_byte_lines": one_byte_lines,
     "many_ranks": many_ranks,
     "deep_checkpoint_dir": deep_checkpoint_dir,
+    "lookalike_engines": lookalike_engines,
+    "silent_lookalikes": silent_lookalikes,
 }
 
 

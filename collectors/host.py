@@ -71,6 +71,14 @@ CONTEXT_SWITCHES = MetricSpec(
 BOOT_TIME = MetricSpec(
     "lockstep_host_boot_time_seconds", "gauge", "Unix time the host booted (btime in /proc/stat).", unit="seconds"
 )
+SKIPPED_VALUES = MetricSpec(
+    "lockstep_host_skipped_values_total",
+    "counter",
+    "Values in procfs files that are not in the kernel's own format (e.g. a non-numeric /proc/stat field) "
+    "and were skipped, by file (stat, meminfo, loadavg, pressure), since the agent started.",
+    ("source",),
+)
+_SKIP_SOURCES = ("stat", "meminfo", "loadavg", "pressure")
 
 # /proc/stat's cpu line, in order; guest time is already counted in user and nice.
 _CPU_MODES = ("user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal")
@@ -107,6 +115,7 @@ class HostCollector(Collector):
         *LOAD.values(),
         PRESSURE,
         BLOCKED,
+        SKIPPED_VALUES,
     )
 
     def __init__(self, context: CollectorContext) -> None:
@@ -115,6 +124,7 @@ class HostCollector(Collector):
         self._ticks_per_second = os.sysconf("SC_CLK_TCK")
         self._skipped: list[str] = []  # this round's values skipped, named "file: field"
         self._skipped_logged: list[str] = []  # the last set logged: logged once per change
+        self._skipped_total = dict.fromkeys(_SKIP_SOURCES, 0)  # lockstep_host_skipped_values_total
 
     def check(self) -> str:
         super().check()
@@ -134,6 +144,11 @@ class HostCollector(Collector):
         self._loadavg(families)
         self._pressure(families)
         self._blocked_tasks(families)
+        for skipped in self._skipped:  # "stat: cpu nice", "pressure/io: some"
+            source = skipped.split(":", 1)[0].split("/", 1)[0]
+            self._skipped_total[source] += 1
+        for source, count in self._skipped_total.items():
+            families[SKIPPED_VALUES].add_metric([source], count)
         if self._skipped != self._skipped_logged:  # the same bad file would otherwise log every round
             self._skipped_logged = self._skipped
             if self._skipped:

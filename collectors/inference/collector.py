@@ -17,11 +17,19 @@ from prometheus_client.utils import floatToGoString
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
 from lockstep.agent.config import parse_bool, parse_duration
 from lockstep.agent.options import option
-from lockstep.agent.procs import Process, descendants, process_table, slurm_job
-from lockstep.collectors.inference.discovery import LocalEngine, local_engines, local_host
+from lockstep.agent.procs import Process, process_table, slurm_job
+from lockstep.collectors.inference.discovery import (
+    PROBE_TIMEOUT,
+    LocalEngine,
+    Rotation,
+    engine_processes,
+    local_engines,
+    local_host,
+)
 from lockstep.collectors.inference.engines import ENGINE_FORMATS
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP, fetch_http
 from lockstep.collectors.inference.metrics import (
+    DISCOVERED_PROCESSES,
     E2E_LATENCY,
     GENERATION_TOKENS,
     GPU_INFO,
@@ -36,6 +44,7 @@ from lockstep.collectors.inference.metrics import (
     REQUESTS_FINISHED,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
+    SKIPPED_VALUES,
     TTFT,
     UP,
 )
@@ -89,6 +98,8 @@ class InferenceCollector(Collector[InferenceOptions]):
         QUEUE_TIME,
         PROCESS_INFO,
         GPU_INFO,
+        SKIPPED_VALUES,
+        DISCOVERED_PROCESSES,
     )
     needs = ("gpu",)  # the GPU inventory (context.gpu_inventory) says which GPUs run the engines' processes
     options_class = InferenceOptions
@@ -101,8 +112,14 @@ class InferenceCollector(Collector[InferenceOptions]):
         self._models: dict[str, list[str]] = {}  # endpoint -> models of its last good answer
         self._down: dict[str, str] = {}  # endpoint -> why, for logging changes once
         self._rejected: dict[str, str] = {}  # endpoint -> an out-of-domain value it sent, logged once
+        self._skipped: dict[Target, int] = {}  # values left out of the target's answers so far
+        self._skipped_lock = threading.Lock()  # scrapes run in the pool's threads
         # Discovered endpoints -> (target, when a process last served it), monotonic clock.
         self._discovered: dict[str, tuple[Target, float]] = {}
+        self._rotation = Rotation()  # which discovered candidates each round scrapes
+        self._discovery_counts: dict[str, int] = {}  # lockstep_inference_discovered_processes
+        self._silent_logged = 0  # silent candidates in the last summary line
+        self._candidates: list[LocalEngine] = []  # the last round's discovered candidates
         self.clock = time.monotonic  # tests replace it
         self._quiet = False
         self.notes: list[str] = []  # what discovery could not do, for doctor
@@ -131,7 +148,8 @@ class InferenceCollector(Collector[InferenceOptions]):
     def _round(self) -> tuple[list[Result], dict[str, LocalEngine], dict[int, Process]]:
         self.notes = []
         table = process_table(self.paths.procfs) if self.options.discover else {}
-        local = local_engines(self.paths.procfs, table, self.notes) if table else []
+        counts: dict[str, int] = {}
+        local = local_engines(self.paths.procfs, table, self.notes, counts) if table else []
         targets = list(self.options.targets)
         engines: dict[str, LocalEngine] = {}  # endpoint -> the local process serving it
         for target in self.options.targets:
@@ -141,19 +159,43 @@ class InferenceCollector(Collector[InferenceOptions]):
                 if local_host(parts.hostname or "") and engine.port == port:
                     engines[target.endpoint] = engine
         served = {(e.pid, e.port) for e in engines.values()}
-        for engine in local:
-            if (engine.pid, engine.port) in served:
-                continue  # configured explicitly: not again under another name
-            host = f"[{engine.host}]" if ":" in engine.host else engine.host
-            url = f"http://{host}:{engine.port}/metrics"
-            target = Target(engine.engine, url=url, endpoint=url)
+        # Configured explicitly: not again under another name.
+        candidates = [e for e in local if (e.pid, e.port) not in served]
+        now = self.clock()
+        plan = self._rotation.plan(candidates, now)
+        timeouts: dict[Target, float] = {}
+        discovered: dict[Target, LocalEngine] = {}
+        for engine in plan.scrape + plan.probe:  # the engines that answer first: never queued behind a probe
+            target = Target(engine.engine, url=engine.url, endpoint=engine.url)
             targets.append(target)
+            discovered[target] = engine
+            if not self._rotation.known(engine):
+                timeouts[target] = min(self.options.timeout, PROBE_TIMEOUT)
+        results = []
+        silent = []  # candidates that did not answer as an engine and never have
+        for result in self._scrape_all(targets, timeouts):
+            engine_or_none = discovered.get(result.target)
+            if engine_or_none is None:
+                results.append(result)
+                continue
+            self._rotation.record(engine_or_none, result.readings is not None, now)
+            if self._rotation.known(engine_or_none):
+                results.append(result)
+                engines[result.target.endpoint] = engine_or_none
+            else:
+                silent.append(result)
+        for engine in plan.resting:  # an engine that stopped answering, probed again later
+            target = Target(engine.engine, url=engine.url, endpoint=engine.url)
+            results.append(Result(target, None, self._down.get(target.endpoint, "not answering")))
             engines[target.endpoint] = engine
+        self._log_silent(silent)
+        self._candidates = candidates
+        self._discovery_counts = {**self._rotation.census(candidates), "unreadable": 0, "other_namespace": 0, **counts}
         # A discovered engine whose process is gone (crashed, stopped) stays, down, for a
         # while: `up == 0` should see it rather than the series just vanishing.
-        now = self.clock()
-        for endpoint in engines:
-            self._discovered[endpoint] = (next(t for t in targets if t.endpoint == endpoint), now)
+        for result in results:
+            if result.target.endpoint in engines:
+                self._discovered[result.target.endpoint] = (result.target, now)
         gone = []
         for endpoint, (target, seen) in list(self._discovered.items()):
             if endpoint in engines:
@@ -163,7 +205,7 @@ class InferenceCollector(Collector[InferenceOptions]):
                 continue
             title = ENGINE_FORMATS[target.engine].title
             gone.append(Result(target, None, f"the {title} process that served it is gone"))
-        if not targets and not gone:
+        if not targets and not gone and not candidates:
             raise NothingHere(
                 "no inference targets configured (--inference.target ENGINE=URL) and no "
                 + ", ".join(e.title for e in ENGINE_FORMATS.values())
@@ -172,15 +214,38 @@ class InferenceCollector(Collector[InferenceOptions]):
             )
         for result in gone:
             self._log_change(result)
-        results = sorted(self._scrape_all(targets) + gone, key=lambda r: (r.target.engine, r.target.endpoint))
+        results = sorted(results + gone, key=lambda r: (r.target.engine, r.target.endpoint))
         return results, engines, table
 
-    def _scrape_all(self, targets: list[Target]) -> list[Result]:
+    def _log_silent(self, silent: list[Result]) -> None:
+        """One line when the number of silent candidates changes, not one per probe (a user's
+        hundreds of look-alikes wrote a warning each, every time its error changed)."""
+        count = self._rotation.silent()
+        if count:
+            self.notes.append(f"{count} processes look like engines but have not answered as one (probed in turn)")
+        if count != self._silent_logged and not self._quiet:
+            if count and silent:
+                example = f"{silent[0].target.endpoint}: {silent[0].error}"
+                self.log.warning(
+                    "%d processes that look like inference engines do not answer as one (e.g. %s); "
+                    "they are probed again less and less often",
+                    count,
+                    example,
+                )
+            elif count == 0 and self._silent_logged:
+                self.log.info("no silent look-alike engine processes any more")
+            self._silent_logged = count
+        for result in silent:
+            self._down.pop(result.target.endpoint, None)
+
+    def _scrape_all(self, targets: list[Target], timeouts: dict[Target, float]) -> list[Result]:
         with self._pool_lock:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(MAX_SCRAPE_THREADS, thread_name_prefix="inference-scrape")
             pool = self._pool
-        futures: dict[Future[dict[str, Reading]], Target] = {pool.submit(self._scrape, t): t for t in targets}
+        futures: dict[Future[dict[str, Reading]], Target] = {
+            pool.submit(self._scrape, t, timeouts.get(t, self.options.timeout)): t for t in targets
+        }
         done, _ = wait_for(futures, timeout=self.options.timeout + 0.5)
         results = []
         for future, target in futures.items():
@@ -195,26 +260,30 @@ class InferenceCollector(Collector[InferenceOptions]):
             except Exception as exc:  # whatever one target sends, the others are still reported
                 results.append(Result(target, None, describe_error(exc)))
         for result in results:
-            self._log_change(result)
+            if result.target not in timeouts:  # a probe of a candidate is logged in summary (_log_silent)
+                self._log_change(result)
         return sorted(results, key=lambda r: (r.target.engine, r.target.endpoint))
 
-    def _scrape(self, target: Target) -> dict[str, Reading]:
-        text = self.fetch(target.url, self.options.timeout)
+    def _scrape(self, target: Target, timeout: float) -> dict[str, Reading]:
+        text = self.fetch(target.url, timeout)
         engine = ENGINE_FORMATS[target.engine]
         samples = Samples(text, engine.prefix)
         if not samples.has_prefix(engine.prefix):
             raise ScrapeError(f"no {engine.prefix}* metrics in the answer: not a {engine.title} metrics endpoint?")
+        readings = engine.normalise(samples)  # may leave out invalid histograms too (readings.histograms)
+        with self._skipped_lock:
+            self._skipped[target] = self._skipped.get(target, 0) + samples.rejected
         rejected = samples.rejected_example if samples.rejected else ""
         if rejected != self._rejected.get(target.endpoint, ""):  # once per change, per target
             if rejected:
                 self.log.warning(
-                    "left out %d values that are not finite numbers of at least 0, e.g. %s",
+                    "left out %d values outside their domain, e.g. %s",
                     samples.rejected,
                     rejected,
                     extra={"engine": target.engine, "endpoint": target.endpoint},
                 )
             self._rejected[target.endpoint] = rejected
-        return engine.normalise(samples)
+        return readings
 
     def _log_change(self, result: Result) -> None:
         if self._quiet:
@@ -274,13 +343,26 @@ class InferenceCollector(Collector[InferenceOptions]):
                     if histogram is not None:
                         buckets = [(floatToGoString(b), c) for b, c in sorted(histogram.buckets.items())]
                         family_h.add_metric(labels, buckets, histogram.sum)
+        with self._skipped_lock:
+            # Reported with the target's other values; kept while it is down, forgotten with it.
+            current = {r.target for r in results}
+            self._skipped = {t: n for t, n in self._skipped.items() if t in current}
+            for result in results:
+                if result.readings is not None:
+                    count = self._skipped.get(result.target, 0)
+                    families[SKIPPED_VALUES].add_metric([result.target.engine, result.target.endpoint], count)
         info, gpu_info = families[PROCESS_INFO], families[GPU_INFO]
         published = self.context.gpu_inventory.published()  # the GPU collector's latest round
+        others = [e for e in self._candidates if e.url not in engines]
+        processes = engine_processes(table, engines, others)  # each process under one engine
         for endpoint, engine in sorted(engines.items()):
-            pids = set(descendants(table, engine.root))
+            pids = set(processes[endpoint])
             for pid in sorted(pids):
                 info.add_metric([engine.engine, endpoint, str(pid), slurm_job(self.paths.procfs, pid)], 1)
             for gpu in published:
                 if any(process.pid in pids for process in gpu.processes):
                     gpu_info.add_metric([engine.engine, endpoint, str(gpu.index), gpu.uuid], 1)
+        if self.options.discover:
+            for category, count in self._discovery_counts.items():
+                families[DISCOVERED_PROCESSES].add_metric([category], count)
         return families.with_samples()

@@ -110,3 +110,23 @@ GPU_INFO = MetricSpec(
     "list); gpu is the NVML index as on lockstep_gpu_* series. Always 1.",
     ("engine", "server", "gpu", "uuid"),
 )
+
+# Issue 29: what the collector leaves out of engines' answers, and what discovery finds.
+SKIPPED_VALUES = MetricSpec(
+    "lockstep_inference_skipped_values_total",
+    "counter",
+    "Values of the engine's answers left out since the agent started: a sample that is not a finite number "
+    "of at least 0, or a histogram series that is not a valid histogram (a bound that is NaN, negative or "
+    "given twice, no +Inf bucket, counts that decrease).",
+    ("engine", "server"),
+)
+DISCOVERED_PROCESSES = MetricSpec(
+    "lockstep_inference_discovered_processes",
+    "gauge",
+    "Processes whose command line and listening port look like an engine's, in the last round, by category: "
+    "engine (answered as its engine: scraped and reported), probing (not yet answered as one: probed in turn, "
+    "a few per round, a silent one less and less often), over_cap (beyond the 32 discovered targets looked at), "
+    "unreadable (its sockets cannot be read: another user's process, agent not root), other_namespace "
+    "(another network namespace: a container).",
+    ("category",),
+)

@@ -133,26 +133,79 @@ def per_model(
 
 
 def histograms(s: Samples, names: Sequence[str], model_label: str | None) -> dict[str, Histogram]:
-    """The first present histogram of ``names``, per model, replicas' buckets added up."""
+    """The first present histogram of ``names``, per model, replicas' buckets added up.
+
+    Each of the engine's histogram series (one label set but ``le``) is checked first, and
+    one that is not a valid histogram is left out and counted in ``s.rejected``: a bound that
+    is not a number, is NaN or negative (``-Inf``; a duration never is, and OpenMetrics allows
+    no negative bucket beside a ``_sum``), a bound given twice (``1`` and ``1.0``, ``1e400`` and
+    ``+Inf``: the same bucket, which were added up), no ``+Inf`` bucket, or cumulative counts
+    that decrease.  A model whose replicas' buckets do not add up to a valid histogram (bounds
+    that differ between replicas) is left out too.  What is re-exported is always valid
+    OpenMetrics.
+    """
     for name in names:
         buckets = s.by_name.get(f"{name}_bucket")
         if buckets:
             break
     else:
         return {}
-    found: dict[str, Histogram] = defaultdict(Histogram)
+    series: dict[tuple[tuple[str, str], ...], dict[float, float]] = defaultdict(dict)
+    refused: dict[tuple[tuple[str, str], ...], str] = {}
     for labels, value in buckets:
-        try:
-            bound = float(labels["le"])
-        except (KeyError, ValueError):
+        key = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+        bound, problem = _bucket_bound(labels.get("le"))
+        if not problem and bound in series[key]:
+            problem = f'bound le="{labels["le"]}" repeats a bucket already given'
+        if problem:
+            refused.setdefault(key, problem)
             continue
-        model = labels.get(model_label, "") if model_label else ""
+        series[key][bound] = value
+    found: dict[str, Histogram] = defaultdict(Histogram)
+    for key, bounds in series.items():
+        problem = refused.get(key) or _histogram_problem(bounds)
+        if problem:
+            refused.setdefault(key, problem)
+            continue
+        model = dict(key).get(model_label, "") if model_label else ""
         h = found[model]
-        h.buckets[bound] = h.buckets.get(bound, 0.0) + value
+        for bound, value in bounds.items():
+            h.buckets[bound] = h.buckets.get(bound, 0.0) + value
+    for model, h in list(found.items()):
+        problem = _histogram_problem(h.buckets)
+        if problem:
+            del found[model]
+            refused[((model_label or "model", model),)] = f"its replicas' buckets differ: {problem}"
+    for key, problem in refused.items():
+        s.rejected += 1
+        s.rejected_example = f"histogram {_series(name, dict(key))}: {problem}"
     for model, total in per_model(s.by_name.get(f"{name}_sum", []), model_label).items():
         if model in found:
             found[model].sum = total
-    return {model: h for model, h in found.items() if math.inf in h.buckets}
+    return dict(found)
+
+
+def _bucket_bound(le: str | None) -> tuple[float, str]:
+    """A bucket's upper bound, and "" if it is one; else (0, why not)."""
+    if le is None:
+        return 0.0, "a bucket has no le label"
+    try:
+        bound = float(le)
+    except ValueError:
+        return 0.0, f'bound le="{le[:40]}" is not a number'
+    if math.isnan(bound) or bound < 0:
+        return 0.0, f'bound le="{le[:40]}" is not a number of at least 0'
+    return bound, ""
+
+
+def _histogram_problem(buckets: dict[float, float]) -> str:
+    """Why cumulative ``buckets`` (bound -> count) are not a histogram, or ""."""
+    if math.inf not in buckets:
+        return "no +Inf bucket"
+    counts = [count for _, count in sorted(buckets.items())]
+    if any(later < earlier for earlier, later in zip(counts, counts[1:])):
+        return "cumulative counts decrease as the bound grows"
+    return ""
 
 
 # Why a request ended, in Lockstep's words: the engine's stop condition (EOS or a stop

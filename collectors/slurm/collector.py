@@ -50,6 +50,7 @@ from lockstep.collectors.slurm.metrics import (
     JOB_PROCESSES,
     NODE_INFO,
     NODE_STATE,
+    SKIPPED_GPU_LISTS,
 )
 from lockstep.collectors.slurm.scontrol import (
     SCONTROL,
@@ -97,6 +98,7 @@ class SlurmCollector(Collector[SlurmOptions]):
         NODE_STATE,
         CONTROLLER_REQUESTS,
         CONTROLLER_FAILURES,
+        SKIPPED_GPU_LISTS,
     )
     options_class = SlurmOptions
 
@@ -115,6 +117,7 @@ class SlurmCollector(Collector[SlurmOptions]):
             log=self.log,
         )
         self._environ_details: dict[str, JobDetails] = {}
+        self._skipped_gpu_lists = 0  # lockstep_slurm_skipped_gpu_lists_total
         self._listpids_error = ""
 
     # --- discovery -----------------------------------------------------------------------
@@ -227,6 +230,7 @@ class SlurmCollector(Collector[SlurmOptions]):
                 # attribution (its processes' cgroups still attribute GPUs), nothing else.
                 # Details are kept per job, so this is logged once per job, not per round.
                 self.log.warning("job's GPU list skipped", extra={"job_id": job.job_id, "reason": str(exc)})
+                self._skipped_gpu_lists += 1
                 gres_indices = ()
             details = JobDetails(
                 user=env.get("SLURM_JOB_USER", ""),
@@ -308,6 +312,7 @@ class SlurmCollector(Collector[SlurmOptions]):
         if not self._add_node(families, controller):
             absent.update((NODE_INFO, NODE_STATE))
         self.controller.add_counters(families)
+        families[SKIPPED_GPU_LISTS].add_metric([], self._skipped_gpu_lists)
         # Every family is exposed each round, with samples or not, except the GPU ones while the
         # GPU collector has published no GPUs and the node's while slurmctld has not described it.
         yield from (families[spec] for spec in self.metrics if spec not in absent)

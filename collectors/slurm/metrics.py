@@ -84,3 +84,10 @@ CONTROLLER_FAILURES = MetricSpec(
     "Commands to slurmctld that failed or timed out, by command.",
     ("command",),
 )
+SKIPPED_GPU_LISTS = MetricSpec(
+    "lockstep_slurm_skipped_gpu_lists_total",
+    "counter",
+    "Jobs whose GPU index list (SLURM_JOB_GPUS or SLURM_STEP_GPUS in the job's environment, which its user "
+    "sets) was refused since the agent started: not N or N-M parts, or more than 4096 indices. Counted once "
+    "per job; that job's GPUs are then attributed from its processes only.",
+)

@@ -79,6 +79,11 @@ def test_a_value_the_kernel_never_writes_loses_that_sample_only(
     assert [r.getMessage() for r in caplog.records] == [
         "skipped values the kernel never writes: stat: cpu nice; stat: ctxt; meminfo: Dirty"
     ]
+    # Counted, per round: 2 rounds of two /proc/stat values and one meminfo value.
+    skipped = {
+        dict(labels)["source"]: v for (name, labels), v in s.items() if name == "lockstep_host_skipped_values_total"
+    }
+    assert skipped == {"stat": 4, "meminfo": 2, "loadavg": 0, "pressure": 0}
     cpu = "lockstep_host_cpu_seconds_total"
     assert ("lockstep_host_cpu_seconds_total", frozenset({("mode", "nice")})) not in s
     assert ("lockstep_host_context_switches_total", frozenset()) not in s

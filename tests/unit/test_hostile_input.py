@@ -9,6 +9,7 @@ the parsers with values nobody thought of.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 import math
@@ -158,17 +159,23 @@ def test_samples_outside_their_domain_are_left_out_counted_and_logged_once(caplo
     s = samples(text)
     assert s[("lockstep_toy_events_total", frozenset({("source", "good")}))] == 5
     assert s[("lockstep_toy_level", frozenset({("source", "negative"), ("note", "")}))] == -3
+    # A label over the cap is cut (with a hash of the whole), not a reason to lose the sample.
+    cut = "x" * (MAX_LABEL_VALUE_CHARS - 26) + "...sha256:" + hashlib.sha256(b"x" * 4097).hexdigest()[:16]
+    assert s[("lockstep_toy_level", frozenset({("source", "big-label"), ("note", cut)}))] == 1
     toy = {labels for name, labels in s if name.startswith("lockstep_toy")}
-    assert len(toy) == 2
-    assert view.rejected_samples_total == 6 * view.runs_total
-    assert s[("lockstep_collector_rejected_samples_total", frozenset({("collector", "liar")}))] == 6 * view.runs_total
+    assert len(toy) == 3
+    assert view.rejected_samples_total == 5 * view.runs_total
+    assert s[("lockstep_collector_rejected_samples_total", frozenset({("collector", "liar")}))] == 5 * view.runs_total
+    assert s[("lockstep_collector_altered_label_values_total", frozenset({("collector", "liar")}))] == view.runs_total
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1  # once per change, not once per round
+    assert len(warnings) == 2  # once per change, not once per round
+    assert warnings[1].startswith("made safe 1 label values: lockstep_toy_level{note=xxxx")
+    assert warnings[1].endswith(": label note cut from 4097 characters to 4096")
     assert warnings[0].startswith(
-        "left out 6 samples outside their domain: lockstep_toy_events_total{source=huge}: value "
+        "left out 5 samples outside their domain: lockstep_toy_events_total{source=huge}: value "
         "100000000000000000000000000000000000000000000000000000000000... (401 chars) is too large for a 64-bit float; "
         "lockstep_toy_events_total{source=negative}: value -100 is negative (a counter never is); "
-        "lockstep_toy_events_total{source=infinite}: value inf is not a finite number (and 3 more)"
+        "lockstep_toy_events_total{source=infinite}: value inf is not a finite number (and 2 more)"
     )
 
 
@@ -979,7 +986,7 @@ def test_engine_values_outside_their_domain_are_left_out(
     assert _engine_up(values, twice) == 0  # a repeated series is not summed into a made-up value
     messages = [r.getMessage() for r in caplog.records]
     example = 'vllm:num_preemptions_total{model_name="m"} = -100'
-    assert messages.count(f"left out 3 values that are not finite numbers of at least 0, e.g. {example}") == 1
+    assert messages.count(f"left out 3 values outside their domain, e.g. {example}") == 1
     twice_message = 'series vllm:num_requests_running{model_name="m"} appears twice: not valid exposition'
     assert f"inference target down: {twice_message}" in messages
     collector.close()

@@ -221,6 +221,7 @@ def test_a_bad_or_huge_gpu_list_skips_that_jobs_gpus_only(
     assert s[job("lockstep_slurm_job_processes", "101")] == 3
     assert s[job("lockstep_slurm_job_cpu_seconds_total", "102")] == 5.0  # and the other job
     assert collector._environ_details["101"].gres_indices == ()
+    assert s[("lockstep_slurm_skipped_gpu_lists_total", frozenset())] == 1  # counted once for the job
     skipped = [r for r in caplog.records if r.getMessage() == "job's GPU list skipped"]
     assert [getattr(r, "job_id", None) for r in skipped] == ["101"]  # once for the job, not per round
 
