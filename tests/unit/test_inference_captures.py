@@ -66,7 +66,10 @@ def replayed(capture: Path) -> dict[str, float]:
 @pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.stem)
 def test_replayed_capture_equals_the_workloads_truth(capture: Path) -> None:
     truth = json.loads(capture.read_text())["truth"]
-    assert replayed(capture) == pytest.approx(truth, rel=1e-9)
+    found = replayed(capture)
+    wrong = {key: (found.get(key), want) for key, want in truth.items() if found.get(key) != pytest.approx(want)}
+    extra = {key: value for key, value in found.items() if key not in truth}
+    assert (wrong, extra) == ({}, {}), "series: (read, truth) where they differ; then series not in the truth"
 
 
 def test_every_engine_has_captures() -> None:

@@ -37,7 +37,7 @@ def normalise(s: Samples) -> dict[str, Reading]:
     model = "model_name"
     local_hits = per_model(s.first("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"), model)
     external_hits = per_model(s.first("vllm:external_prefix_cache_hits_total"), model)
-    capacity = [(labels, c) for labels, _ in s.first("vllm:cache_config_info") if (c := _capacity(labels)) is not None]
+    capacity = [c for labels, _ in s.first("vllm:cache_config_info") if (c := _capacity(labels)) is not None]
     server_errors = [(labels, v) for labels, v in s.first("http_requests_total") if labels.get("status") == "5xx"]
     readings = readings_by_model(
         kv_cache_usage=per_model(s.first("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), model, max),
@@ -64,10 +64,11 @@ def normalise(s: Samples) -> dict[str, Reading]:
         queue_time=histograms(s, ["vllm:request_queue_time_seconds"], model),
         spec_draft_tokens=per_model(s.first("vllm:spec_decode_num_draft_tokens_total"), model),
         spec_accepted_tokens=per_model(s.first("vllm:spec_decode_num_accepted_tokens_total"), model),
-        kv_capacity_tokens=per_model(capacity, model),
         # Refused by --max-num-queued-reqs / --max-num-queued-tokens (the API server's count).
         rejected=per_model(s.first("vllm:admission_rejections_total"), model),
     )
-    # The API server's HTTP answers (prometheus-fastapi-instrumentator, status grouped as
-    # "5xx") carry no model label: they are the server's.
+    # vllm:cache_config_info (one per engine core) and the API server's HTTP answers
+    # (prometheus-fastapi-instrumentator, status grouped as "5xx") carry no model label: they
+    # are the server's.
+    server_wide(readings, "kv_capacity_tokens", sum(capacity) if capacity else None)
     return server_wide(readings, "http_server_errors", sum(v for _, v in server_errors) if server_errors else None)
