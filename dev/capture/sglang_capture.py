@@ -75,7 +75,9 @@ MODEL_DIR.mkdir()
         }
     )
 )
-OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "inference"
+OUT = (
+    Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "inference"
+)
 KV_TOKENS = 200_000  # the KV pool's size of one replica (max_total_num_tokens)
 
 
@@ -108,7 +110,8 @@ def server_args(case: Case) -> ServerArgs:
 # counted; every TP/PP rank of the replica runs the same batches, so sees the same numbers.
 def replica(d: int) -> dict:
     return {
-        "running": [5, 1, 7][: 3] if d == 0 else [2, 2, 4],  # priorities of running requests: one value each
+        # The priority of each running and each waiting request (one entry per request).
+        "running": [5, 1, 7] if d == 0 else [2, 2, 4],
         "waiting": [0, 1, 1] if d == 0 else [3],
         "token_usage": 0.5 + d / 8,
         "retractions": [(2, 300, 40), (1, 100, 10)] if d == 0 else [(3, 450, 60)],

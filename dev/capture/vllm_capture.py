@@ -45,7 +45,9 @@ from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, PrefixCa
 from vllm.v1.spec_decode.metrics import SpecDecodingStats  # noqa: E402
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-OUT = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "inference"
+OUT = (
+    Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "inference"
+)
 
 
 @dataclass
@@ -118,7 +120,9 @@ def api_server(case: Case, index: int, directory: str, ready: multiprocessing.sy
     logger = PrometheusStatLogger(config(case, len(case.engines)), case.engines)  # type: ignore[arg-type]
     logger.log_engine_initialized()
     for step in case.api_servers[index]:
-        sched = SchedulerStats(num_running_reqs=step.running, num_waiting_reqs=step.waiting, kv_cache_usage=step.kv_usage)
+        sched = SchedulerStats(
+            num_running_reqs=step.running, num_waiting_reqs=step.waiting, kv_cache_usage=step.kv_usage
+        )
         sched.prefix_cache_stats = PrefixCacheStats()
         if step.prefix_queries:
             sched.prefix_cache_stats.record(num_tokens=step.prefix_queries, num_hits=step.prefix_hits, preempted=False)
@@ -210,7 +214,10 @@ def truth(case: Case) -> dict[str, float]:
     for s in steps:
         add(f"lockstep_inference_preemptions_total{{{m}}}", s.preempted)
         add(f"lockstep_inference_prefix_cache_queries_total{{{m}}}", s.prefix_queries)
-        add(f"lockstep_inference_prefix_cache_hits_total{{{m}}}", s.prefix_hits + (s.external_hits if case.connector else 0))
+        add(
+            f"lockstep_inference_prefix_cache_hits_total{{{m}}}",
+            s.prefix_hits + (s.external_hits if case.connector else 0),
+        )
         add(f"lockstep_inference_prompt_tokens_total{{{m}}}", s.prompt_tokens)
         add(f"lockstep_inference_generation_tokens_total{{{m}}}", s.generation_tokens)
         add(f"lockstep_inference_decode_tokens_total{{{m}}}", s.generation_tokens)
@@ -242,16 +249,55 @@ def truth(case: Case) -> dict[str, float]:
 def steps_for(engine: int, scale: int = 1) -> list[Step]:
     """Three steps of one engine: two prefills and a decode with requests ending for every reason."""
     return [
-        Step(engine, running=2, waiting=3, kv_usage=0.25, prompt_tokens=600 * scale, generation_tokens=2,
-             prefix_queries=600 * scale, prefix_hits=200 * scale, external_queries=400 * scale,
-             external_hits=100 * scale, ttft=[0.125, 0.25]),
-        Step(engine, running=4, waiting=1, kv_usage=0.5, prompt_tokens=400, generation_tokens=4 * scale,
-             prefix_queries=400, prefix_hits=0, external_queries=400, external_hits=0, preempted=1,
-             ttft=[0.5], itl=[0.02] * 4, drafts=4, draft_tokens=12, accepted_tokens=7),
-        Step(engine, running=3 + engine, waiting=engine, kv_usage=0.375 + engine / 8, generation_tokens=30,
-             itl=[0.015625] * 30, drafts=10, draft_tokens=30, accepted_tokens=18,
-             finished=[("stop", 1.5, 0.0625), ("length", 2.0, 0.125), ("abort", 0.5, 0.25),
-                       ("error", 0.25, 0.0), ("repetition", 3.0, 0.0625)]),
+        Step(
+            engine,
+            running=2,
+            waiting=3,
+            kv_usage=0.25,
+            prompt_tokens=600 * scale,
+            generation_tokens=2,
+            prefix_queries=600 * scale,
+            prefix_hits=200 * scale,
+            external_queries=400 * scale,
+            external_hits=100 * scale,
+            ttft=[0.125, 0.25],
+        ),
+        Step(
+            engine,
+            running=4,
+            waiting=1,
+            kv_usage=0.5,
+            prompt_tokens=400,
+            generation_tokens=4 * scale,
+            prefix_queries=400,
+            prefix_hits=0,
+            external_queries=400,
+            external_hits=0,
+            preempted=1,
+            ttft=[0.5],
+            itl=[0.02] * 4,
+            drafts=4,
+            draft_tokens=12,
+            accepted_tokens=7,
+        ),
+        Step(
+            engine,
+            running=3 + engine,
+            waiting=engine,
+            kv_usage=0.375 + engine / 8,
+            generation_tokens=30,
+            itl=[0.015625] * 30,
+            drafts=10,
+            draft_tokens=30,
+            accepted_tokens=18,
+            finished=[
+                ("stop", 1.5, 0.0625),
+                ("length", 2.0, 0.125),
+                ("abort", 0.5, 0.25),
+                ("error", 0.25, 0.0),
+                ("repetition", 3.0, 0.0625),
+            ],
+        ),
     ]
 
 
@@ -265,10 +311,21 @@ CASES = [
         [steps_for(0)[:2] + steps_for(1)[:1], steps_for(1, 2)[1:] + steps_for(0)[2:]],
         server_errors=3,
     ),
-    Case("vllm-lora", "one engine core with --enable-lora (requests to adapters count under the base model)", [0],
-         [steps_for(0)], lora=True),
-    Case("vllm-spec-decode", "speculative decoding (3 draft tokens per step), a KV connector (offloading) serving prefix hits",
-         [0], [steps_for(0)], spec_tokens=3, connector=True),
+    Case(
+        "vllm-lora",
+        "one engine core with --enable-lora (requests to adapters count under the base model)",
+        [0],
+        [steps_for(0)],
+        lora=True,
+    ),
+    Case(
+        "vllm-spec-decode",
+        "speculative decoding (3 draft tokens per step), a KV connector (offloading) serving prefix hits",
+        [0],
+        [steps_for(0)],
+        spec_tokens=3,
+        connector=True,
+    ),
 ]
 
 
@@ -279,8 +336,8 @@ def main() -> int:
         (OUT / f"{case.name}.prom").write_text(body)
         meta = {
             "engine": "vllm",
-            "source": f"captured: vLLM {vllm.__version__}'s PrometheusStatLogger and /metrics route in multiprocess mode "
-            f"({len(case.api_servers)} API server process(es)), by dev/capture-inference",
+            "source": f"captured: vLLM {vllm.__version__}'s PrometheusStatLogger and /metrics route in "
+            f"multiprocess mode ({len(case.api_servers)} API server process(es)), by dev/capture-inference",
             "workload": case.about + "; per engine: 1000 prompt tokens (+ more on engine 1), 3 steps, 5 requests "
             "finishing stop, length, abort, error, repetition",
             "truth": truth(case),

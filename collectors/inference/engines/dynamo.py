@@ -61,7 +61,9 @@ def normalise(s: Samples) -> dict[str, Reading]:
         decode_tokens=per_model(s.first("dynamo_frontend_output_tokens_total"), model),
         finished=finished_by_reason(requests, model, _reason),
         rejected=per_model([(lb, v) for lb, v in requests if lb.get("error_type") == "overload"], model),
-        http_server_errors=per_model([(lb, v) for lb, v in requests if lb.get("error_type") in SERVER_ERROR_TYPES], model),
+        http_server_errors=per_model(
+            [(lb, v) for lb, v in requests if lb.get("error_type") in SERVER_ERROR_TYPES], model
+        ),
         e2e_latency=histograms(s, ["dynamo_frontend_request_duration_seconds"], model),
         # Blocks of every worker serving the model × tokens per block.
         kv_capacity_tokens=product(

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from lockstep.collectors.inference.readings import (
     Reading,
-    Samples,
     SampleList,
+    Samples,
     finished_by_reason,
     histograms,
     one_copy,
@@ -49,9 +49,13 @@ def _queue(s: Samples, name: str) -> SampleList:
 def normalise(s: Samples) -> dict[str, Reading]:
     model = "model_name"
     cached = s.first("sglang:cached_tokens_total")
-    decode = [(labels, v) for labels, v in _ranks(s.first("sglang:realtime_tokens_total")) if labels.get("mode") == "decode"]
+    decode = [
+        (labels, v) for labels, v in _ranks(s.first("sglang:realtime_tokens_total")) if labels.get("mode") == "decode"
+    ]
     server_errors = [
-        (labels, v) for labels, v in s.first("sglang:http_responses_total") if labels.get("status_code", "").startswith("5")
+        (labels, v)
+        for labels, v in s.first("sglang:http_responses_total")
+        if labels.get("status_code", "").startswith("5")
     ]
     readings = readings_by_model(
         kv_cache_usage=per_model(_ranks(s.first("sglang:token_usage")), model, max),
@@ -61,9 +65,13 @@ def normalise(s: Samples) -> dict[str, Reading]:
         preemptions=per_model(_ranks(s.first("sglang:num_retracted_requests_total")), model),
         prefix_hits=per_model(cached, model),
         prefix_queries=per_model(s.first("sglang:prompt_tokens_total"), model),
-        prefix_external_hits=per_model([(lb, v) for lb, v in cached if lb.get("cache_source") in EXTERNAL_TIERS], model),
+        prefix_external_hits=per_model(
+            [(lb, v) for lb, v in cached if lb.get("cache_source") in EXTERNAL_TIERS], model
+        ),
         ttft=histograms(s, ["sglang:time_to_first_token_seconds"], model, _ranks),
-        itl=histograms(s, ["sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"], model, _ranks),
+        itl=histograms(
+            s, ["sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"], model, _ranks
+        ),
         prompt_tokens=per_model(s.first("sglang:prompt_tokens_total"), model),
         generation_tokens=per_model(s.first("sglang:generation_tokens_total"), model),
         decode_tokens=per_model(decode, model),

@@ -36,7 +36,9 @@ def normalise(s: Samples) -> dict[str, Reading]:
         # Exposed without _total; the parser names a typed counter's samples with it.
         finished=merge(
             finished_by_reason(
-                s.first("nv_inference_request_success", "nv_inference_request_success_total"), model, lambda _: "success"
+                s.first("nv_inference_request_success", "nv_inference_request_success_total"),
+                model,
+                lambda _: "success",
             ),
             finished_by_reason(
                 _failures(s), model, lambda labels: "abort" if labels.get("reason") == "CANCELED" else "error"

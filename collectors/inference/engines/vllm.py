@@ -46,7 +46,9 @@ def normalise(s: Samples) -> dict[str, Reading]:
         preemptions=per_model(s.first("vllm:num_preemptions_total"), model),
         # A KV connector (offloading, cross-instance sharing) serves the tokens the GPU's own
         # prefix cache missed: its hits are prefix hits too (its queries are a subset of ours).
-        prefix_hits={m: local_hits.get(m, 0.0) + external_hits.get(m, 0.0) for m in local_hits.keys() | external_hits.keys()},
+        prefix_hits={
+            m: local_hits.get(m, 0.0) + external_hits.get(m, 0.0) for m in local_hits.keys() | external_hits.keys()
+        },
         prefix_queries=per_model(
             s.first("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"), model
         ),
@@ -58,7 +60,9 @@ def normalise(s: Samples) -> dict[str, Reading]:
         # vLLM counts generated tokens at every engine step already.
         decode_tokens=per_model(s.first("vllm:generation_tokens_total"), model),
         finished=finished_by_reason(
-            s.first("vllm:request_success_total"), model, lambda labels: finish_reason(labels.get("finished_reason", ""))
+            s.first("vllm:request_success_total"),
+            model,
+            lambda labels: finish_reason(labels.get("finished_reason", "")),
         ),
         e2e_latency=histograms(s, ["vllm:e2e_request_latency_seconds"], model),
         queue_time=histograms(s, ["vllm:request_queue_time_seconds"], model),
