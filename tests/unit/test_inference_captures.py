@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import Seams
 from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP
+from lockstep.collectors.inference.readings import finish_reason
 from lockstep.collectors.inference.targets import parse_targets
 from tests.support import FIXTURES, collected
 
@@ -79,3 +81,31 @@ def test_every_engine_has_captures() -> None:
         meta = json.loads(capture.read_text())
         assert meta["source"].startswith(("captured", "written from source")), capture.name
         assert capture.with_suffix(".prom").exists(), capture.name
+
+
+def test_every_inference_family_has_its_meaning_per_engine_in_the_vocabulary_table() -> None:
+    """docs/workloads.md's "One vocabulary" table has a row for each family the engines feed,
+    with a cell for each of the five engines."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    table = doc.split("### One vocabulary", 1)[1].split("Rules behind the table", 1)[0]
+    rows = [line for line in table.splitlines() if line.startswith("| `lockstep_inference_")]
+    for spec in InferenceCollector.metrics:
+        if spec.name in NOT_NUMBERS:
+            continue
+        row = [r for r in rows if re.search(f"`{spec.name}[`{{]", r.split(" | ")[0])]
+        assert len(row) == 1, f"{spec.name} has no row in the vocabulary table"
+        assert row[0].count(" | ") == 5, f"{spec.name}: a cell for each of the five engines"
+
+
+@pytest.mark.parametrize(
+    "engine_reason, reason",
+    [
+        ("stop", "stop"),
+        ("repetition", "repetition"),
+        ("Content_Filter", "content_filter"),
+        ("a b/c", "other"),
+        ("", "other"),
+    ],
+)
+def test_a_finish_reason_is_kept_under_its_name_or_as_other(engine_reason: str, reason: str) -> None:
+    assert finish_reason(engine_reason) == reason
