@@ -58,8 +58,9 @@ class Samples:
     """An exposition's samples by name.  ``*_created`` samples (creation times that
     OpenMetrics-style exporters put next to counters and histograms) are not data.
 
-    With ``prefix`` (one or several), only the series whose names start with it are parsed (the engine's own;
-    its process_* and python_* series are most of a body and never read), at most MAX_SERIES.
+    With ``prefix`` (one or several), only the series whose names start with it are parsed
+    (the engine's own; its process_* and python_* series are most of a body and never read),
+    at most MAX_SERIES.
     Every value read is a count, ratio or duration: one that is not a finite number of at
     least 0 (``+Inf``, ``-100``) is left out and counted in ``rejected``, with an example in
     ``rejected_example``.  A series that appears twice is not valid exposition: the answer is
@@ -201,12 +202,10 @@ def histograms(
     return {model: h for model, h in found.items() if math.inf in h.buckets}
 
 
-# Why a request ended, in Lockstep's words: the engine's stop condition (EOS or a stop
-# string), its length limit, the client or server gave up on it, it failed, or it ended well
-# and the engine does not say whether by stop or length (success). An engine's own reason
-# that is none of these (vLLM's "repetition") is kept under its own name.
-FINISH_REASONS = ("stop", "length", "abort", "error", "success")
-FAILED_REASONS = ("abort", "error")
+# Why a request ended, in Lockstep's words: stop (the engine's stop condition, EOS or a stop
+# string), length (its length limit), abort (the client or server gave up on it), error (it
+# failed), success (it ended well and the engine does not say whether by stop or length). An
+# engine's own reason that is none of these (vLLM's "repetition") is kept under its own name.
 # A reason kept under its own name is a short lowercase word; anything else the engine sends
 # (a label value Lockstep cannot pass on as it is) is counted as "other".
 _OWN_REASON = re.compile(r"[a-z][a-z0-9_]{0,31}")

@@ -1,4 +1,11 @@
-"""Triton Inference Server with the TensorRT-LLM backend: its /metrics read into the normalised Readings."""
+"""Triton Inference Server with the TensorRT-LLM backend: its /metrics read into the normalised Readings.
+
+Each model is reported under its own ``model`` label; ``version`` values are added up. Triton
+counts a request to an ensemble under the ensemble and each of its steps under the composing
+model that ran it (core's ensemble scheduler reports both), and its /metrics does not say which
+model is an ensemble: each model's numbers are exact, a server's models are not to be added up
+(docs/workloads.md; tests/fixtures/inference/triton-ensemble.json).
+"""
 
 from __future__ import annotations
 
