@@ -344,9 +344,11 @@ def main() -> int:
         }
         (OUT / f"{case.name}.json").write_text(json.dumps(meta, indent=2) + "\n")
         print(f"wrote {case.name}")
-    shutil.rmtree(BASE, ignore_errors=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    finally:
+        shutil.rmtree(BASE, ignore_errors=True)  # the multiprocess files, also after a failure
