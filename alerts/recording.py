@@ -90,7 +90,6 @@ TTFT_P95 = "server:lockstep_inference_time_to_first_token_seconds:p95_5m"
 FINISHED_RATE = "server:lockstep_inference_requests_finished:rate5m"
 FAILED_RATIO = "server:lockstep_inference_requests_failed:ratio5m"
 FAILED_REASONS = "abort|error"
-SUCCESS_REASONS = "stop|length"
 
 INFERENCE_RECORDING = Group(
     "lockstep-inference.recording",
@@ -112,8 +111,9 @@ INFERENCE_RECORDING = Group(
             "and rate(lockstep_inference_time_to_first_token_seconds_count[5m]) > 0",
         ),
         Recording(FINISHED_RATE, "sum without (reason) (rate(lockstep_inference_requests_finished_total[5m]))"),
-        # Only where the engine counts its successful requests by reason too (vLLM): SGLang, TGI,
-        # Triton and Dynamo count only their failures, whose share of themselves is always 1.
+        # Only where the engine counts its requests that ended well too (any reason but abort and
+        # error: vLLM's stop, length, repetition; TGI's, Triton's and Dynamo's success): SGLang
+        # counts only its aborts, whose share of themselves would always be 1.
         Recording(
             FAILED_RATIO,
             "(\n"
@@ -121,7 +121,7 @@ INFERENCE_RECORDING = Group(
             f'    rate(lockstep_inference_requests_finished_total{{reason=~"{FAILED_REASONS}"}}[5m])\n  )\n'
             f"  or 0 * {FINISHED_RATE}\n)\n"
             f"/ ({FINISHED_RATE} > 0)\n"
-            f'and group without (reason) (lockstep_inference_requests_finished_total{{reason=~"{SUCCESS_REASONS}"}})',
+            f'and group without (reason) (lockstep_inference_requests_finished_total{{reason!~"{FAILED_REASONS}"}})',
         ),
     ),
 )

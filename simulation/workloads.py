@@ -140,6 +140,7 @@ LOG_GLOB = "/scratch/runs/*__job=*/logs/rank-*.metrics.jsonl"
 
 VLLM_PID, VLLM_ENGINE_CORE_PID, VLLM_PORT, VLLM_SOCKET_INODE = 3100, 3101, 8000, 48100
 VLLM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+VLLM_KV_TOKENS = 65_536  # the KV cache of the simulated engine, in tokens (4,096 blocks of 16)
 VLLM_URL = f"http://127.0.0.1:{VLLM_PORT}/metrics"
 PRESSURE_ONSET = -120.0  # the KV-cache episode began two minutes before the demo
 # The inference scenarios: a calm server whose fault begins at INFERENCE_ONSET, early in the
@@ -511,6 +512,39 @@ def vllm_exposition(t: float, scenario: str = "kv-pressure") -> str:
             f"{name}_sum{{{labels}}} {round(sum(n * mean for _, n, mean in observed), 3)}",
             f"{name}_created{{{labels}}} {created}",
         ]
+    # The engine's configuration (cache_config_info, one per engine core), the KV connector's
+    # counters vLLM makes at start (no connector here: 0), speculative decoding (an n-gram draft
+    # of 2 tokens a step, 60 % accepted), the queue limit's refusals (none), and its API server's
+    # HTTP answers: 12 refused with 503 while the model loaded, then one 500 per failed request.
+    draft = 2 * (tokens // 3)
+    lines += [
+        "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
+        "# TYPE vllm:cache_config_info gauge",
+        f'vllm:cache_config_info{{block_size="16",engine="0",kv_cache_size_tokens="{VLLM_KV_TOKENS}",'
+        f'num_gpu_blocks="{VLLM_KV_TOKENS // 16}"}} 1.0',
+        "# HELP vllm:external_prefix_cache_hits_total External prefix cache hits from KV connector cross-instance "
+        "cache sharing, in terms of number of cached tokens.",
+        "# TYPE vllm:external_prefix_cache_hits_total counter",
+        f"vllm:external_prefix_cache_hits_total{{{labels}}} 0.0",
+        f"vllm:external_prefix_cache_hits_created{{{labels}}} {created}",
+        "# HELP vllm:spec_decode_num_draft_tokens_total Number of draft tokens.",
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter",
+        f"vllm:spec_decode_num_draft_tokens_total{{{labels}}} {float(draft)}",
+        f"vllm:spec_decode_num_draft_tokens_created{{{labels}}} {created}",
+        "# HELP vllm:spec_decode_num_accepted_tokens_total Number of accepted tokens.",
+        "# TYPE vllm:spec_decode_num_accepted_tokens_total counter",
+        f"vllm:spec_decode_num_accepted_tokens_total{{{labels}}} {float(int(draft * 0.6))}",
+        f"vllm:spec_decode_num_accepted_tokens_created{{{labels}}} {created}",
+        "# HELP vllm:admission_rejections_total Number of admission attempts rejected by a queue limit, by reason.",
+        "# TYPE vllm:admission_rejections_total counter",
+        f'vllm:admission_rejections_total{{model_name="{VLLM_MODEL}",reason="max_num_queued_reqs"}} 0.0',
+        f'vllm:admission_rejections_total{{model_name="{VLLM_MODEL}",reason="max_num_queued_tokens"}} 0.0',
+        "# HELP http_requests_total Total number of requests by method, status and handler.",
+        "# TYPE http_requests_total counter",
+        f'http_requests_total{{handler="/v1/completions",method="POST",status="2xx"}} '
+        f"{float(requests - finished['error'] - finished['abort'])}",
+        f'http_requests_total{{handler="/v1/completions",method="POST",status="5xx"}} {float(12 + finished["error"])}',
+    ]
     lines += [
         "# HELP python_info Python platform information",
         "# TYPE python_info gauge",

@@ -29,22 +29,29 @@ from lockstep.collectors.inference.discovery import (
 from lockstep.collectors.inference.engines import ENGINE_FORMATS
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP, fetch_http
 from lockstep.collectors.inference.metrics import (
+    DECODE_TOKENS,
     DISCOVERED_PROCESSES,
     E2E_LATENCY,
     GENERATION_TOKENS,
     GPU_INFO,
+    HTTP_SERVER_ERRORS,
     ITL,
+    KV_CACHE_CAPACITY,
     KV_CACHE_USAGE,
     PREEMPTIONS,
+    PREFIX_EXTERNAL_HITS,
     PREFIX_HITS,
     PREFIX_QUERIES,
     PROCESS_INFO,
     PROMPT_TOKENS,
     QUEUE_TIME,
     REQUESTS_FINISHED,
+    REQUESTS_REJECTED,
     REQUESTS_RUNNING,
     REQUESTS_WAITING,
     SKIPPED_VALUES,
+    SPEC_ACCEPTED_TOKENS,
+    SPEC_DRAFT_TOKENS,
     TTFT,
     UP,
 )
@@ -96,6 +103,13 @@ class InferenceCollector(Collector[InferenceOptions]):
         REQUESTS_FINISHED,
         E2E_LATENCY,
         QUEUE_TIME,
+        KV_CACHE_CAPACITY,
+        PREFIX_EXTERNAL_HITS,
+        DECODE_TOKENS,
+        SPEC_DRAFT_TOKENS,
+        SPEC_ACCEPTED_TOKENS,
+        REQUESTS_REJECTED,
+        HTTP_SERVER_ERRORS,
         PROCESS_INFO,
         GPU_INFO,
         SKIPPED_VALUES,
@@ -267,7 +281,7 @@ class InferenceCollector(Collector[InferenceOptions]):
     def _scrape(self, target: Target, timeout: float) -> dict[str, Reading]:
         text = self.fetch(target.url, timeout)
         engine = ENGINE_FORMATS[target.engine]
-        samples = Samples(text, engine.prefix)
+        samples = Samples(text, engine.parsed)
         if not samples.has_prefix(engine.prefix):
             raise ScrapeError(f"no {engine.prefix}* metrics in the answer: not a {engine.title} metrics endpoint?")
         readings = engine.normalise(samples)  # may leave out invalid histograms too (readings.histograms)
@@ -316,6 +330,13 @@ class InferenceCollector(Collector[InferenceOptions]):
             (families[PREFIX_QUERIES], "prefix_queries"),
             (families[PROMPT_TOKENS], "prompt_tokens"),
             (families[GENERATION_TOKENS], "generation_tokens"),
+            (families[KV_CACHE_CAPACITY], "kv_capacity_tokens"),
+            (families[PREFIX_EXTERNAL_HITS], "prefix_external_hits"),
+            (families[DECODE_TOKENS], "decode_tokens"),
+            (families[SPEC_DRAFT_TOKENS], "spec_draft_tokens"),
+            (families[SPEC_ACCEPTED_TOKENS], "spec_accepted_tokens"),
+            (families[REQUESTS_REJECTED], "rejected"),
+            (families[HTTP_SERVER_ERRORS], "http_server_errors"),
         )
         histogram_fields = ((TTFT, "ttft"), (ITL, "itl"), (E2E_LATENCY, "e2e_latency"), (QUEUE_TIME, "queue_time"))
         for result in results:

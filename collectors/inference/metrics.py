@@ -78,7 +78,9 @@ REQUESTS_FINISHED = MetricSpec(
     "lockstep_inference_requests_finished_total",
     "counter",
     "Requests that ended, by reason: stop (end of sequence or stop string), length (token limit), abort "
-    "(client or server gave up on it), error. Only the reasons the engine tells apart (docs/workloads.md).",
+    "(client or server gave up on it), error, success (ended well; the engine does not say whether by stop or "
+    "length), or the engine's own reason (vLLM's repetition); the sum over reasons is every request that "
+    "ended. Only the reasons the engine tells apart (docs/workloads.md).",
     (*LABELS, "reason"),
 )
 E2E_LATENCY = MetricSpec(
@@ -94,6 +96,54 @@ QUEUE_TIME = MetricSpec(
     "Time requests waited in the engine's queue before being scheduled, the engine's own histogram re-exported.",
     LABELS,
     unit="seconds",
+)
+REQUESTS_REJECTED = MetricSpec(
+    "lockstep_inference_requests_rejected_total",
+    "counter",
+    "Requests refused at the door because the engine's queue limit was reached (vLLM --max-num-queued-reqs/"
+    "-tokens, TGI overloaded, Triton REJECTED, Dynamo overload); where the engine also counts them as "
+    "finished, they are in requests_finished_total too.",
+    LABELS,
+)
+HTTP_SERVER_ERRORS = MetricSpec(
+    "lockstep_inference_http_server_errors_total",
+    "counter",
+    "HTTP 5xx answers of the engine's API server (vLLM, SGLang with its HTTP metrics on; Dynamo: requests "
+    "ending in an internal, not-implemented or overload error).",
+    LABELS,
+)
+SPEC_DRAFT_TOKENS = MetricSpec(
+    "lockstep_inference_spec_decode_draft_tokens_total",
+    "counter",
+    "Tokens proposed by speculative decoding's draft (acceptance: rate(accepted) / rate(draft)).",
+    LABELS,
+)
+SPEC_ACCEPTED_TOKENS = MetricSpec(
+    "lockstep_inference_spec_decode_accepted_tokens_total",
+    "counter",
+    "Draft tokens the target model accepted.",
+    LABELS,
+)
+PREFIX_EXTERNAL_HITS = MetricSpec(
+    "lockstep_inference_prefix_cache_external_hits_total",
+    "counter",
+    "Prompt tokens served from a cache outside the GPU's own prefix cache (vLLM's KV connector, SGLang's host "
+    "and storage tiers); included in prefix_cache_hits_total.",
+    LABELS,
+)
+DECODE_TOKENS = MetricSpec(
+    "lockstep_inference_decode_tokens_total",
+    "counter",
+    "Output tokens counted as each engine step produces them (not when the request ends, so long generations "
+    "do not make throughput bursty): vLLM's generation counter, SGLang's per-step counter, Dynamo's "
+    "streaming counter.",
+    LABELS,
+)
+KV_CACHE_CAPACITY = MetricSpec(
+    "lockstep_inference_kv_cache_capacity_tokens",
+    "gauge",
+    "Tokens the engine's KV cache holds when full, over its data-parallel replicas.",
+    LABELS,
 )
 PROCESS_INFO = MetricSpec(
     "lockstep_inference_process_info",

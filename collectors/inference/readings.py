@@ -4,6 +4,7 @@ samples by name, and the helpers the engine parsers (engines/) combine them with
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -40,24 +41,33 @@ class Reading:
     itl: Histogram | None = None
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
-    finished: dict[str, float] | None = None  # reason (one of FINISH_REASONS) -> requests
+    finished: dict[str, float] | None = None  # reason -> requests (finish_reason() names it)
     e2e_latency: Histogram | None = None
     queue_time: Histogram | None = None
+    # Issue 28: the families an on-call engineer asked for.
+    http_server_errors: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted_tokens: float | None = None
+    prefix_external_hits: float | None = None
+    decode_tokens: float | None = None
+    kv_capacity_tokens: float | None = None
+    rejected: float | None = None
 
 
 class Samples:
     """An exposition's samples by name.  ``*_created`` samples (creation times that
     OpenMetrics-style exporters put next to counters and histograms) are not data.
 
-    With ``prefix``, only the series whose names start with it are parsed (the engine's own;
-    its process_* and python_* series are most of a body and never read), at most MAX_SERIES.
+    With ``prefix`` (one or several), only the series whose names start with it are parsed
+    (the engine's own; its process_* and python_* series are most of a body and never read),
+    at most MAX_SERIES.
     Every value read is a count, ratio or duration: one that is not a finite number of at
     least 0 (``+Inf``, ``-100``) is left out and counted in ``rejected``, with an example in
     ``rejected_example``.  A series that appears twice is not valid exposition: the answer is
     refused (summing the two, as before, made up a value).
     """
 
-    def __init__(self, text: str, prefix: str = "") -> None:
+    def __init__(self, text: str, prefix: str | tuple[str, ...] = "") -> None:
         self.by_name: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
         self.rejected = 0
         self.rejected_example = ""
@@ -97,7 +107,7 @@ class Samples:
         return any(name.startswith(prefix) for name in self.by_name)
 
 
-def _only_prefixed(text: str, prefix: str) -> str:
+def _only_prefixed(text: str, prefix: str | tuple[str, ...]) -> str:
     """The lines of the series whose names start with ``prefix`` (and their # HELP/# TYPE
     lines); ScrapeError past MAX_SERIES such series."""
     kept = []
@@ -110,7 +120,8 @@ def _only_prefixed(text: str, prefix: str) -> str:
         elif line.startswith(prefix):
             series += 1
             if series > MAX_SERIES:
-                raise ScrapeError(f"more than {MAX_SERIES} {prefix}* series in the answer")
+                first = prefix if isinstance(prefix, str) else prefix[0]
+                raise ScrapeError(f"more than {MAX_SERIES} {first}* series in the answer")
             kept.append(line)
     return "\n".join(kept) + "\n"
 
@@ -132,8 +143,43 @@ def per_model(
     return {model: combine(values) for model, values in groups.items()}
 
 
-def histograms(s: Samples, names: Sequence[str], model_label: str | None) -> dict[str, Histogram]:
-    """The first present histogram of ``names``, per model, replicas' buckets added up.
+SampleList = list[tuple[dict[str, str], float]]
+
+
+def one_copy(samples: Iterable[tuple[dict[str, str], float]], copy_labels: Sequence[str]) -> SampleList:
+    """Of series that differ only in ``copy_labels`` (processes that count the same things: SGLang's
+    tensor-parallel ranks), the one with the lowest values of those labels (numerically where they
+    are numbers); series that differ in any other label are all kept."""
+    chosen: dict[tuple[tuple[str, str], ...], tuple[tuple[Any, ...], dict[str, str], float]] = {}
+    for labels, value in samples:
+        rest = tuple(sorted((k, v) for k, v in labels.items() if k not in copy_labels))
+        rank = tuple(_rank_key(labels.get(k, "")) for k in copy_labels)
+        if rest not in chosen or rank < chosen[rest][0]:
+            chosen[rest] = (rank, labels, value)
+    return [(labels, value) for _, labels, value in chosen.values()]
+
+
+def _rank_key(value: str) -> tuple[int, float, str]:
+    try:
+        return (0, float(value), "")
+    except ValueError:
+        return (1, 0.0, value)
+
+
+def totals_only(samples: Iterable[tuple[dict[str, str], float]], label: str, total: str = "") -> SampleList:
+    """Where ``label`` breaks a total down (SGLang's running and waiting requests: ``priority=""``
+    is the total, ``priority="1"`` a part of it), the total only; series without the label are kept."""
+    return [(labels, value) for labels, value in samples if labels.get(label, total) == total]
+
+
+def histograms(
+    s: Samples,
+    names: Sequence[str],
+    model_label: str | None,
+    select: Callable[[SampleList], SampleList] = list,
+) -> dict[str, Histogram]:
+    """The first present histogram of ``names``, per model, replicas' buckets added up; ``select``
+    picks the series to add up (one_copy for engines whose ranks count the same requests).
 
     Each of the engine's histogram series (one label set but ``le``) is checked first, and
     one that is not a valid histogram is left out and counted in ``s.rejected``: a bound that
@@ -150,6 +196,7 @@ def histograms(s: Samples, names: Sequence[str], model_label: str | None) -> dic
             break
     else:
         return {}
+    buckets = select(buckets)
     series: dict[tuple[tuple[str, str], ...], dict[float, float]] = defaultdict(dict)
     refused: dict[tuple[tuple[str, str], ...], str] = {}
     for labels, value in buckets:
@@ -179,7 +226,7 @@ def histograms(s: Samples, names: Sequence[str], model_label: str | None) -> dic
     for key, problem in refused.items():
         s.rejected += 1
         s.rejected_example = f"histogram {_series(name, dict(key))}: {problem}"
-    for model, total in per_model(s.by_name.get(f"{name}_sum", []), model_label).items():
+    for model, total in per_model(select(s.by_name.get(f"{name}_sum", [])), model_label).items():
         if model in found:
             found[model].sum = total
     return dict(found)
@@ -208,22 +255,33 @@ def _histogram_problem(buckets: dict[float, float]) -> str:
     return ""
 
 
-# Why a request ended, in Lockstep's words: the engine's stop condition (EOS or a stop
-# string), its length limit, the client or server gave up on it, or it failed.
-FINISH_REASONS = ("stop", "length", "abort", "error")
+# Why a request ended, in Lockstep's words: stop (the engine's stop condition, EOS or a stop
+# string), length (its length limit), abort (the client or server gave up on it), error (it
+# failed), success (it ended well and the engine does not say whether by stop or length). An
+# engine's own reason that is none of these (vLLM's "repetition") is kept under its own name.
+# A reason kept under its own name is a short lowercase word; anything else the engine sends
+# (a label value Lockstep cannot pass on as it is) is counted as "other".
+_OWN_REASON = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def finish_reason(engine_reason: str) -> str:
+    """An engine's finish reason as Lockstep's reason label: its own lowercase name when that is
+    a short word (stop, length, abort, error, repetition, ...), else "other"; never dropped."""
+    reason = engine_reason.strip().lower()
+    return reason if _OWN_REASON.fullmatch(reason) else "other"
 
 
 def finished_by_reason(
     samples: Iterable[tuple[dict[str, str], float]],
     model_label: str | None,
-    reason_of: Callable[[dict[str, str]], str | None],
+    reason_of: Callable[[dict[str, str]], str],
 ) -> dict[str, dict[str, float]]:
-    """Finished requests per model and reason; ``reason_of`` maps a sample's labels to one of
-    FINISH_REASONS, or None for a sample that is no finished request of ours (skipped)."""
+    """Finished requests per model and reason; ``reason_of`` maps a sample's labels to its reason
+    (every sample counts somewhere: the sum over reasons is every finished request)."""
     found: dict[str, dict[str, float]] = defaultdict(dict)
     for labels, value in samples:
         reason = reason_of(labels)
-        if reason is None or math.isnan(value):
+        if math.isnan(value):
             continue
         model = labels.get(model_label, "") if model_label else ""
         found[model][reason] = found[model].get(reason, 0.0) + value
@@ -238,6 +296,30 @@ def histogram_sums(s: Samples, name: str, model_label: str | None) -> dict[str, 
 
 def ratio(numerator: dict[str, float], denominator: dict[str, float]) -> dict[str, float]:
     return {m: numerator[m] / denominator[m] for m in numerator if denominator.get(m, 0) > 0}
+
+
+def product(first: dict[str, float], second: dict[str, float]) -> dict[str, float]:
+    """Per model, first × second where both are there (KV blocks × tokens per block)."""
+    return {m: first[m] * second[m] for m in first if m in second}
+
+
+def merge(*parts: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Finished requests by reason from several families, added up per model and reason."""
+    found: dict[str, dict[str, float]] = defaultdict(dict)
+    for part in parts:
+        for model, reasons in part.items():
+            for reason, count in reasons.items():
+                found[model][reason] = found[model].get(reason, 0.0) + count
+    return dict(found)
+
+
+def server_wide(readings: dict[str, Reading], name: str, value: float | None) -> dict[str, Reading]:
+    """A value of the whole server (no model label: its HTTP answers) set on its model when it
+    serves one, under model "" when it serves several or none."""
+    if value is not None:
+        model = next(iter(readings)) if len(readings) == 1 else ""
+        setattr(readings.setdefault(model, Reading()), name, value)
+    return readings
 
 
 def readings_by_model(**fields: dict[str, Any]) -> dict[str, Reading]:

@@ -124,7 +124,7 @@ def latency_and_failures() -> list[Cell]:
             f"Share of finished requests with reason abort or error (5 min). LockstepInferenceErrors fires above "
             f"{T.INFERENCE_FAILED_REQUESTS_RATIO:.0%} for 10 minutes on endpoints finishing at least "
             f"{num(T.INFERENCE_MIN_REQUESTS_PER_MINUTE)} requests a minute. Only engines that count their "
-            "successes by reason (vLLM) have a share.",
+            "requests that ended well (vLLM, TGI, Triton, Dynamo; not SGLang) have a share.",
             above((T.INFERENCE_FAILED_REQUESTS_RATIO, RED)),
         ),
         timeseries(
@@ -137,7 +137,8 @@ def latency_and_failures() -> list[Cell]:
                 )
             ],
             "cpm",
-            "stop, length, abort, error: only the reasons the engine tells apart (docs/workloads.md).",
+            "stop, length, abort, error, success, or the engine's own reason (vLLM's repetition): only the "
+            "reasons the engine tells apart (docs/workloads.md).",
         ),
         timeseries(
             "End-to-end latency and queue time (p95)",
@@ -147,6 +148,63 @@ def latency_and_failures() -> list[Cell]:
             ],
             "s",
             "Arrival to last token, and the part spent waiting in the engine's queue.",
+        ),
+    ]
+
+
+def capacity_and_refusals() -> list[Cell]:
+    """KV cache capacity, prefix cache hits from outside the GPU, speculative decoding, refusals and 5xx."""
+    return [
+        timeseries(
+            "KV cache capacity (tokens)",
+            [(f"lockstep_inference_kv_cache_capacity_tokens{{{SEL}}}", "{{instance}} {{server}} {{model}}")],
+            "short",
+            "Tokens the KV cache holds when full, over the engine's data-parallel replicas: usage × capacity is "
+            "the tokens in use.",
+        ),
+        timeseries(
+            "Prefix cache hit ratio, and the part served from outside the GPU",
+            [
+                (
+                    f"rate(lockstep_inference_prefix_cache_hits_total{{{SEL}}}[{RATE}])\n"
+                    f"/ rate(lockstep_inference_prefix_cache_queries_total{{{SEL}}}[{RATE}])",
+                    "{{instance}} {{server}} all tiers",
+                ),
+                (
+                    f"rate(lockstep_inference_prefix_cache_external_hits_total{{{SEL}}}[{RATE}])\n"
+                    f"/ rate(lockstep_inference_prefix_cache_queries_total{{{SEL}}}[{RATE}])",
+                    "{{instance}} {{server}} outside the GPU",
+                ),
+            ],
+            "percentunit",
+            "Prompt tokens served from a cache; outside the GPU: vLLM's KV connector, SGLang's host and storage tiers.",
+        ),
+        timeseries(
+            "Speculative decoding acceptance",
+            [
+                (
+                    f"rate(lockstep_inference_spec_decode_accepted_tokens_total{{{SEL}}}[{RATE}])\n"
+                    f"/ rate(lockstep_inference_spec_decode_draft_tokens_total{{{SEL}}}[{RATE}])",
+                    "{{instance}} {{server}} {{model}}",
+                )
+            ],
+            "percentunit",
+            "Share of draft tokens the target model accepted: low, and the draft costs more than it saves.",
+        ),
+        timeseries(
+            "Refused at the queue limit and HTTP 5xx per minute",
+            [
+                (
+                    f"rate(lockstep_inference_requests_rejected_total{{{SEL}}}[{RATE}]) * 60",
+                    "{{instance}} {{server}} refused",
+                ),
+                (
+                    f"rate(lockstep_inference_http_server_errors_total{{{SEL}}}[{RATE}]) * 60",
+                    "{{instance}} {{server}} 5xx",
+                ),
+            ],
+            "cpm",
+            "Requests refused because the engine's queue was full, and the API server's 5xx answers.",
         ),
     ]
 
@@ -189,6 +247,7 @@ def board() -> Board:
             *kv_cache_and_queue(),
             *generation_throughput(),
             *latency_and_failures(),
+            *capacity_and_refusals(),
             *kv_cache_across_endpoints(),
         ],
     )

@@ -426,7 +426,8 @@ def test_each_engine_normalised_exactly(engines: Engines) -> None:
     # Dynamo: the frontend's queue and latency per model; the workers' KV statistics
     # carry no model label. Blocks in use over all blocks wins over the "percent" gauge.
     assert v("requests_waiting", "dynamo", "/dynamo", "qwen") == 7
-    assert v("requests_running", "dynamo", "/dynamo", "qwen") == 20
+    # In flight (20) includes the queued (7): running is the rest (issue 28).
+    assert v("requests_running", "dynamo", "/dynamo", "qwen") == 13
     assert v(f"{ttft}_bucket", "dynamo", "/dynamo", "qwen", le="0.25") == 10
     assert v(f"{itl}_sum", "dynamo", "/dynamo", "qwen") == 0.75
     assert v("kv_cache_usage_ratio", "dynamo", "/dynamo", "") == 0.9
@@ -475,7 +476,14 @@ def test_each_engine_normalised_exactly(engines: Engines) -> None:
     assert v(f"{e2e}_bucket", "dynamo", "/dynamo", "qwen", le="4.0") == 9
     assert v(f"{e2e}_sum", "dynamo", "/dynamo", "qwen") == 30
     # A reason the engine does not tell apart has no series, nor a series it lacks.
-    for engine, reasons in {"sglang": {"abort"}, "tgi": {"abort", "error"}, "triton": {"abort", "error"}}.items():
+    # Engines that count successes without stop or length say "success" (issue 28).
+    assert v(finished, "tgi", "/tgi", "", reason="success") == 4
+    assert v(finished, "dynamo", "/dynamo", "qwen", reason="success") == 11
+    for engine, reasons in {
+        "sglang": {"abort"},
+        "tgi": {"abort", "error", "success"},
+        "triton": {"abort", "error"},
+    }.items():
         have = {
             dict(k[1])["reason"] for k in s if k[0] == f"lockstep_inference_{finished}" and ("engine", engine) in k[1]
         }

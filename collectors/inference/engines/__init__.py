@@ -19,12 +19,20 @@ class EngineFormat:
     normalise: Callable[[Samples], dict[str, Reading]]
     default_port: int
     port_flags: tuple[str, ...]  # command-line flags that set the metrics port
+    # Series without the engine's prefix that its parser reads too (vLLM's API server's HTTP
+    # counters, named by prometheus-fastapi-instrumentator).
+    also_parsed: tuple[str, ...] = ()
+
+    @property
+    def parsed(self) -> tuple[str, ...]:
+        """The name prefixes of the series to parse."""
+        return (self.prefix, *self.also_parsed)
 
 
 ENGINE_FORMATS = {
     e.name: e
     for e in (
-        EngineFormat("vllm", "vLLM", "vllm:", vllm.normalise, 8000, ("--port",)),
+        EngineFormat("vllm", "vLLM", "vllm:", vllm.normalise, 8000, ("--port",), ("http_requests_total",)),
         EngineFormat("sglang", "SGLang", "sglang:", sglang.normalise, 30000, ("--port",)),
         EngineFormat("tgi", "TGI", "tgi_", tgi.normalise, 3000, ("--port",)),
         EngineFormat("triton", "Triton (TensorRT-LLM)", "nv_", triton.normalise, 8002, ("--metrics-port",)),

@@ -8,6 +8,7 @@ from lockstep.collectors.inference.readings import (
     finished_by_reason,
     histogram_sums,
     histograms,
+    merge,
     per_model,
     ratio,
     readings_by_model,
@@ -18,6 +19,11 @@ def _reason(labels: dict[str, str]) -> str:
     # tgi_request_failure{err}: "dropped" is the client going away (an abort); validation,
     # overloaded, generation and the others are errors.
     return "abort" if labels.get("err") == "dropped" else "error"
+
+
+def _failures(s: Samples) -> list[tuple[dict[str, str], float]]:
+    # Exposed without _total; the parser names a typed counter's samples with it.
+    return s.first("tgi_request_failure", "tgi_request_failure_total")
 
 
 def normalise(s: Samples) -> dict[str, Reading]:
@@ -36,9 +42,15 @@ def normalise(s: Samples) -> dict[str, Reading]:
         # TGI counts tokens only as per-request histograms: their sums are the token counters.
         prompt_tokens=histogram_sums(s, "tgi_request_input_length", None),
         generation_tokens=histogram_sums(s, "tgi_request_generated_tokens", None),
-        # Successes are not split into stop and length: only failures have a reason.
-        # Exposed without _total; the parser names a typed counter's samples with it.
-        finished=finished_by_reason(s.first("tgi_request_failure", "tgi_request_failure_total"), None, _reason),
+        # Successes are not split into stop and length: "success"; failures by their reason.
+        finished=merge(
+            finished_by_reason(s.first("tgi_request_success", "tgi_request_success_total"), None, lambda _: "success"),
+            finished_by_reason(_failures(s), None, _reason),
+        ),
+        # err="overloaded": refused because --max-concurrent-requests were already in flight.
+        rejected=per_model([(lb, v) for lb, v in _failures(s) if lb.get("err") == "overloaded"], None),
+        # The most tokens its batches may hold (from the memory left for the KV cache at warm-up).
+        kv_capacity_tokens=per_model(s.first("tgi_batch_max_total_tokens"), None),
         e2e_latency=histograms(s, ["tgi_request_duration"], None),
         queue_time=histograms(s, ["tgi_request_queue_duration"], None),
     )
