@@ -27,7 +27,9 @@ from prometheus_client.parser import text_string_to_metric_families
 # by the jobs and pods on the node, no PID): 190 per GPU, 2,500 (healthy) to 2,591 (kubernetes: its
 # pods, the training job and an inference server), +16 from the second round.  Issue 29 added
 # refusal counters (a self-metric per collector, 4 host, 1 Slurm, 6 inference, 3 training and
-# checkpoint): 2,519 to 2,616.  The headroom is
+# checkpoint): 2,519 to 2,616.  Issue 28's inference families (KV capacity, external prefix hits,
+# decode and speculative tokens, rejections, HTTP 5xx) add 7 where an engine runs: up to 2,623.
+# The headroom is
 # small on purpose: a new per-GPU or per-port family should be a decision, with this table updated.
 BUDGET_PER_GPU = 195
 BUDGET_PER_PORT = 40
