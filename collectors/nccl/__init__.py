@@ -13,5 +13,6 @@ docs/workloads.md says how a job switches them on.
 """
 
 from lockstep.collectors.nccl.inspector import InspectorCollector, InspectorOptions
+from lockstep.collectors.nccl.ras import RasCollector, RasOptions
 
-__all__ = ["InspectorCollector", "InspectorOptions"]
+__all__ = ["InspectorCollector", "InspectorOptions", "RasCollector", "RasOptions"]
