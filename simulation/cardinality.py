@@ -25,7 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 # state (3) and health (5), lifetime ECC (2): 2,484 to 2,561 per node.  Issue 14 added each Slurm
 # job's and Kubernetes container's share of each GPU it runs a process on (2 series a pair; bounded
 # by the jobs and pods on the node, no PID): 190 per GPU, 2,500 (healthy) to 2,591 (kubernetes: its
-# pods, the training job and an inference server), +16 from the second round.  The headroom is
+# pods, the training job and an inference server), +16 from the second round.  Issue 27's NCCL
+# collectors add their 24 self-metric series (2,524 healthy) and, in the NCCL scenarios, a job's
+# 8 local ranks' Inspector counters and the RAS view of its 16-rank communicator: 2,654.  The headroom is
 # small on purpose: a new per-GPU or per-port family should be a decision, with this table updated.
 BUDGET_PER_GPU = 195
 BUDGET_PER_PORT = 40

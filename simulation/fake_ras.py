@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from lockstep.collectors.nccl.ras_client import NoRasService
+
 # ncclFuncToString of ncclFunc_t 0..4 (NCCL_NUM_FUNCTIONS), the order NCCL prints them in.
 COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 
@@ -167,14 +169,15 @@ def _bool(value: bool) -> str:
 class FakeRas:
     """Serves NCCL's RAS client protocol on connected sockets, one thread per connection.
 
-    ``job`` is called for each status report (so it can follow a simulated clock).
+    ``job`` is called for each status report (so it can follow a simulated clock); None means
+    no NCCL process runs: a connection is refused.
     ``answer_delay`` holds every status report back that long (a large or troubled job);
     ``json_supported=False`` is an NCCL before 2.28.7.  ``commands`` records every line received.
     """
 
     def __init__(
         self,
-        job: Callable[[], FakeJob],
+        job: Callable[[], FakeJob | None],
         *,
         json_supported: bool = True,
         answer_delay: float = 0.0,
@@ -221,6 +224,8 @@ class FakeRas:
                         if self.answer_delay:
                             time.sleep(self.answer_delay)
                         job = self.job()
+                        if job is None:
+                            return  # the job ended meanwhile: the connection closes unanswered
                         report = render_json(job) if json_format else render_text(job)
                         try:
                             sock.sendall(report.encode())
@@ -239,6 +244,8 @@ class FakeRas:
     def connect(self, host: str, port: int, timeout: float) -> socket.socket:
         """A socket connected to this fake (the collector's RAS_CONNECT seam): one end of a
         socket pair, the other served by a thread that ends with the connection."""
+        if self.job() is None:
+            raise NoRasService(f"nothing listens on {host}:{port}")
         ours, theirs = socket.socketpair()
         threading.Thread(target=self.serve, args=(theirs,), name="fake-ras", daemon=True).start()
         ours.settimeout(timeout)

@@ -41,7 +41,7 @@ def test_simulated_node_figures() -> None:
     # Issue 13's GPU activity and verdicts: +29 per GPU (GPM activity counters, recovery action, fabric
     # state and health, lifetime ECC).
     # + job 4242's SM and memory-bandwidth share of each GPU (issue 14): 2 a GPU.
-    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2500, 8, 10, 2)
+    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2524, 8, 10, 2)
     assert (healthy.per_gpu, healthy.per_port, healthy.per_interface) == (190.0, 38.0, 33.0)
 
 
