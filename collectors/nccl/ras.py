@@ -216,7 +216,8 @@ class RasCollector(Collector[RasOptions]):
         local = self._local_addresses()
         communicators = status.communicators[: self.options.max_communicators]
         own = [(comm, rank) for comm in communicators for rank in comm.ranks if rank.host in local]
-        self._own_addresses = {rank.host for _, rank in own}
+        # Loopback is every node's: it joins no rank to a node.
+        self._own_addresses = {rank.host for _, rank in own if not _loopback(rank.host)}
         job_id = next((job for _, rank in own if (job := slurm_job(self.paths.procfs, rank.pid))), "unknown")
         self._leader = _leads(communicators, local)
         families[INFO].add_metric([status.nccl_version], 1)
@@ -274,6 +275,13 @@ def local_addresses(procfs: Path) -> set[str]:
     except OSError:
         pass
     return found
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
 
 
 def _leads(communicators: tuple[Communicator, ...], local: set[str]) -> bool:
