@@ -77,9 +77,10 @@ class InspectorOptions:
     )
     max_files: int = option(1024, parse_positive_int, "most dump files followed at once (one descriptor each)")
     max_bytes_per_round: int = option(
-        64 * 1024 * 1024,
+        32 * 1024 * 1024,
         functools.partial(parse_positive_int, maximum=1 << 34),
-        "most bytes read from all dump files in one round",
+        "most bytes read from all dump files in one round (at most 16 MiB of them from one file); the rest "
+        "is read in the next rounds",
     )
     node_name: str = option(
         "",
@@ -178,7 +179,6 @@ class InspectorCollector(Collector[InspectorOptions]):
             self.paths.rootfs,
             start_at_end=start_at_end,
             max_files=self.options.max_files,
-            read_budget=self.options.max_bytes_per_round,
             sweep_budget=self.options.max_bytes_per_round,
             log=self.log,
         )

@@ -104,7 +104,7 @@ class _Reader:
         self.sock = sock
         self.deadline = deadline
         self.max_bytes = max_bytes
-        self.buffer = b""
+        self.buffer = bytearray()  # appended to in place: a 16 MiB answer arrives in 256 chunks
 
     def send(self, line: str) -> None:
         self._arm()
@@ -119,10 +119,12 @@ class _Reader:
         while b"\n" not in self.buffer:
             if not self._receive():
                 raise RasError(f"the connection closed before the answer to {line.split()[0]}")
-        answer, _, self.buffer = self.buffer.partition(b"\n")
+        end = self.buffer.index(b"\n")
+        answer = bytes(self.buffer[:end])
+        del self.buffer[: end + 1]
         return answer.decode("utf-8", "replace").rstrip("\r")
 
-    def rest(self) -> bytes:
+    def rest(self) -> bytearray:
         """Everything until the server closes the connection."""
         while self._receive():
             pass

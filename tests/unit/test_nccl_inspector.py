@@ -265,3 +265,21 @@ def test_a_renamed_field_is_a_bad_record(path: tuple[str, str]) -> None:
     with pytest.raises(BadLine) as raised:
         parse_line(json.dumps(record).encode())
     assert raised.value.reason == "bad_record"
+
+
+def test_a_backlog_is_read_within_the_bytes_per_round_over_several_rounds(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    glob = "/scratch/run/nccl-inspector-4242/node001-pid2201.log"
+    dump = paths.rootfs / glob.lstrip("/")
+    line = dump.read_text()
+    dump.write_text(line * 10)  # 10 records of 457 bytes
+    collector = make(paths, glob=glob, max_bytes_per_round=1000)
+    totals = [
+        series(collected(collector), "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")]
+    ]
+    for _ in range(4):
+        totals.append(
+            series(collected(collector), "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")]
+        )
+    assert len(line) == 457
+    assert totals == [2, 4, 6, 8, 10]  # 1000 bytes a round: the lines complete in each

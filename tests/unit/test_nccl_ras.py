@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.agent.cli import probe
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.seams import Seams
 from lockstep.collectors.nccl import RasCollector, RasOptions
@@ -243,3 +244,13 @@ def test_the_nodes_addresses_are_read_as_nccl_writes_them() -> None:
         "fd00::2",
         "::1",
     }
+
+
+def test_doctor_says_an_nccl_without_json_cannot_run_and_why(tmp_path: Path) -> None:
+    fake = FakeRas(fixture_job, json_supported=False)
+    context = CollectorContext(
+        procfs(tmp_path), RasOptions(), logging.getLogger("test"), seams=Seams(RAS_CONNECT.replaced_by(fake.connect))
+    )
+    status, detail = probe(RasCollector, context)
+    assert status == "cannot run"
+    assert "this NCCL's RAS speaks text only (JSON status needs NCCL 2.28.7 or later)" in detail
