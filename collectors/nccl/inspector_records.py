@@ -1,8 +1,8 @@
 """One line of an NCCL Inspector dump into an ``InspectorRecord``, or ``BadLine`` saying why not.
 
 The format is NCCL's own (NVIDIA/nccl v2.30.7-1, commit 5067397c,
-``plugins/profiler/inspector/inspector_json.cc``; the plugin lived in ``ext-profiler/inspector``
-before 2.30): one compact JSON object per line, one line per completed operation per
+``plugins/profiler/inspector/inspector_json.cc`` and ``json.cc``; the plugin came in 2.28.3 in
+``ext-profiler/inspector`` and moved by 2.29): one compact JSON object per line, one line per completed operation per
 communicator, written by the process's dump thread to ``<dump_dir>/<hostname>-pid<pid>.log``::
 
     {"header":{"id":"0x7f8c496ae9f661","comm_name":"DP Group 0","rank":2,"n_ranks":8,"nnodes":1},
@@ -12,15 +12,17 @@ communicator, written by the process's dump thread to ``<dump_dir>/<hostname>-pi
      "coll_exec_time_us":61974,"coll_timing_source":"kernel_gpu","coll_algobw_gbs":277.210914,
      "coll_busbw_gbs":485.119099}}
 
-- ``comm_name`` is in the header from 2.29 on (absent before; "unknown" when the job set none).
-- A point-to-point operation (``NCCL_INSPECTOR_ENABLE_P2P=1``, the default) has ``p2p_perf``
+- ``comm_name`` is in the header from 2.30.3 on (absent before; "unknown" when the job set none).
+- From 2.30.3 a point-to-point operation (``NCCL_INSPECTOR_ENABLE_P2P=1``, the default) has ``p2p_perf``
   instead: ``p2p`` ("Send"/"Recv"), ``p2p_sn``, ``p2p_peer``, ``p2p_msg_size_bytes``,
   ``p2p_exec_time_us``, ``p2p_timing_source``, ``p2p_algobw_gbs``, ``p2p_busbw_gbs``.
 - ``NCCL_INSPECTOR_DUMP_VERBOSE=1`` adds ``event_trace_sn`` and ``event_trace_ts`` (per-channel
   kernel events) to the perf object: read past, not needed here.
 - Bandwidths are printed with ``%lf``; NaN is written as the string ``"nan"``.
 - ``coll_timing_source`` is ``kernel_gpu``, ``kernel_cpu`` or ``collective_cpu``; with the default
-  ``NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=1`` only ``kernel_gpu`` records are written.
+  ``NCCL_INSPECTOR_REQUIRE_KERNEL_TIMING=1`` (2.30) only ``kernel_gpu`` records are written.
+- The file is opened with ``fopen(path, "w")`` by the process's first dump: a later process with
+  the same pid on the same host truncates it (the tailer then reads it from the start).
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ QUERIES = MetricSpec(
 LEADER = MetricSpec(
     "lockstep_nccl_ras_leader",
     "gauge",
-    "1 when this node hosts rank 0 of the job's largest communicator and so queries RAS every round "
-    "(role leader); 0 when it only re-checks now and then.",
+    "1 when this node hosts the lowest answering rank of the job's largest communicator and so queries RAS "
+    "every round (role leader); 0 when it only re-checks now and then.",
 )
 INFO = MetricSpec(
     "lockstep_nccl_ras_info",
