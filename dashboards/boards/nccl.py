@@ -94,8 +94,13 @@ def communicators() -> list[Cell]:
         table(
             "Stuck ranks and their suspects",
             [
-                (f"{STUCK_RANKS}{{{JOB}}}", ""),
-                (f"{STUCK_SUSPECT}{{{JOB}}}", ""),
+                (
+                    f"{STUCK_SUSPECT}{{{JOB}}}\nor\nlabel_replace(\n"
+                    f"  {STUCK_RANKS}{{{JOB}}}\n"
+                    f"  unless on (cluster, job_id, comm, rank) {STUCK_SUSPECT},\n"
+                    '  "suspect", "none found", "", ""\n)',
+                    "",
+                )
             ],
             "none",
             "Ranks behind their communicator's furthest rank, and missing ranks (RAS), with the node whose agent "
