@@ -246,7 +246,7 @@ class RasCollector(Collector[RasOptions]):
             )
         for missing in sorted(comm.missing, key=lambda m: m.rank)[: self.options.max_listed_ranks]:
             families[MISSING_RANK].add_metric(
-                [*labels, str(missing.rank), missing.host, str(missing.nvml_dev), missing.state], 1
+                [*labels, str(missing.rank), missing.host, str(missing.nvml_dev), missing.status], 1
             )
 
 

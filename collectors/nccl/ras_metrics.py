@@ -74,9 +74,9 @@ RANK_BEHIND = MetricSpec(
 MISSING_RANK = MetricSpec(
     "lockstep_nccl_missing_rank_info",
     "gauge",
-    "A rank of the communicator that did not answer, valued 1; state: unresponsive, dead or missing. "
+    "A rank of the communicator that did not answer, valued 1; status: unresponsive, dead or missing. "
     "At most max_listed_ranks per communicator.",
-    (*REMOTE_RANK_LABELS, "state"),
+    (*REMOTE_RANK_LABELS, "status"),
 )
 OWN_COLLECTIVES = MetricSpec(
     "lockstep_nccl_ras_collectives_total",

@@ -78,7 +78,7 @@ class MissingRank:
     dead: bool
 
     @property
-    def state(self) -> str:
+    def status(self) -> str:
         return "dead" if self.dead else "unresponsive" if self.unresponsive else "missing"
 
 

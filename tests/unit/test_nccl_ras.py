@@ -104,7 +104,7 @@ def test_the_leader_exports_the_jobs_communicators_and_the_ranks_behind(tmp_path
     assert by(s, "lockstep_nccl_rank_collectives_behind", "comm", "rank", "address", "gpu") == {
         (COMM, "2", "10.0.0.2", "5"): 1
     }
-    assert by(s, "lockstep_nccl_missing_rank_info", "comm", "rank", "address", "gpu", "state") == {
+    assert by(s, "lockstep_nccl_missing_rank_info", "comm", "rank", "address", "gpu", "status") == {
         (COMM, "3", "10.0.0.2", "6", "dead"): 1
     }
     assert by(s, "lockstep_nccl_ras_info", "nccl_version") == {("2.30.7",): 1}
