@@ -13,6 +13,7 @@ Where the rules are written:
     alerts/recording.py             recording rules: training, GPU, inference, storage, fabric, fleet
     alerts/straggler_recording.py   recording rules: sustained stragglers and their suspects
     alerts/training.py              straggler and stalled-training alerts
+    alerts/nccl.py                  NCCL collective straggler and hang (Inspector, RAS): rules and alerts
     alerts/inference.py             inference endpoint alerts
     alerts/storage.py               checkpoint and filesystem alerts
     alerts/gpu.py                   GPU, NVLink and GPU verdict alerts
@@ -30,6 +31,7 @@ from alerts.fabric import FABRIC_ALERTS
 from alerts.gpu import GPU_ALERTS, GPU_VERDICT_ALERTS, NVLINK_ALERTS
 from alerts.inference import INFERENCE_ALERTS
 from alerts.model import Alert, Group, Recording
+from alerts.nccl import NCCL_ALERTS, NCCL_RECORDING
 from alerts.pcie import PCIE_ALERTS
 from alerts.recording import (
     FABRIC_RECORDING,
@@ -47,6 +49,7 @@ RECORDING_GROUPS = (
     TRAINING_RECORDING,
     GPU_RECORDING,
     STRAGGLER_RECORDING,
+    NCCL_RECORDING,
     INFERENCE_RECORDING,
     STORAGE_RECORDING,
     FABRIC_RECORDING,
@@ -58,6 +61,7 @@ WORKLOAD_ALERTS = Group("lockstep-workloads.alerts", (*TRAINING_ALERTS, *INFEREN
 
 ALERT_GROUPS = (
     WORKLOAD_ALERTS,
+    Group("lockstep-nccl.alerts", NCCL_ALERTS),
     GPU_ALERTS,
     GPU_VERDICT_ALERTS,
     NVLINK_ALERTS,

@@ -240,3 +240,19 @@ FILESYSTEM_PREDICT_HORIZON_SECONDS = 24 * 3600
 SHARED_FSTYPES = "nfs|nfs4|lustre|cifs|smb3|ceph|glusterfs|gpfs|beegfs|fuse[.].*"
 # I/O stall: share of time in which every non-idle task waited for I/O (PSI "full").
 IO_FULL_PRESSURE_RATIO = 0.3
+
+# --- NCCL (issue 27: NCCL Inspector and RAS) ----------------------------------------------------
+
+# A rank of a communicator is the collective straggler when its peers lose more than this share
+# of their collective time waiting for it: 1 - (its time per collective) / (the communicator's
+# median).  The rank every other rank waits for has the shortest time (it arrives last and only
+# transfers); healthy ranks differ by a few percent, ranks that arrive last in turn average out.
+NCCL_STRAGGLER_WAIT_SHARE = 0.2
+NCCL_STRAGGLER_FOR = "10m"
+# A communicator whose furthest rank launched no collective for this long, having launched some
+# before, hangs (RAS collective counts).  Long above a training step, an evaluation pass or a
+# synchronous checkpoint save without collectives.
+NCCL_HANG_WINDOW = "15m"
+NCCL_HANG_FOR = "2m"
+# Dead ranks (RAS: a process unreachable for 60 s) for this long.
+NCCL_DEAD_RANKS_FOR = "2m"

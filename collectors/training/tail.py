@@ -69,14 +69,15 @@ MAX_LINES = 200_000
 MAX_FILES = 1024
 
 
-def default_max_files() -> int:
-    """How many log files may be open at once: a quarter of the soft open-file limit, at most
-    MAX_FILES.  The HTTP endpoint takes at most half of the limit (ServerLimits), so a quarter
-    stays for the rest of the agent (other collectors, inotify, libraries) whatever is logged."""
+def default_max_files(share: int = 4) -> int:
+    """How many log files may be open at once: 1/``share`` of the soft open-file limit, at most
+    MAX_FILES.  The HTTP endpoint takes at most half of the limit (ServerLimits), the training
+    logs a quarter, NCCL's Inspector dumps an eighth (share=8), so an eighth stays for the rest of
+    the agent (other collectors, inotify, libraries) whatever is written."""
     soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return MAX_FILES
-    return max(1, min(MAX_FILES, soft // 4))
+    return max(1, min(MAX_FILES, soft // share))
 
 
 @dataclass

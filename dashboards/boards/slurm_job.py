@@ -7,6 +7,7 @@ from alerts import thresholds as T
 from alerts.promql import num
 from alerts.recording import SM_ACTIVE, TENSOR_ACTIVE
 from dashboards.board import Board
+from dashboards.boards import nccl
 from dashboards.panels import (
     HW_REASONS,
     JOB,
@@ -295,6 +296,15 @@ def board() -> Board:
         "Lockstep / Slurm job",
         "One Slurm job: its nodes and GPUs, its ranks' step times against each other, its checkpoints and the "
         "fabric ports of its nodes.",
-        [*job_summary(), *rank_stragglers(), *gpu_stragglers(), *step_times(), *gpus(), *checkpoints(), *fabric()],
+        [
+            *job_summary(),
+            *rank_stragglers(),
+            *gpu_stragglers(),
+            *step_times(),
+            *gpus(),
+            *checkpoints(),
+            *fabric(),
+            *nccl.nccl(),
+        ],
         variables=[CLUSTER, JOB_ID],
     )

@@ -32,6 +32,8 @@ PRODUCT_ALERTS = {
     "LockstepGPUStraggler",
     "LockstepGPUStragglerSustained",
     "LockstepTrainingStalled",
+    "LockstepNCCLStraggler",
+    "LockstepNCCLHang",
     "LockstepKVCachePressure",
     "LockstepKVCachePreemptions",
     "LockstepInferenceThroughputDrop",
@@ -69,6 +71,8 @@ STRAGGLER_ALERTS = {
     "LockstepTrainingStragglerSustained",
     "LockstepGPUStraggler",
     "LockstepGPUStragglerSustained",
+    "LockstepNCCLStraggler",
+    "LockstepNCCLHang",
 }
 
 RUNBOOKS = REPO / "docs" / "runbooks.md"

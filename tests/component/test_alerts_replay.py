@@ -227,3 +227,33 @@ def test_the_inference_scenarios_fire_their_alerts_under_the_production_rules(sc
     path = promtool_test(series, tmp_path, checks, minutes)
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+
+
+# --- The NCCL scenarios under the production rules (issue 27) ---------------------------------
+# The real nccl_inspector and nccl_ras collectors read the simulated job's Inspector dumps and
+# its fake RAS service (simulation/nccl.py) for NCCL_MINUTES of simulated time: the straggler and
+# the hang fire their alert and nothing else, their near misses nothing at all.
+NCCL_MINUTES = 25
+NCCL_FIRES = {
+    "nccl-straggler": ['alertname="LockstepNCCLStraggler", job_id="4242", rank="5"'],
+    "nccl-jitter": [],
+    "nccl-hang": ['alertname="LockstepNCCLHang", job_id="4242"'],
+    "nccl-finished": [],
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(NCCL_FIRES))
+def test_the_nccl_scenarios_fire_their_alerts_under_the_production_rules(scenario: str, tmp_path: Path) -> None:
+    promtool = require_promtool()
+    series = replay(scenario, ("nccl",), ("nccl_inspector", "nccl_ras"), minutes=NCCL_MINUTES)
+    end = f"{NCCL_MINUTES * 60}s"
+    checks = [
+        {
+            "expr": f'count by (alertname, job_id, rank) (max_over_time(ALERTS{{alertstate="firing"}}[{end}]))',
+            "eval_time": end,
+            "exp_samples": [{"labels": f"{{{labels}}}", "value": 1} for labels in NCCL_FIRES[scenario]],
+        },
+    ]
+    path = promtool_test(series, tmp_path, checks, NCCL_MINUTES)
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]

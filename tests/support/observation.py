@@ -191,6 +191,12 @@ CASES: dict[str, Case] = {
         args=("--kubernetes.pod-resources-socket", "{tmp}/kubelet/kubelet.sock"),
     ),
     "agent-down": case(None, expect("LockstepAgentDown")),
+    # Issue 27: NCCL's own telemetry, for a job whose step logs say nothing.  The straggler's near
+    # miss: ranks that arrive last in turn; the hang's: a job that ended (its communicators gone).
+    "nccl-straggler": case("nccl-straggler", expect("LockstepNCCLStraggler", job_id="4242", rank="5")),
+    "nccl-jitter": case("nccl-jitter"),
+    "nccl-hang": case("nccl-hang", expect("LockstepNCCLHang", job_id="4242")),
+    "nccl-finished": case("nccl-finished"),
 }
 
 

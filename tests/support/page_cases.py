@@ -8,6 +8,7 @@ from dataclasses import dataclass
 SPEED = 60  # simulated seconds per real second
 
 STRAGGLER_COLLECTORS = ("training", "gpu", "slurm", "host", "ethtool", "infiniband")
+NCCL_COLLECTORS = ("nccl_inspector", "nccl_ras")
 
 
 @dataclass(frozen=True)
@@ -69,5 +70,15 @@ ALL_CASES: dict[str, Case] = {
         nodes=4,
         speed=1,
         notified=page("LockstepIBPortDown"),
+    ),
+    # Issue 27: NCCL's own telemetry, the job's step logs left out (its two collectors only).
+    "nccl-straggler": Case(
+        "nccl-straggler",
+        {"LockstepNCCLStraggler": "none found"},
+        collectors=NCCL_COLLECTORS,
+        notified=ticket("LockstepNCCLStraggler"),
+    ),
+    "nccl-hang": Case(
+        "nccl-hang", {"LockstepNCCLHang": "none found"}, collectors=NCCL_COLLECTORS, notified=page("LockstepNCCLHang")
     ),
 }

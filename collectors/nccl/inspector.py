@@ -1,0 +1,281 @@
+"""The NCCL Inspector collector: follows the dump files NCCL's Inspector profiler plugin writes
+(inspector_records.py has the format) and turns each rank's records into counters.
+
+Files are found by the configured globs and followed with the training collector's tailer
+(collectors/training/tail.py: rotation, truncation, a partial last line, bounded bytes per
+round and files).  A job that dumps only at communicator teardown (the plugin's default,
+``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=-1``) writes its whole file at the end: its
+counters appear then, once, and are dropped after ``idle_timeout`` like any idle rank's.
+
+Who a rank is:
+- the Slurm job: from the dump directory's name (``nccl-inspector-<jobid>``, the plugin's
+  default, or a directory named by the bare job id, as NVIDIA's sbatch example does), else,
+  when the writer runs on this node, from its process's cgroup or environment
+  (agent/procs.py), else ``unknown``;
+- the GPU: when the writer runs on this node (the record's hostname), the GPU whose compute
+  processes include the record's pid (the GPU collector's inventory, NVML).  A process in a
+  container with its own PID namespace writes a pid the host does not know: no GPU then.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from prometheus_client.core import Metric
+
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string, parse_string_list
+from lockstep.agent.options import option
+from lockstep.agent.procs import slurm_job
+from lockstep.collectors.nccl.inspector_metrics import (
+    COLLECTIVE_BUS_BYTES,
+    COLLECTIVE_BYTES,
+    COLLECTIVE_SECONDS,
+    COLLECTIVES,
+    FILES,
+    P2P_BYTES,
+    P2P_OPERATIONS,
+    P2P_SECONDS,
+    RANK_INFO,
+    SKIPPED,
+)
+from lockstep.collectors.nccl.inspector_records import INVALID_REASONS, BadLine, InspectorRecord, parse_line
+from lockstep.collectors.training.tail import FileFollower, FileId, Line, default_max_files
+
+SKIP_REASONS = (*INVALID_REASONS, "series_limit")
+# The plugin's default directory name (inspector.cc genDumpDir), or a bare job id.
+_JOB_DIRECTORY = re.compile(r"^(?:nccl-inspector-)?(\d{1,20})$")
+
+RankKey = tuple[str, str, int, str]  # (job_id, comm, rank, host)
+
+
+@dataclass(frozen=True)
+class InspectorOptions:
+    dumps: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob of NCCL Inspector dump files (<dump dir>/<host>-pid<pid>.log), on the host (under --path.rootfs), "
+        "** allowed",
+        flag="--nccl-inspector.dumps",
+        repeatable=True,
+    )
+    start_at: str = option(
+        "end",
+        parse_choice(("end", "beginning")),
+        "where to start reading the dump files present when the agent starts: end (skip their history) or beginning",
+    )
+    idle_timeout: float = option(600.0, parse_duration, "a rank with no new record for this long is dropped")
+    max_series: int = option(
+        4096,
+        parse_positive_int,
+        "most (job, communicator, rank, operation) counters kept; records of more are skipped and counted",
+    )
+    max_files: int = option(1024, parse_positive_int, "most dump files followed at once (one descriptor each)")
+    max_bytes_per_round: int = option(
+        32 * 1024 * 1024,
+        functools.partial(parse_positive_int, maximum=1 << 34),
+        "most bytes read from all dump files in one round (at most 16 MiB of them from one file); the rest "
+        "is read in the next rounds",
+    )
+    node_name: str = option(
+        "",
+        parse_string,
+        "this node's host name as NCCL writes it (gethostname), to tell this node's ranks; default: the kernel's",
+    )
+
+
+@dataclass
+class _Counters:
+    operations: int = 0
+    seconds: float = 0.0
+    message_bytes: int = 0
+    bus_bytes: float = 0.0
+
+
+@dataclass
+class _Rank:
+    comm_name: str
+    n_ranks: int
+    nnodes: int
+    pid: int
+    last_record_at: float
+    gpu: tuple[str, str] = ("", "")  # (NVML index, UUID), empty when not known
+    collectives: dict[str, _Counters] = field(default_factory=dict)
+    p2p: dict[str, _Counters] = field(default_factory=dict)
+
+    @property
+    def series(self) -> int:
+        return len(self.collectives) + len(self.p2p)
+
+
+class InspectorCollector(Collector[InspectorOptions]):
+    name = "nccl_inspector"
+    help = "Per-rank NCCL collective counts, time and bytes from NCCL Inspector dump files (no change to the job)."
+    default_interval = 15.0
+    needs = ("gpu",)
+    metrics = (
+        COLLECTIVES,
+        COLLECTIVE_SECONDS,
+        COLLECTIVE_BYTES,
+        COLLECTIVE_BUS_BYTES,
+        P2P_OPERATIONS,
+        P2P_SECONDS,
+        P2P_BYTES,
+        RANK_INFO,
+        FILES,
+        SKIPPED,
+    )
+    options_class = InspectorOptions
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self.clock = time.monotonic  # tests replace it
+        self._follower: FileFollower | None = None
+        self._ranks: dict[RankKey, _Rank] = {}
+        self._skipped = dict.fromkeys(SKIP_REASONS, 0)
+        self._job_of_file: dict[FileId, str] = {}
+        self._node = (self.options.node_name or os.uname().nodename).split(".")[0]
+
+    def check(self) -> str:
+        if not self.options.dumps:
+            raise NothingHere(self._nothing_configured())
+        follower = self._new_follower(start_at_end=True)
+        try:
+            follower.sweep()
+            return f"{follower.followed} Inspector dump file(s) match {', '.join(self.options.dumps)}"
+        finally:
+            follower.close()
+
+    def collect(self) -> Iterator[Metric]:
+        if not self.options.dumps:
+            raise NothingHere(self._nothing_configured())
+        if self._follower is None:
+            self._follower = self._new_follower(start_at_end=self.options.start_at == "end")
+        self._ingest(self._follower.sweep())
+        now = self.clock()
+        for key, rank in list(self._ranks.items()):
+            if now - rank.last_record_at >= self.options.idle_timeout:
+                del self._ranks[key]  # the job ended (or the communicator was destroyed): its series go
+        if len(self._job_of_file) > 2 * self.options.max_files:
+            self._job_of_file.clear()  # files come and go: looked up again for the files still written to
+        self._attribute_gpus()
+        return iter(self._families())
+
+    def close(self) -> None:
+        follower, self._follower = self._follower, None
+        if follower is not None:
+            follower.close()
+
+    # --- reading ---
+
+    def _new_follower(self, start_at_end: bool) -> FileFollower:
+        return FileFollower(
+            self.options.dumps,
+            self.paths.rootfs,
+            start_at_end=start_at_end,
+            # An eighth of the open-file limit at most, whatever the option says: with the training
+            # logs' quarter and the HTTP endpoint's half, the agent keeps descriptors of its own.
+            max_files=min(self.options.max_files, default_max_files(share=8)),
+            sweep_budget=self.options.max_bytes_per_round,
+            log=self.log,
+        )
+
+    def _ingest(self, lines: Iterable[Line]) -> None:
+        now = self.clock()
+        for line in lines:
+            if line.context:
+                continue  # a record read before the agent started: already counted by no one, skipped
+            try:
+                record = parse_line(line.data)
+            except BadLine as bad:
+                self._skipped[bad.reason] += 1
+                continue
+            job_id = self._job_of(line, record)
+            key = (job_id, record.comm, record.rank, record.hostname)
+            rank = self._ranks.get(key)
+            if rank is None:
+                rank = self._ranks[key] = _Rank(record.comm_name, record.n_ranks, record.nnodes, record.pid, now)
+            by_operation = rank.p2p if record.p2p else rank.collectives
+            counters = by_operation.get(record.operation)
+            if counters is None:
+                if self._series() >= self.options.max_series:
+                    self._skipped["series_limit"] += 1
+                    if not rank.series:
+                        del self._ranks[key]
+                    continue
+                counters = by_operation[record.operation] = _Counters()
+            counters.operations += 1
+            counters.seconds += record.exec_seconds
+            counters.message_bytes += record.message_bytes
+            if record.bus_bytes_per_second is not None:
+                counters.bus_bytes += record.bus_bytes_per_second * record.exec_seconds
+            rank.last_record_at = now
+            rank.pid = record.pid
+
+    def _series(self) -> int:
+        return sum(rank.series for rank in self._ranks.values())
+
+    def _job_of(self, line: Line, record: InspectorRecord) -> str:
+        """The Slurm job of a dump file: its directory's name, else its writer's cgroup."""
+        job = self._job_of_file.get(line.file)
+        if job is None:
+            match = _JOB_DIRECTORY.match(os.path.basename(os.path.dirname(line.path)))
+            if match:
+                job = match.group(1)
+            elif self._is_local(record.hostname):
+                job = slurm_job(self.paths.procfs, record.pid) or "unknown"
+            else:
+                job = "unknown"
+            self._job_of_file[line.file] = job
+        return job
+
+    def _is_local(self, hostname: str) -> bool:
+        return hostname.split(".")[0] == self._node
+
+    def _attribute_gpus(self) -> None:
+        """The GPU of each of this node's ranks: the one NVML lists the rank's process on."""
+        gpus_of_pid: dict[int, list[tuple[str, str]]] = {}
+        for gpu in self.context.gpu_inventory.published():
+            for process in gpu.processes:
+                gpus_of_pid.setdefault(process.pid, []).append((str(gpu.index), gpu.uuid))
+        for (_, _, _, host), rank in self._ranks.items():
+            if not self._is_local(host):
+                continue
+            gpus = gpus_of_pid.get(rank.pid, [])
+            # A process driving several GPUs has one rank per GPU: which is which, NVML cannot say.
+            rank.gpu = gpus[0] if len(gpus) == 1 else ("", "")
+
+    # --- output ---
+
+    def _families(self) -> list[Metric]:
+        families = Families(self.metrics)
+        for key in sorted(self._ranks):
+            rank = self._ranks[key]
+            job_id, comm, rank_number, host = key
+            labels = [job_id, comm, str(rank_number), host]
+            families[RANK_INFO].add_metric([*labels, rank.comm_name, str(rank.n_ranks), str(rank.nnodes), *rank.gpu], 1)
+            for operation, counters in sorted(rank.collectives.items()):
+                families[COLLECTIVES].add_metric([*labels, operation], counters.operations)
+                families[COLLECTIVE_SECONDS].add_metric([*labels, operation], round(counters.seconds, 6))
+                families[COLLECTIVE_BYTES].add_metric([*labels, operation], counters.message_bytes)
+                families[COLLECTIVE_BUS_BYTES].add_metric([*labels, operation], round(counters.bus_bytes, 3))
+            for operation, counters in sorted(rank.p2p.items()):
+                families[P2P_OPERATIONS].add_metric([*labels, operation], counters.operations)
+                families[P2P_SECONDS].add_metric([*labels, operation], round(counters.seconds, 6))
+                families[P2P_BYTES].add_metric([*labels, operation], counters.message_bytes)
+        assert self._follower is not None
+        families[FILES].add_metric([], self._follower.followed)
+        self._skipped["too_long"] = self._follower.lines_too_long
+        for reason in SKIP_REASONS:
+            families[SKIPPED].add_metric([reason], self._skipped[reason])
+        return families.with_samples()
+
+    def _nothing_configured(self) -> str:
+        return (
+            "no NCCL Inspector dump globs configured (--nccl-inspector.dumps GLOB or collectors.nccl_inspector.dumps)"
+        )

@@ -1,0 +1,285 @@
+"""The NCCL Inspector collector on dump files written as NCCL 2.30.7 writes them
+(tests/fixtures/nccl/README.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
+from lockstep.collectors.nccl import InspectorCollector, InspectorOptions
+from lockstep.collectors.nccl.inspector_records import BadLine, parse_line
+from tests.support import collected
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "nccl" / "inspector"
+COMM = "0x7f8c496ae9f661"
+
+
+def node(tmp_path: Path, *, pids_on_gpus: dict[int, int] | None = None, cgroups: dict[int, str] | None = None) -> Paths:
+    """A host root with the fixture dumps under /scratch/run, and a procfs with the writers' cgroups."""
+    rootfs, procfs = tmp_path / "rootfs", tmp_path / "proc"
+    shutil.copytree(FIXTURES, rootfs / "scratch" / "run")
+    for pid, cgroup in (cgroups or {}).items():
+        (procfs / str(pid)).mkdir(parents=True)
+        (procfs / str(pid) / "cgroup").write_text(cgroup)
+    procfs.mkdir(exist_ok=True)
+    return Paths(sysfs=tmp_path / "sys", procfs=procfs, rootfs=rootfs)
+
+
+def inventory(pids_on_gpus: dict[int, int]) -> GpuInventory:
+    gpus = GpuInventory()
+    gpus.publish(
+        tuple(
+            PublishedGpu(
+                index=index,
+                uuid=f"GPU-{index:08d}-0000-0000-0000-000000000000",
+                pci_bus_id=f"00000000:{index:02X}:00.0",
+                minor_number=index,
+                model="NVIDIA H100 80GB HBM3",
+                up=True,
+                processes=tuple(
+                    GpuProcess(pid, 1 << 30, None, None) for pid, gpu in pids_on_gpus.items() if gpu == index
+                ),
+                mig_devices=(),
+            )
+            for index in range(8)
+        )
+    )
+    return gpus
+
+
+def make(
+    paths: Path | Paths, glob: str = "/scratch/run/*/*.log", gpus: GpuInventory | None = None, **options
+) -> InspectorCollector:  # type: ignore[no-untyped-def]
+    assert isinstance(paths, Paths)
+    options.setdefault("node_name", "node001")
+    opts = InspectorOptions(dumps=(glob,), start_at="beginning", **options)
+    return InspectorCollector(
+        CollectorContext(paths, opts, logging.getLogger("test"), gpu_inventory=gpus or GpuInventory())
+    )
+
+
+def series(s: dict, name: str) -> dict[tuple[str, ...], float]:
+    """name's samples keyed by their label values in declaration order of the interesting ones."""
+    found = {}
+    for (metric, labels), v in s.items():
+        if metric == name:
+            d = dict(labels)
+            found[(d["job_id"], d["comm"], d["rank"], d["host"], d.get("collective", d.get("operation", "")))] = v
+    return found
+
+
+def skipped(s: dict) -> dict[str, float]:
+    return {dict(k[1])["reason"]: v for k, v in s.items() if k[0] == "lockstep_nccl_inspector_lines_skipped_total"}
+
+
+def test_collectives_p2p_and_verbose_records_become_counters_per_rank_and_operation(tmp_path: Path) -> None:
+    s = collected(make(node(tmp_path)))
+    rank3 = ("4242", COMM, "3", "node001")
+    assert series(s, "lockstep_nccl_collectives_total")[(*rank3, "AllReduce")] == 3
+    assert series(s, "lockstep_nccl_collective_seconds_total")[(*rank3, "AllReduce")] == 0.006  # 2000+2500+1500 us
+    assert series(s, "lockstep_nccl_collective_bytes_total")[(*rank3, "AllReduce")] == 3 * 268435456
+    # busbw (GB/s, 1e9 bytes) x exec time, summed: 234.881024e9*0.002 + 187.904819e9*0.0025 + 313.174699e9*0.0015
+    assert series(s, "lockstep_nccl_collective_bus_bytes_total")[(*rank3, "AllReduce")] == pytest.approx(
+        469762048 + 469762047.5 + 469762048.5, abs=0.01
+    )
+    # The verbose record (event_trace_sn/ts) counts like any other.
+    assert series(s, "lockstep_nccl_collectives_total")[(*rank3, "ReduceScatter")] == 1
+    assert series(s, "lockstep_nccl_collective_seconds_total")[(*rank3, "ReduceScatter")] == 0.041057
+    # A NaN bus bandwidth ("nan") counts the collective and its time, adds no bus bytes.
+    assert series(s, "lockstep_nccl_collectives_total")[(*rank3, "AllGather")] == 1
+    assert series(s, "lockstep_nccl_collective_bus_bytes_total")[(*rank3, "AllGather")] == 0
+    assert series(s, "lockstep_nccl_p2p_operations_total") == {(*rank3, "Send"): 1, (*rank3, "Recv"): 1}
+    assert series(s, "lockstep_nccl_p2p_seconds_total") == {(*rank3, "Send"): 0.0004, (*rank3, "Recv"): 0.0005}
+    assert series(s, "lockstep_nccl_p2p_bytes_total") == {(*rank3, "Send"): 33554432, (*rank3, "Recv"): 33554432}
+    # NCCL 2.28 wrote no comm_name: rank 4's file is read all the same.
+    assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 1
+    assert skipped(s) == {"not_json": 0, "bad_record": 0, "unsupported_format": 0, "too_long": 0, "series_limit": 0}
+
+
+def test_partial_last_line_is_counted_once_its_newline_arrives(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    collector = make(paths)
+    rank3 = ("4242", COMM, "3", "node001", "AllReduce")
+    assert series(collected(collector), "lockstep_nccl_collectives_total")[rank3] == 3
+    dump = paths.rootfs / "scratch/run/nccl-inspector-4242/node001-pid2200.log"
+    whole = open(FIXTURES / "nccl-inspector-4242/node001-pid2200.log").read().split("\n")[0]  # an AllReduce line
+    partial = dump.read_text().split("\n")[-1]
+    with open(dump, "a") as f:
+        f.write(whole[len(partial) :] + "\n")
+    s = collected(collector)
+    assert series(s, "lockstep_nccl_collectives_total")[rank3] == 4
+    assert skipped(s)["not_json"] == 0
+
+
+def test_rank_info_names_the_gpu_of_the_writing_process_and_the_communicator(tmp_path: Path) -> None:
+    s = collected(make(node(tmp_path), gpus=inventory({2200: 3, 2201: 4})))
+    info = {dict(k[1])["rank"]: dict(k[1]) for k, v in s.items() if k[0] == "lockstep_nccl_rank_info" and v == 1}
+    assert info["3"] == {
+        "job_id": "4242",
+        "comm": COMM,
+        "rank": "3",
+        "host": "node001",
+        "comm_name": "DP Group 0",
+        "n_ranks": "8",
+        "nnodes": "1",
+        "gpu": "3",
+        "uuid": "GPU-00000003-0000-0000-0000-000000000000",
+    }
+    assert (info["4"]["gpu"], info["4"]["comm_name"]) == ("4", "unknown")
+
+
+def test_job_from_the_writers_cgroup_when_the_directory_does_not_name_it(tmp_path: Path) -> None:
+    paths = node(tmp_path, cgroups={2300: "0::/system.slice/slurmstepd.scope/job_5151/step_0/user/task_0\n"})
+    s = collected(make(paths))
+    assert (
+        series(s, "lockstep_nccl_collectives_total")[("5151", "0x1c2d3e4f5a6b7c8d", "0", "node001", "Broadcast")] == 1
+    )
+
+
+def test_job_unknown_when_the_writer_is_on_another_node(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    s = collected(make(paths, node_name="node002"))
+    assert (
+        series(s, "lockstep_nccl_collectives_total")[("unknown", "0x1c2d3e4f5a6b7c8d", "0", "node001", "Broadcast")]
+        == 1
+    )
+
+
+def test_garbage_and_other_format_versions_are_counted_and_skipped(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    good = (FIXTURES / "nccl-inspector-4242/node001-pid2201.log").read_text().strip()
+    record = json.loads(good)
+    v5 = json.loads(good)
+    v5["metadata"]["inspector_output_format_version"] = "v5.0"
+    negative = json.loads(good)
+    negative["coll_perf"]["coll_exec_time_us"] = -1
+    text_rank = json.loads(good)
+    text_rank["header"]["rank"] = "4"
+    dump = paths.rootfs / "scratch/run/nccl-inspector-4242/node001-pid9999.log"
+    dump.write_text(
+        "\n".join(
+            [
+                "not json",
+                "[1, 2]",
+                json.dumps(v5),
+                json.dumps(negative),
+                json.dumps(text_rank),
+                "\xff\xfe",
+                json.dumps(record),
+            ]
+        )
+        + "\n"
+    )
+    s = collected(make(paths))
+    assert skipped(s) == {"not_json": 3, "bad_record": 2, "unsupported_format": 1, "too_long": 0, "series_limit": 0}
+    assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 2
+
+
+def test_series_are_bounded_and_the_excess_counted(tmp_path: Path) -> None:
+    s = collected(make(node(tmp_path), max_series=3))
+    assert len(series(s, "lockstep_nccl_collectives_total")) + len(series(s, "lockstep_nccl_p2p_operations_total")) == 3
+    assert skipped(s)["series_limit"] == 4  # Send, Recv, rank 4's AllReduce, job 5151's Broadcast
+
+
+def test_truncated_dump_of_a_reused_pid_is_read_from_its_start(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    collector = make(paths)
+    dump = paths.rootfs / "scratch/run/nccl-inspector-4242/node001-pid2201.log"
+    line = dump.read_text()
+    dump.write_text(line * 2)
+    assert (
+        series(collected(collector), "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")]
+        == 2
+    )
+    dump.write_text(line)  # NCCL opens its file with "w": a new process with the same pid truncates it
+    s = collected(collector)
+    assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 3
+
+
+def test_teardown_only_dump_appears_and_idle_ranks_go(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    now = [1000.0]
+    collector = make(paths, glob="/scratch/run/teardown/*.log", idle_timeout=600.0)
+    collector.clock = lambda: now[0]
+    (paths.rootfs / "scratch/run/teardown").mkdir()
+    assert series(collected(collector), "lockstep_nccl_collectives_total") == {}
+    # The whole file appears at communicator teardown.
+    shutil.copy(
+        FIXTURES / "nccl-inspector-4242/node001-pid2201.log", paths.rootfs / "scratch/run/teardown/node001-pid2201.log"
+    )
+    assert series(collected(collector), "lockstep_nccl_collectives_total") == {
+        ("unknown", COMM, "4", "node001", "AllReduce"): 1
+    }
+    now[0] += 600.0
+    assert series(collected(collector), "lockstep_nccl_collectives_total") == {}
+
+
+def test_rotation_by_rename_reads_the_rest_and_the_new_file(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    collector = make(paths, glob="/scratch/run/nccl-inspector-4242/node001-pid2201.log*")
+    collected(collector)
+    dump = paths.rootfs / "scratch/run/nccl-inspector-4242/node001-pid2201.log"
+    line = dump.read_text()
+    with open(dump, "a") as f:
+        f.write(line)
+    os.rename(dump, str(dump) + ".1")
+    dump.write_text(line)
+    s = collected(collector)
+    assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 3
+
+
+def test_no_globs_is_nothing_here(tmp_path: Path) -> None:
+    collector = InspectorCollector(CollectorContext(node(tmp_path), InspectorOptions(), logging.getLogger("test")))
+    with pytest.raises(NothingHere, match="--nccl-inspector.dumps"):
+        list(collector.collect())
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        ("header", "id"),
+        ("header", "rank"),
+        ("metadata", "inspector_output_format_version"),
+        ("metadata", "hostname"),
+        ("metadata", "pid"),
+        ("coll_perf", "coll"),
+        ("coll_perf", "coll_exec_time_us"),
+        ("coll_perf", "coll_msg_size_bytes"),
+        ("coll_perf", "coll_busbw_gbs"),
+        ("", "coll_perf"),
+    ],
+)
+def test_a_renamed_field_is_a_bad_record(path: tuple[str, str]) -> None:
+    """The field names are NCCL's: a reader that guessed one would pass every other test."""
+    record = json.loads((FIXTURES / "nccl-inspector-4242/node001-pid2201.log").read_text())
+    section, key = path
+    parent = record[section] if section else record
+    parent[f"{key}_renamed"] = parent.pop(key)
+    with pytest.raises(BadLine) as raised:
+        parse_line(json.dumps(record).encode())
+    assert raised.value.reason == "bad_record"
+
+
+def test_a_backlog_is_read_within_the_bytes_per_round_over_several_rounds(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    glob = "/scratch/run/nccl-inspector-4242/node001-pid2201.log"
+    dump = paths.rootfs / glob.lstrip("/")
+    line = dump.read_text()
+    dump.write_text(line * 10)  # 10 records of 457 bytes
+    collector = make(paths, glob=glob, max_bytes_per_round=1000)
+    totals = [
+        series(collected(collector), "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")]
+    ]
+    for _ in range(4):
+        totals.append(
+            series(collected(collector), "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")]
+        )
+    assert len(line) == 457
+    assert totals == [2, 4, 6, 8, 10]  # 1000 bytes a round: the lines complete in each
