@@ -118,7 +118,8 @@ def show(option: Option) -> str | None:
         return None
     candidates: list[Any]
     if isinstance(default, tuple):
-        candidates = [list(default)]
+        # A list, or an address kept as a (host, port) tuple and written "host:port".
+        candidates = [list(default), ":".join(str(part) for part in default)]
     elif isinstance(default, float) and not isinstance(default, bool):
         candidates = [_duration(default), default]
     elif isinstance(default, Path):

@@ -75,7 +75,11 @@ class InspectorOptions:
         parse_positive_int,
         "most (job, communicator, rank, operation) counters kept; records of more are skipped and counted",
     )
-    max_files: int = option(1024, parse_positive_int, "most dump files followed at once (one descriptor each)")
+    max_files: int = option(
+        1024,
+        parse_positive_int,
+        "most dump files followed at once (one descriptor each; at most an eighth of the open-file limit)",
+    )
     max_bytes_per_round: int = option(
         32 * 1024 * 1024,
         functools.partial(parse_positive_int, maximum=1 << 34),

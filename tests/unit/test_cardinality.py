@@ -45,7 +45,7 @@ def test_simulated_node_figures() -> None:
     # checkpoint directories: 3 a node; counters of what was refused or altered: 11 self-metric
     # series (one a collector), 4 host, 1 Slurm.
     # + issue 27's NCCL collectors: their self-metrics (none of their series without an NCCL job).
-    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2519, 8, 10, 2)
+    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2545, 8, 10, 2)
     assert (healthy.per_gpu, healthy.per_port, healthy.per_interface) == (190.0, 38.0, 33.0)
 
 
