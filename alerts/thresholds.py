@@ -66,6 +66,27 @@ STRAGGLER_SUSTAINED_MADS = 3
 # Ranks (GPUs) a job needs before the sensitive detectors judge it: a median and a spread need
 # a few peers.
 STRAGGLER_SUSTAINED_MIN_PEERS = 3
+# The change test of LockstepTrainingStragglerSustained: each rank against its own history, for
+# jobs of any size from 2 ranks (docs/alerting.md, "How a straggler is found").  A rank's usual
+# share of its job is its 30-minute ratio to the job's median averaged over this window, which
+# ends where the current 30 minutes begin ...
+STRAGGLER_BASELINE_WINDOW = "6h"
+# ... and needs this much of it: the rank had a 30-minute ratio this long ago (so its usual
+# share is the mean of at least half an hour of them).
+STRAGGLER_BASELINE_MIN_AGE = "1h"
+# A rank changed when its 30-minute ratio is this many times its usual one ...
+TRAINING_STRAGGLER_CHANGE_RATIO = 1.04
+# ... its 5-minute ratio still this many times (the episode has not ended), its own time per
+# step (not relative to its peers) this many times its own usual (it slowed down; its peers did
+# not speed up), and it is slower than its job's median now.  In a job of 3 ranks or more its
+# change must also stand STRAGGLER_SUSTAINED_MADS MADs above the median change of its job's ranks.
+TRAINING_STRAGGLER_CHANGE_NOW_RATIO = 1.02
+TRAINING_STRAGGLER_OWN_CHANGE_RATIO = 1.02
+# A job is judged by the straggler alerts only while it steps: its newest step is at most this
+# old.  A job that ended (or stopped for longer, e.g. a long checkpoint save) is not a straggler
+# job; its 5- and 30-minute windows would otherwise keep an alert up, or even make one, after
+# the end.
+TRAINING_STEPPED_WITHIN_SECONDS = 120
 
 # --- Suspects: what else the straggler's node shows in the same 30 minutes -------------------
 

@@ -6,7 +6,20 @@ from __future__ import annotations
 from alerts import thresholds as T
 from alerts.model import Alert
 from alerts.promql import JOB_ON, VALUE_2F, VALUE_DURATION, VALUE_PERCENT, WHERE, job_by, label, num, percent
-from alerts.straggler_recording import GPU_THROTTLE, HOST_INFO, INSTANCE_SUSPECT, RANK_SUSPECT, WORK, W
+from alerts.straggler_recording import (
+    CHANGE,
+    CHANGE_MAD,
+    CHANGE_MEDIAN,
+    GPU_THROTTLE,
+    HOST_INFO,
+    INSTANCE_SUSPECT,
+    RANK_SUSPECT,
+    RATIO_30M,
+    USUAL_MEAN,
+    USUAL_RATIO,
+    WORK,
+    W,
+)
 
 # What the straggler alerts say about suspects.
 # Annotations run a query at evaluation (Prometheus' template function `query`), so the suspects
@@ -56,9 +69,45 @@ def on_the_ranks_node(condition: str) -> str:
     )
 
 
+# The job still steps: its newest step is recent.  A job that ended keeps its 5- and 30-minute
+# windows for that long after, and the agent exports its ranks for idle_timeout: neither may
+# keep (or start) a straggler alert about it.
+STEPPING = (
+    f"{JOB_ON} (\n  time() - max {job_by()} (lockstep_training_last_step_timestamp_seconds)\n"
+    f"  < {T.TRAINING_STEPPED_WITHIN_SECONDS}\n)"
+)
+
+# The peer test: the rank against its job's other ranks now (30 minutes).
+PEER_TEST = (
+    f"  {RATIO_30M} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
+    f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
+    f"  and\n  job_rank:{WORK}:mean{W} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
+    f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n"
+    f"  and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+)
+# The change test: the rank against its own history.  Its share of the job's median rose (and
+# is above the median), it still is up in the last 5 minutes, its own time per step rose (it
+# slowed; its peers did not speed up), and, with 3 ranks or more, its change stands out of the
+# changes of its job's ranks (which a 2-rank job cannot say: each is 1 MAD from their median).
+CHANGE_TEST = (
+    f"  {RATIO_30M} > 1\n"
+    f"  and\n  {CHANGE} > {num(T.TRAINING_STRAGGLER_CHANGE_RATIO)}\n"
+    f"  and\n  job_rank:{WORK}:ratio_to_median5m / {USUAL_RATIO} > {num(T.TRAINING_STRAGGLER_CHANGE_NOW_RATIO)}\n"
+    f"  and\n  job_rank:{WORK}:mean{W} / {USUAL_MEAN} > {num(T.TRAINING_STRAGGLER_OWN_CHANGE_RATIO)}\n"
+    "  and\n  (\n"
+    f"    {CHANGE} - {JOB_ON} group_left () {CHANGE_MEDIAN}\n"
+    f"    > {JOB_ON} group_left () {num(T.STRAGGLER_SUSTAINED_MADS)} * {CHANGE_MAD}\n"
+    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count == 2\n"
+    "  )"
+)
+USUAL_SHARE = (
+    f'{{{{ with printf "{USUAL_RATIO}{{cluster=%q, job_id=%q, rank=%q}}" '
+    '$labels.cluster $labels.job_id $labels.rank | query }}{{ . | first | value | printf "%.2f" }}x'
+    "{{ else }}unknown (the job is younger than 1 hour){{ end }}"
+)
+
 RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
 GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
-WORK_30M = f"job_rank:{WORK}:mean{W}"
 GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
 
 TRAINING_ALERTS = (
@@ -69,7 +118,8 @@ TRAINING_ALERTS = (
         on_the_ranks_node(
             "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
             f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}"
+            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}\n"
+            f"and {STEPPING}"
         ),
         f"Rank {label('rank')} of job {label('job_id')} is a straggler",
         f"Rank {label('rank')} of job {label('job_id')} on {WHERE} takes {VALUE_2F}x its job's median compute "
@@ -82,19 +132,19 @@ TRAINING_ALERTS = (
         "warning",
         T.STRAGGLER_SUSTAINED_FOR,
         on_the_ranks_node(
-            "(\n"
-            f"  job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
-            f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
-            f"  and\n  {WORK_30M} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
-            f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n)\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+            # Either test; the value is the rank's 30-minute ratio to its job's median.
+            f"(\n  {RATIO_30M}\n  and\n  (\n{PEER_TEST}\n  )\n"
+            f"  or\n  {RATIO_30M}\n  and\n  (\n{CHANGE_TEST}\n  )\n)\n"
+            f"and {STEPPING}"
         ),
         f"Rank {label('rank')} of job {label('job_id')} has been slower than its peers for 30 minutes",
         f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its job's "
-        "median time per step of its own work (compute and data wait) over 30 minutes, more than "
+        "median time per step of its own work (compute and data wait) over 30 minutes; its usual share in the "
+        f"hours before: {USUAL_SHARE}. Either it stands out of its peers (more than "
         f"{percent(T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1)} and {num(T.STRAGGLER_SUSTAINED_MADS)} times the "
-        "job's spread (MAD) above the median, and is still slower now. The whole job runs at its pace. "
-        "Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+        "job's spread (MAD) above the median), or it slowed down against its own history while its peers did not "
+        f"(its share up more than {percent(T.TRAINING_STRAGGLER_CHANGE_RATIO - 1)}); and it is still slower now. "
+        "The whole job runs at its pace. Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
         RANK_ANNOTATIONS,
     ),
     Alert(
