@@ -51,12 +51,14 @@ CHANGE_MAD = f"job:{WORK}:ratio_to_usual_mad{W}"
 
 
 def _usual(record: str, series: str) -> Recording:
-    """A rank's usual value of a 5-minute series: its mean over the STRAGGLER_BASELINE_WINDOW
+    """A rank's usual value of a 5-minute series: its median over the STRAGGLER_BASELINE_WINDOW
     that ends where the current 30 minutes begin (offset), for ranks that had one
-    STRAGGLER_BASELINE_MIN_AGE ago (so it is the mean of at least half an hour of them)."""
+    STRAGGLER_BASELINE_MIN_AGE ago (so it is the median of at least half an hour of them).
+    The median, not the mean: a straggler's own slow time does not raise its usual value until
+    it fills half the window, so its alert holds for hours (about 3 with a 6-hour window)."""
     return Recording(
         record,
-        f"avg_over_time({series}[{BW}] offset {W})\nand {series} offset {T.STRAGGLER_BASELINE_MIN_AGE}",
+        f"quantile_over_time(0.5, {series}[{BW}] offset {W})\nand {series} offset {T.STRAGGLER_BASELINE_MIN_AGE}",
     )
 
 

@@ -82,10 +82,10 @@ TRAINING_STRAGGLER_CHANGE_RATIO = 1.04
 # change must also stand STRAGGLER_SUSTAINED_MADS MADs above the median change of its job's ranks.
 TRAINING_STRAGGLER_CHANGE_NOW_RATIO = 1.02
 TRAINING_STRAGGLER_OWN_CHANGE_RATIO = 1.02
-# A job is judged by the straggler alerts only while it steps: its newest step is at most this
-# old.  A job that ended (or stopped for longer, e.g. a long checkpoint save) is not a straggler
-# job; its 5- and 30-minute windows would otherwise keep an alert up, or even make one, after
-# the end.
+# A job is judged by the straggler alerts only while it runs: its newest step is at most this
+# old, or Slurm runs it, or its ranks' processes still hold their logs open (a pause for a
+# checkpoint save).  A job that ended is no straggler job: its 5- and 30-minute windows would
+# otherwise keep an alert up, or even make one, after the end.
 TRAINING_STEPPED_WITHIN_SECONDS = 120
 
 # --- Suspects: what else the straggler's node shows in the same 30 minutes -------------------

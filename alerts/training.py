@@ -69,12 +69,15 @@ def on_the_ranks_node(condition: str) -> str:
     )
 
 
-# The job still steps: its newest step is recent.  A job that ended keeps its 5- and 30-minute
-# windows for that long after, and the agent exports its ranks for idle_timeout: neither may
-# keep (or start) a straggler alert about it.
+# The job still runs: it stepped in the last 2 minutes, or it pauses (a checkpoint save) while
+# Slurm runs it or its ranks' processes still hold their logs open.  A job that ended keeps
+# its 5- and 30-minute windows for a while after, and neither may keep (or start) a straggler
+# alert about it.
 STEPPING = (
     f"{JOB_ON} (\n  time() - max {job_by()} (lockstep_training_last_step_timestamp_seconds)\n"
-    f"  < {T.TRAINING_STEPPED_WITHIN_SECONDS}\n)"
+    f"  < {T.TRAINING_STEPPED_WITHIN_SECONDS}\n"
+    f"  or group {job_by()} (lockstep_slurm_job_info)\n"
+    f"  or group {job_by()} (lockstep_training_log_writer_processes > 0)\n)"
 )
 
 # The peer test: the rank against its job's other ranks now (30 minutes).
@@ -187,27 +190,34 @@ TRAINING_ALERTS = (
         "LockstepTrainingStalled",
         "critical",
         "5m",
-        # The last step's time, not rate(steps): the agent drops a rank that logged nothing
-        # for its idle_timeout, so a hung job's series vanish just when "no step in 10
-        # minutes" becomes true.  last_over_time keeps the last value seen; changes() over
-        # the window tells whether a step came in it.  A hung job and a finished one both
-        # stop logging: Slurm still running the job tells them apart.  A job that logged
-        # its first step less than the window ago has had no change in the window yet
-        # either: only a job seen stepping before the window (offset) can have stopped.
-        f"time() - max {job_by()} (\n"
-        f"  last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
-        ")\n"
+        # The last step's time, not rate(steps): the agent may drop a hung rank's series
+        # (where it cannot see the rank's process: idle_timeout), so last_over_time keeps the
+        # last value seen; changes() over the window tells whether a step came in it.  A hung
+        # job and a finished one both stop logging: what tells them apart, and what the alert
+        # names in running_per, is Slurm still running the job, else the ranks' processes
+        # still holding their logs open (the training collector counts them for an idle rank,
+        # and drops a rank whose process exited).  A job that logged its first step less than
+        # the window ago has had no change in the window yet either: only a job seen stepping
+        # before the window (offset) can have stopped.
+        f"(\n  time() - max {job_by()} (\n"
+        f"    last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
+        "  )\n)\n"
+        f"* {JOB_ON} group_left (running_per) (\n"
+        f'  label_replace(group {job_by()} (lockstep_slurm_job_info), "running_per", "slurm", "", "")\n'
+        f"  or {JOB_ON}\n"
+        f"  label_replace(\n    group {job_by()} (lockstep_training_log_writer_processes > 0),\n"
+        '    "running_per", "rank_processes", "", ""\n  )\n)\n'
         f"unless {JOB_ON} max {job_by()} (\n"
         f"  changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_WINDOW}])\n"
         ") > 0\n"
         f"and {JOB_ON} group {job_by()} (\n"
         "  last_over_time(lockstep_training_last_step_timestamp_seconds"
         f"[{T.TRAINING_STALL_LOOKBACK}] offset {T.TRAINING_STALL_WINDOW})\n"
-        ")\n"
-        f"and {JOB_ON} group {job_by()} (lockstep_slurm_job_info)",
+        ")",
         f"Training job {label('job_id')} makes no progress",
-        f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and Slurm still "
-        "runs the job. A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem holds "
-        "every rank while the allocation burns.",
+        f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and "
+        '{{ if eq $labels.running_per "slurm" }}Slurm still runs the job{{ else }}its ranks\' processes still '
+        "hold their logs open (the agent on their node sees them){{ end }}. A hung collective (NCCL), a dead "
+        "rank, a lost GPU or a stalled filesystem holds every rank while the allocation burns.",
     ),
 )
