@@ -74,8 +74,10 @@ STRAGGLER_BASELINE_WINDOW = "6h"
 # ... and needs this much of it: the rank had a 30-minute ratio this long ago (so its usual
 # share is the mean of at least half an hour of them).
 STRAGGLER_BASELINE_MIN_AGE = "1h"
-# A rank changed when its 30-minute ratio is this many times its usual one ...
-TRAINING_STRAGGLER_CHANGE_RATIO = 1.04
+# A rank changed when its 30-minute ratio is this many times its usual one (in a job of 2 ranks,
+# half as much above 1: the median of two moves half-way with the rank, so 1.025 there is 5 %
+# against its one peer) ...
+TRAINING_STRAGGLER_CHANGE_RATIO = 1.05
 # ... its 5-minute ratio still this many times (the episode has not ended), its own time per
 # step (not relative to its peers) this many times its own usual (it slowed down; its peers did
 # not speed up), and it is slower than its job's median now.  In a job of 3 ranks or more its

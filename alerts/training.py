@@ -94,7 +94,9 @@ PEER_TEST = (
 # changes of its job's ranks (which a 2-rank job cannot say: each is 1 MAD from their median).
 CHANGE_TEST = (
     f"  {RATIO_30M} > 1\n"
-    f"  and\n  {CHANGE} > {num(T.TRAINING_STRAGGLER_CHANGE_RATIO)}\n"
+    f"  and\n  (\n    {CHANGE} > {num(T.TRAINING_STRAGGLER_CHANGE_RATIO)}\n"
+    f"    or {CHANGE} > {num(1 + (T.TRAINING_STRAGGLER_CHANGE_RATIO - 1) / 2)}"
+    f" and {JOB_ON} job:lockstep_training_ranks:count == 2\n  )\n"
     f"  and\n  job_rank:{WORK}:ratio_to_median5m / {USUAL_RATIO} > {num(T.TRAINING_STRAGGLER_CHANGE_NOW_RATIO)}\n"
     f"  and\n  job_rank:{WORK}:mean{W} / {USUAL_MEAN} > {num(T.TRAINING_STRAGGLER_OWN_CHANGE_RATIO)}\n"
     "  and\n  (\n"

@@ -3,7 +3,7 @@ training collector, in simulated time, into promtool input series.
 
 tests/fixtures/training/README.md says what the runs are and how a replay stretches them; in
 short: every replayed step is a real step of the run, with its real phase times multiplied by
-one factor per case (`stretch`) so that the run's mean step lasts STEP_SECONDS, in the run's
+one factor per case (`stretch`) so that the run's median step lasts STEP_SECONDS, in the run's
 order, the healthy steps (before the onset) looped for `healthy_minutes` and then the steps
 after the onset looped for `fault_minutes`; then the job ends (its logs are closed, nothing more
 is written) and the scrapes go on for `after_minutes`.  The ranks' log lines are the emitter's
@@ -53,11 +53,10 @@ class Case:
         onset = self.meta.get("onset_step")
         return int(onset) if onset is not None else None
 
-    @property
-    def stretch(self) -> float:
-        """The factor every phase time is multiplied by: the run's mean step becomes STEP_SECONDS."""
-        wall = [step["step_time_sec"] for step in self.steps[0]]
-        return STEP_SECONDS / (sum(wall) / len(wall))
+    def stretch(self, step_seconds: float = STEP_SECONDS) -> float:
+        """The factor every phase time is multiplied by: the run's median step becomes step_seconds."""
+        wall = sorted(step["step_time_sec"] for step in self.steps[0])
+        return step_seconds / wall[len(wall) // 2]
 
 
 def load_case(name: str) -> Case:
@@ -84,7 +83,8 @@ class Segment:
 
 
 def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None = None,
-             offsets: list[int] | None = None) -> Iterator[tuple[float, list[dict[str, float]]]]:  # fmt: skip
+             offsets: list[int] | None = None, step_seconds: float = STEP_SECONDS
+             ) -> Iterator[tuple[float, list[dict[str, float]]]]:  # fmt: skip
     """(end time of the step, each replayed rank's stretched values) for each replayed step.
 
     rank_sources[i] is the run's rank that replayed rank i takes its steps from (default: its
@@ -92,7 +92,7 @@ def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None
     more ranks than the run had is made of the run's real ranks, each copy out of phase."""
     sources = rank_sources or list(range(case.ranks))
     shifts = offsets or [0] * len(sources)
-    k = case.stretch
+    k = case.stretch(step_seconds)
     t = 0.0
     for segment in segments:
         length = segment.last - segment.first
@@ -109,7 +109,8 @@ def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None
 
 
 def replay(case: Case, segments: list[Segment], after_minutes: float, directory: Path,
-           rank_sources: list[int] | None = None, offsets: list[int] | None = None) -> tuple[Series, int]:  # fmt: skip
+           rank_sources: list[int] | None = None, offsets: list[int] | None = None,
+           step_seconds: float = STEP_SECONDS) -> tuple[Series, int]:  # fmt: skip
     """Scrapes of the real training collector every SCRAPE seconds while the replayed job writes
     its logs, and for after_minutes after it ended.  Returns the series and the index of the
     first scrape after the job's last step."""
@@ -140,7 +141,7 @@ def replay(case: Case, segments: list[Segment], after_minutes: float, directory:
     try:
         step_numbers = [0] * len(sources)
         next_scrape = 0.0
-        for t, rows in timeline(case, segments, rank_sources, offsets):
+        for t, rows in timeline(case, segments, rank_sources, offsets, step_seconds):
             while next_scrape < t:
                 scrape(next_scrape)
                 next_scrape += SCRAPE
