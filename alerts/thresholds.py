@@ -80,10 +80,14 @@ STRAGGLER_BASELINE_MIN_AGE = "1h"
 TRAINING_STRAGGLER_CHANGE_RATIO = 1.05
 # ... its 5-minute ratio still this many times (the episode has not ended), its own time per
 # step (not relative to its peers) this many times its own usual (it slowed down; its peers did
-# not speed up), and it is slower than its job's median now.  In a job of 3 ranks or more its
-# change must also stand STRAGGLER_SUSTAINED_MADS MADs above the median change of its job's ranks.
+# not speed up), and it is slower than its job's median now ...
 TRAINING_STRAGGLER_CHANGE_NOW_RATIO = 1.02
 TRAINING_STRAGGLER_OWN_CHANGE_RATIO = 1.02
+# ... and in a job of this many ranks or more its change must also stand STRAGGLER_SUSTAINED_MADS
+# MADs above the median change of its job's ranks.  Not in smaller jobs: there one other rank
+# that changed (a rank that sped up as the machine's load moved) inflates the MAD as much as
+# the peer test's (a real 4-rank run: a 13 % change against 3 MADs of 16.5 %).
+STRAGGLER_CHANGE_MAD_MIN_RANKS = 8
 # A job is judged by the straggler alerts only while it runs: its newest step is at most this
 # old, or Slurm runs it, or its ranks' processes still hold their logs open (a pause for a
 # checkpoint save).  A job that ended is no straggler job: its 5- and 30-minute windows would

@@ -90,8 +90,8 @@ PEER_TEST = (
 )
 # The change test: the rank against its own history.  Its share of the job's median rose (and
 # is above the median), it still is up in the last 5 minutes, its own time per step rose (it
-# slowed; its peers did not speed up), and, with 3 ranks or more, its change stands out of the
-# changes of its job's ranks (which a 2-rank job cannot say: each is 1 MAD from their median).
+# slowed; its peers did not speed up), and, with 8 ranks or more, its change stands out of the
+# changes of its job's ranks (STRAGGLER_CHANGE_MAD_MIN_RANKS).
 CHANGE_TEST = (
     f"  {RATIO_30M} > 1\n"
     f"  and\n  (\n    {CHANGE} > {num(T.TRAINING_STRAGGLER_CHANGE_RATIO)}\n"
@@ -102,7 +102,7 @@ CHANGE_TEST = (
     "  and\n  (\n"
     f"    {CHANGE} - {JOB_ON} group_left () {CHANGE_MEDIAN}\n"
     f"    > {JOB_ON} group_left () {num(T.STRAGGLER_SUSTAINED_MADS)} * {CHANGE_MAD}\n"
-    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count == 2\n"
+    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count < {T.STRAGGLER_CHANGE_MAD_MIN_RANKS}\n"
     "  )"
 )
 USUAL_SHARE = (

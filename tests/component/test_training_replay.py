@@ -27,7 +27,7 @@ import yaml
 
 from alerts import render
 from tests.support import REPO, require_promtool
-from tests.support.training_replay import SCRAPE, Segment, input_series, load_case, replay
+from tests.support.training_replay import SCRAPE, Segment, input_series, load_case, replay, timeline
 
 STRAGGLER = "LockstepTrainingStragglerSustained"
 HEALTHY_MINUTES = 75  # an hour of history for the change test, and a healthy half hour judged
@@ -65,7 +65,7 @@ def straggler_labels(job_id: str, rank: int) -> str:
     return f'{{alertname="{STRAGGLER}", job_id="{job_id}", rank="{rank}"}}'
 
 
-@pytest.mark.parametrize("name", ["straggler-4", "straggler-8"])
+@pytest.mark.parametrize("name", ["straggler-2", "straggler-4", "straggler-8"])
 def test_a_10_percent_compute_straggler_is_named_within_30_minutes_and_nothing_after_the_job_ends(
     name: str, tmp_path: Path
 ) -> None:
@@ -88,3 +88,69 @@ def test_a_10_percent_compute_straggler_is_named_within_30_minutes_and_nothing_a
         firing("", last, end + QUIET_AFTER_END),
     ]
     promtool(series, points, checks, tmp_path)
+
+
+def test_a_frozen_job_is_stalled_by_its_ranks_processes_and_nothing_fires_once_it_ended(tmp_path: Path) -> None:
+    """freeze-4: rank 1 was stopped (SIGSTOP) for 60 s and continued; its peers waited in the
+    all-reduce.  Stretched 20 times (the freeze lasts 20 minutes), played once.  No Slurm here:
+    the job is known to run by its ranks' processes (this test holds their logs open while the
+    job runs, as the rank processes did)."""
+    case = load_case("freeze-4")
+    stretch = 20.0
+    step_seconds = stretch / case.stretch(1.0)
+    segments = [Segment(0, len(case.steps[0]), None)]
+    times = [t for t, _ in timeline(case, segments, step_seconds=step_seconds)]
+    frozen_step = max(range(len(case.steps[0])), key=lambda i: case.steps[0][i]["step_time_sec"])
+    frozen_at, resumed_at = times[frozen_step - 1], times[frozen_step]
+    assert resumed_at - frozen_at > 20 * 60
+    series, ended = replay(case, segments, AFTER_MINUTES, tmp_path / "logs", step_seconds=step_seconds)
+    points = max(max(values) for values in series.values()) + 1
+    end = ended * SCRAPE
+    last = (points - 1) * SCRAPE
+    job = case.meta["job_id"]
+    stalled = "LockstepTrainingStalled"
+    checks = [
+        # 10 minutes without a step, then 'for' (5 minutes): firing before the job resumes,
+        # known by its ranks' processes.
+        {
+            "expr": f'ALERTS{{alertname="{stalled}", alertstate="firing"}}',
+            "eval_time": f"{int(resumed_at) // SCRAPE * SCRAPE}s",
+            "exp_samples": [
+                {
+                    "labels": f'ALERTS{{alertname="{stalled}", alertstate="firing", cluster="replay", '
+                    f'job_id="{job}", running_per="rank_processes", severity="critical"}}',
+                    "value": 1,
+                }
+            ],
+        },
+        # Nothing else at any time (a stopped rank is no straggler) ...
+        firing(f'{{alertname="{stalled}", job_id="{job}"}}', last),
+        # ... the stall is over once the job steps again, and after the end nothing fires.
+        firing("", end, int(resumed_at) + 2 * SCRAPE),
+        firing("", last, end + QUIET_AFTER_END),
+    ]
+    promtool(series, points, checks, tmp_path)
+
+
+def test_no_healthy_rank_of_a_64_rank_job_is_a_straggler(tmp_path: Path) -> None:
+    """A 64-rank job made of the 8-rank run's real healthy ranks: 8 copies of each, every copy
+    starting its loop at its own eighth of the run, for 100 minutes (an hour of history, then
+    the change test judges for 40 minutes), in 6-s steps (the log volume of an 8-rank job in
+    2-s steps).  Nothing fires.  (The 4- and 8-rank jobs' healthy halves are judged for 45
+    minutes before the onset in the straggler test.)"""
+    case = load_case("straggler-8")
+    onset = int(case.meta["onset_step"])
+    sources = [rank for rank in range(case.ranks) for _ in range(8)]
+    offsets = [copy * onset // 8 for _ in range(case.ranks) for copy in range(8)]
+    segments = [Segment(0, onset, 100)]
+    series, _ = replay(case, segments, 0, tmp_path / "logs", sources, offsets, step_seconds=6.0)
+    points = max(max(values) for values in series.values()) + 1
+    last = (points - 1) * SCRAPE
+    ranks = {
+        "expr": "job:lockstep_training_ranks:count",
+        "eval_time": f"{last}s",
+        "exp_samples": [
+            {"labels": 'job:lockstep_training_ranks:count{cluster="replay", job_id="ddp-straggler-8"}', "value": 64}
+        ],
+    }
+    promtool(series, points, [firing("", last), ranks], tmp_path)

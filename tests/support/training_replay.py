@@ -75,11 +75,12 @@ def load_case(name: str) -> Case:
 
 @dataclass(frozen=True)
 class Segment:
-    """Steps first..last-1 of the run (per rank), looped for this many simulated minutes."""
+    """Steps first..last-1 of the run (per rank), looped for this many simulated minutes (None:
+    played once)."""
 
     first: int
     last: int
-    minutes: float
+    minutes: float | None
 
 
 def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None = None,
@@ -96,9 +97,9 @@ def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None
     t = 0.0
     for segment in segments:
         length = segment.last - segment.first
-        end = t + segment.minutes * 60
+        end = t + segment.minutes * 60 if segment.minutes is not None else None
         i = 0
-        while t < end:
+        while (t < end) if end is not None else (i < length):
             rows = []
             for source, shift in zip(sources, shifts, strict=True):
                 step = case.steps[source][segment.first + (i + shift) % length]
