@@ -78,9 +78,10 @@ STRAGGLER_BASELINE_MIN_AGE = "1h"
 # half as much above 1: the median of two moves half-way with the rank, so 1.025 there is 5 %
 # against its one peer) ...
 TRAINING_STRAGGLER_CHANGE_RATIO = 1.05
-# ... its 5-minute ratio still this many times (the episode has not ended), its own time per
-# step (not relative to its peers) this many times its own usual (it slowed down; its peers did
-# not speed up), and it is slower than its job's median now ...
+# ... its 5-minute ratio still this many times (the episode has not ended), in a 2-rank job its
+# own time per step (not relative to its peer) this many times its own usual (it slowed down;
+# its one peer did not speed up: in a larger job the median says that), and it is slower than
+# its job's median now ...
 TRAINING_STRAGGLER_CHANGE_NOW_RATIO = 1.02
 TRAINING_STRAGGLER_OWN_CHANGE_RATIO = 1.02
 # ... and in a job of this many ranks or more its change must also stand STRAGGLER_SUSTAINED_MADS

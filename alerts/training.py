@@ -89,8 +89,8 @@ PEER_TEST = (
     f"  and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
 )
 # The change test: the rank against its own history.  Its share of the job's median rose (and
-# is above the median), it still is up in the last 5 minutes, its own time per step rose (it
-# slowed; its peers did not speed up), and, with 8 ranks or more, its change stands out of the
+# is above the median), it still is up in the last 5 minutes, in a 2-rank job its own time per
+# step rose (it slowed, rather than its one peer speeding up), and, with 8 ranks or more, its change stands out of the
 # changes of its job's ranks (STRAGGLER_CHANGE_MAD_MIN_RANKS).
 CHANGE_TEST = (
     f"  {RATIO_30M} > 1\n"
@@ -98,7 +98,8 @@ CHANGE_TEST = (
     f"    or {CHANGE} > {num(1 + (T.TRAINING_STRAGGLER_CHANGE_RATIO - 1) / 2)}"
     f" and {JOB_ON} job:lockstep_training_ranks:count == 2\n  )\n"
     f"  and\n  job_rank:{WORK}:ratio_to_median5m / {USUAL_RATIO} > {num(T.TRAINING_STRAGGLER_CHANGE_NOW_RATIO)}\n"
-    f"  and\n  job_rank:{WORK}:mean{W} / {USUAL_MEAN} > {num(T.TRAINING_STRAGGLER_OWN_CHANGE_RATIO)}\n"
+    f"  and\n  (\n    job_rank:{WORK}:mean{W} / {USUAL_MEAN} > {num(T.TRAINING_STRAGGLER_OWN_CHANGE_RATIO)}\n"
+    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count > 2\n  )\n"
     "  and\n  (\n"
     f"    {CHANGE} - {JOB_ON} group_left () {CHANGE_MEDIAN}\n"
     f"    > {JOB_ON} group_left () {num(T.STRAGGLER_SUSTAINED_MADS)} * {CHANGE_MAD}\n"

@@ -13,11 +13,11 @@ lockstep.emitter's StepLog and StepTimer, exactly as docs/workloads.md shows, in
 (what was done, when, and what the logs measured).
 
 Cases (CASES): ``straggler-N``: N ranks, healthy for the first half of the run, then one rank
-(STRAGGLER_RANK) runs real extra matrix multiplications in its compute phase, sized at the
-switch to EXTRA_COMPUTE of its own compute (CPU time) per step; ``freeze-4``: 4 healthy ranks,
-one of which is stopped with SIGSTOP for FREEZE_SECONDS and continued (its peers block in the
-all-reduce), then the job ends; ``overlap-4``: the straggler case with DDP's own overlapped
-all-reduce (the second loop of docs/workloads.md).
+(STRAGGLER_RANK) runs real extra matrix multiplications in its compute phase, sized to make its
+compute time 1 + EXTRA_COMPUTE (``--extra``) times its peers' (ExtraWork); ``freeze-4``: 4
+healthy ranks, one of which is stopped with SIGSTOP for FREEZE_SECONDS and continued (its peers
+block in the all-reduce), then the job ends; ``overlap-4``: the straggler case with DDP's own
+overlapped all-reduce (the second loop of docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ class ExtraWork:
     amount of extra work shows as anything from 4 to 10 % (measured): the feedback keeps the
     straggler what the alerts must catch, a rank computing 10 % longer than its peers."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: float = EXTRA_COMPUTE) -> None:
+        self.share = share
         self.a = torch.randn(256, 256)
         self.b = torch.randn(256, 256)
         self.count = 0
@@ -99,10 +100,10 @@ class ExtraWork:
                 torch.mm(self.a, self.b)
             timings.append((time.perf_counter() - started) / 5)
         self.per_mm = statistics.median(timings)
-        self.count = max(1, round(EXTRA_COMPUTE * compute_seconds / self.per_mm))
+        self.count = max(1, round(self.share * compute_seconds / self.per_mm))
 
     def adjust(self, own: float, peers_median: float) -> None:
-        wanted = (1 + EXTRA_COMPUTE) * peers_median
+        wanted = (1 + self.share) * peers_median
         extra_now = self.count * self.per_mm
         # The extra work that would make own equal wanted, moved halfway there (damped).
         target = max(0.0, extra_now + (wanted - own))
@@ -115,14 +116,14 @@ class ExtraWork:
 
 
 def rank_main(rank: int, ranks: int, mode: str, seconds: float, fault: str, directory: str, job_id: str,
-              port: int) -> None:  # fmt: skip
+              port: int, share: float = EXTRA_COMPUTE) -> None:  # fmt: skip
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch.manual_seed(rank)
     dist.init_process_group("gloo", rank=rank, world_size=ranks)
     model = DistributedDataParallel(build_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    extra = ExtraWork()
+    extra = ExtraWork(share)
     straggler = fault == "straggler" and rank == STRAGGLER_RANK[ranks]
     log = StepLog(directory, job_id=job_id, rank=rank, host=socket.gethostname().split(".")[0])
     timer = StepTimer()
@@ -223,7 +224,7 @@ def summarise(directory: Path, ranks: int) -> dict[str, object]:
     return result
 
 
-def run_case(name: str, out: Path, seconds_override: float | None = None) -> None:
+def run_case(name: str, out: Path, seconds_override: float | None = None, extra: float = EXTRA_COMPUTE) -> None:
     ranks, mode, seconds, fault = CASES[name]
     seconds = seconds_override or seconds
     directory = out / name
@@ -234,7 +235,7 @@ def run_case(name: str, out: Path, seconds_override: float | None = None) -> Non
     began = time.time()
     context = mp.start_processes(
         rank_main,
-        args=(ranks, mode, seconds, fault, str(directory), job_id, free_port()),
+        args=(ranks, mode, seconds, fault, str(directory), job_id, free_port(), extra),
         nprocs=ranks,
         join=False,
         start_method="spawn",
@@ -267,7 +268,7 @@ def run_case(name: str, out: Path, seconds_override: float | None = None) -> Non
     }
     if fault == "straggler":
         meta["straggler_rank"] = STRAGGLER_RANK[ranks]
-        meta["extra_compute_share"] = EXTRA_COMPUTE
+        meta["extra_compute_target"] = extra
         meta.update(json.loads((directory / "extra.json").read_text()))
         (directory / "extra.json").unlink()
     if fault == "freeze":
@@ -288,11 +289,14 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"default: all of {', '.join(CASES)}")
     parser.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "training")
     parser.add_argument("--seconds", type=float, help="run each case this long instead (a quick try)")
+    parser.add_argument(
+        "--extra", type=float, default=EXTRA_COMPUTE, help="the straggler's target: its compute over its peers' - 1"
+    )
     args = parser.parse_args()
     for name in args.cases or list(CASES):
         if name not in CASES:
             parser.error(f"unknown case {name!r} (known: {', '.join(CASES)})")
-        run_case(name, args.out, args.seconds)
+        run_case(name, args.out, args.seconds, args.extra)
 
 
 if __name__ == "__main__":
