@@ -74,8 +74,8 @@ def on_the_ranks_node(condition: str) -> str:
 # its 5- and 30-minute windows for a while after, and neither may keep (or start) a straggler
 # alert about it.
 STEPPING = (
-    f"{JOB_ON} (\n  time() - max {job_by()} (lockstep_training_last_step_timestamp_seconds)\n"
-    f"  < {T.TRAINING_STEPPED_WITHIN_SECONDS}\n"
+    f"{JOB_ON} (\n  max {job_by()} (\n"
+    f"    changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STEPPED_WITHIN}])\n  ) > 0\n"
     f"  or group {job_by()} (lockstep_slurm_job_info)\n"
     f"  or group {job_by()} (lockstep_training_log_writer_processes > 0)\n)"
 )

@@ -33,7 +33,7 @@ STRAGGLER = "LockstepTrainingStragglerSustained"
 HEALTHY_MINUTES = 75  # an hour of history for the change test, and a healthy half hour judged
 FAULT_MINUTES = 35
 AFTER_MINUTES = 10
-# Nothing may fire about a job once its last step is this old (TRAINING_STEPPED_WITHIN_SECONDS,
+# Nothing may fire about a job once its last step is this old (TRAINING_STEPPED_WITHIN,
 # plus one evaluation): the straggler alerts judge only jobs that still run.
 QUIET_AFTER_END = 120 + SCRAPE
 
