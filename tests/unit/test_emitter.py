@@ -147,3 +147,67 @@ def test_a_loop_that_times_no_compute_gets_the_collectors_derived_compute(tmp_pa
     assert s[("lockstep_training_compute_seconds_total", labels)] == pytest.approx(step - data, abs=1e-9)
     assert s[("lockstep_training_comm_wait_seconds_total", labels)] == 0
     assert s[("lockstep_training_compute_seconds_total", labels)] > 0.02
+
+
+def _workloads_snippets() -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
+
+
+def test_the_documented_loop_that_keeps_ddps_overlap_logs_compute_but_no_comm_wait(tmp_path: Path) -> None:
+    """docs/workloads.md's second DDP loop, run as written with stand-ins for torch's calls (the
+    loop is bench/ddp_runs.py's overlap mode, run for real with torch): each step's record has
+    data, compute (forward + optimizer) and step time, and no comm wait; backward() is in no phase."""
+    loop = next(snippet for snippet in _workloads_snippets() if "loss.backward()  # own gradients" in snippet)
+    calls: list[str] = []
+
+    class Anything:
+        """Whatever the loop calls on torch, a batch, the model or the optimizer: records it."""
+
+        def __init__(self, name: str = "x") -> None:
+            self.name = name
+
+        def __getattr__(self, attribute: str) -> Anything:
+            return Anything(attribute)
+
+        def __getitem__(self, key: str) -> Anything:
+            return Anything(key)
+
+        def __call__(self, *args: object, **kwargs: object) -> Anything:
+            calls.append(self.name)
+            if self.name == "backward":
+                time.sleep(0.02)  # what the rank computes and waits for, in no phase
+            return Anything(self.name)
+
+        def numel(self) -> int:
+            return 512
+
+        @property
+        def shape(self) -> tuple[int, int]:
+            return (4, 128)
+
+    log = StepLog(tmp_path, job_id="26", rank=0, host="n1")
+    namespace = {
+        "torch": Anything("torch"),
+        "batches": iter([Anything("batch") for _ in range(3)]),
+        "model": Anything("model"),
+        "optimizer": Anything("optimizer"),
+        "num_steps": 3,
+        "timer": StepTimer(),
+        "log": log,
+    }
+    exec(compile(loop, "docs/workloads.md", "exec"), namespace)  # noqa: S102  # the documented loop
+    log.close()
+    records = [json.loads(line) for line in (tmp_path / "rank-000.metrics.jsonl").read_text().splitlines()]
+    assert [r["metric"] for r in records if r["step"] == 0] == [
+        "data_time_sec",
+        "compute_time_sec",
+        "tokens",
+        "samples",
+        "step_time_sec",
+    ]
+    assert calls.count("backward") == 3
+    for step in range(3):
+        values = {r["metric"]: r["value"] for r in records if r["step"] == step}
+        # backward() (20 ms here) is in the step but in no phase.
+        assert values["step_time_sec"] - values["compute_time_sec"] - values["data_time_sec"] >= 0.02
