@@ -27,11 +27,22 @@ CHECKPOINT_ALERTS = (
         "(\n  time() - lockstep_checkpoint_last_success_timestamp_seconds\n"
         f"  > {num(T.CHECKPOINT_OVERDUE_INTERVALS)} * {EXPECTED_INTERVAL}\n)\n"
         "unless\n(\n  lockstep_checkpoint_in_progress_seconds\n"
-        f"  > {num(T.CHECKPOINT_STALL_INTERVALS)} * {EXPECTED_INTERVAL}\n)",
+        f"  > {num(T.CHECKPOINT_STALL_INTERVALS)} * {EXPECTED_INTERVAL}\n)\n"
+        # A root whose job is known (its job_id) is judged only while the job runs: Slurm runs
+        # it, or the agent still exports its training ranks (it drops a rank a minute after
+        # its process exited).  A finished job's directory stays under the root for good, and
+        # its last save only gets older.  A root without a job_id cannot be told apart.
+        f"unless {on('root')} (\n"
+        '  lockstep_checkpoint_info{job_id!=""}\n'
+        "  unless on (cluster, job_id) (\n"
+        "    group by (cluster, job_id) (lockstep_slurm_job_info)\n"
+        "    or group by (cluster, job_id) (lockstep_training_last_step_timestamp_seconds)\n"
+        "  )\n)",
         f"No checkpoint completed under {label('root')} for too long",
         f"The last completed save under {label('root')} on {WHERE} finished {VALUE_DURATION} ago, more than "
         f"{num(T.CHECKPOINT_OVERDUE_INTERVALS)} save intervals, and no save is stuck in progress (that would be "
-        "LockstepCheckpointStalled): saves fail, or the job stopped saving.",
+        "LockstepCheckpointStalled): saves fail, or the job stopped saving. (A root whose job the agents know "
+        "by its job_id is judged only while Slurm runs the job or its ranks log steps.)",
     ),
 )
 

@@ -40,6 +40,41 @@ def _median_and_mad(level: str, metric: str, window: str) -> tuple[Recording, ..
     )
 
 
+# The change test (LockstepTrainingStragglerSustained): each rank against its own history.
+BW = T.STRAGGLER_BASELINE_WINDOW
+RATIO_30M = f"job_rank:{WORK}:ratio_to_median{W}"
+USUAL_RATIO = f"job_rank:{WORK}:ratio_to_median_usual{BW}"  # the rank's usual share of its job
+USUAL_MEAN = f"job_rank:{WORK}:mean_usual{BW}"  # the rank's usual own time per step
+CHANGE = f"job_rank:{WORK}:ratio_to_usual{W}"  # its share now over its usual share
+CHANGE_MEDIAN = f"job:{WORK}:ratio_to_usual_median{W}"
+CHANGE_MAD = f"job:{WORK}:ratio_to_usual_mad{W}"
+
+
+def _usual(record: str, series: str) -> Recording:
+    """A rank's usual value of a 5-minute series: its median over the STRAGGLER_BASELINE_WINDOW
+    that ends where the current 30 minutes begin (offset), for ranks that had one
+    STRAGGLER_BASELINE_MIN_AGE ago (so it is the median of at least half an hour of them).
+    The median, not the mean: a straggler's own slow time does not raise its usual value until
+    it fills half the window, so its alert holds for hours (about 3 with a 6-hour window)."""
+    return Recording(
+        record,
+        f"quantile_over_time(0.5, {series}[{BW}] offset {W})\nand {series} offset {T.STRAGGLER_BASELINE_MIN_AGE}",
+    )
+
+
+def _change_test() -> tuple[Recording, ...]:
+    return (
+        _usual(USUAL_RATIO, f"job_rank:{WORK}:ratio_to_median5m"),
+        _usual(USUAL_MEAN, f"job_rank:{WORK}:mean5m"),
+        Recording(CHANGE, f"{RATIO_30M}\n/ {USUAL_RATIO}"),
+        Recording(CHANGE_MEDIAN, f"quantile {job_by()} (0.5, {CHANGE})"),
+        Recording(
+            CHANGE_MAD,
+            f"quantile {job_by()} (\n  0.5,\n  abs({CHANGE} - {JOB_ON} group_left () {CHANGE_MEDIAN})\n)",
+        ),
+    )
+
+
 def _gpu_pace(window: str) -> str:
     """What a busy GPU's pace is measured by: its SM clock, averaged over the window.
 
@@ -156,6 +191,7 @@ STRAGGLER_RECORDING = Group(
         ),
         _work_per_step(W),
         *_median_and_mad("job_rank", WORK, W),
+        *_change_test(),
         Recording(
             f"job_rank:lockstep_training_data_wait_seconds:mean{W}",
             f"rate(lockstep_training_data_wait_seconds_total[{W}])\n/ (rate(lockstep_training_steps_total[{W}]) > 0)",

@@ -66,6 +66,36 @@ STRAGGLER_SUSTAINED_MADS = 3
 # Ranks (GPUs) a job needs before the sensitive detectors judge it: a median and a spread need
 # a few peers.
 STRAGGLER_SUSTAINED_MIN_PEERS = 3
+# The change test of LockstepTrainingStragglerSustained: each rank against its own history, for
+# jobs of any size from 2 ranks (docs/alerting.md, "How a straggler is found").  A rank's usual
+# share of its job is its 30-minute ratio to the job's median averaged over this window, which
+# ends where the current 30 minutes begin ...
+STRAGGLER_BASELINE_WINDOW = "6h"
+# ... and needs this much of it: the rank had a 30-minute ratio this long ago (so its usual
+# share is the mean of at least half an hour of them).
+STRAGGLER_BASELINE_MIN_AGE = "1h"
+# A rank changed when its 30-minute ratio is this many times its usual one (in a job of 2 ranks,
+# half as much above 1: the median of two moves half-way with the rank, so 1.025 there is 5 %
+# against its one peer) ...
+TRAINING_STRAGGLER_CHANGE_RATIO = 1.05
+# ... its 5-minute ratio still this many times (the episode has not ended), in a 2-rank job its
+# own time per step (not relative to its peer) this many times its own usual (it slowed down;
+# its one peer did not speed up: in a larger job the median says that), and it is slower than
+# its job's median now ...
+TRAINING_STRAGGLER_CHANGE_NOW_RATIO = 1.02
+TRAINING_STRAGGLER_OWN_CHANGE_RATIO = 1.02
+# ... and in a job of this many ranks or more its change must also stand STRAGGLER_SUSTAINED_MADS
+# MADs above the median change of its job's ranks.  Not in smaller jobs: there one other rank
+# that changed (a rank that sped up as the machine's load moved) inflates the MAD as much as
+# the peer test's (a real 4-rank run: a 13 % change against 3 MADs of 16.5 %).
+STRAGGLER_CHANGE_MAD_MIN_RANKS = 8
+# A job is judged by the straggler alerts only while it runs: it completed a step within this
+# window, or Slurm runs it, or its ranks' processes still hold their logs open (a pause for a
+# checkpoint save).  A job that ended is no straggler job: its 5- and 30-minute windows would
+# otherwise keep an alert up, or even make one, after the end.
+# (A window, not a comparison with time(): the last step's timestamp changed in it, so the clocks of
+# the ranks' hosts and of Prometheus need not agree, and test-time compression scales it.)
+TRAINING_STEPPED_WITHIN = "2m"
 
 # --- Suspects: what else the straggler's node shows in the same 30 minutes -------------------
 

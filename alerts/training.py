@@ -6,7 +6,20 @@ from __future__ import annotations
 from alerts import thresholds as T
 from alerts.model import Alert
 from alerts.promql import JOB_ON, VALUE_2F, VALUE_DURATION, VALUE_PERCENT, WHERE, job_by, label, num, percent
-from alerts.straggler_recording import GPU_THROTTLE, HOST_INFO, INSTANCE_SUSPECT, RANK_SUSPECT, WORK, W
+from alerts.straggler_recording import (
+    CHANGE,
+    CHANGE_MAD,
+    CHANGE_MEDIAN,
+    GPU_THROTTLE,
+    HOST_INFO,
+    INSTANCE_SUSPECT,
+    RANK_SUSPECT,
+    RATIO_30M,
+    USUAL_MEAN,
+    USUAL_RATIO,
+    WORK,
+    W,
+)
 
 # What the straggler alerts say about suspects.
 # Annotations run a query at evaluation (Prometheus' template function `query`), so the suspects
@@ -56,9 +69,51 @@ def on_the_ranks_node(condition: str) -> str:
     )
 
 
+# The job still runs: it stepped in the last 2 minutes, or it pauses (a checkpoint save) while
+# Slurm runs it or its ranks' processes still hold their logs open.  A job that ended keeps
+# its 5- and 30-minute windows for a while after, and neither may keep (or start) a straggler
+# alert about it.
+STEPPING = (
+    f"{JOB_ON} (\n  max {job_by()} (\n"
+    f"    changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STEPPED_WITHIN}])\n  ) > 0\n"
+    f"  or group {job_by()} (lockstep_slurm_job_info)\n"
+    f"  or group {job_by()} (lockstep_training_log_writer_processes > 0)\n)"
+)
+
+# The peer test: the rank against its job's other ranks now (30 minutes).
+PEER_TEST = (
+    f"  {RATIO_30M} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
+    f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
+    f"  and\n  job_rank:{WORK}:mean{W} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
+    f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n"
+    f"  and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+)
+# The change test: the rank against its own history.  Its share of the job's median rose (and
+# is above the median), it still is up in the last 5 minutes, in a 2-rank job its own time per
+# step rose (it slowed, rather than its one peer speeding up), and, with 8 ranks or more, its change stands out of the
+# changes of its job's ranks (STRAGGLER_CHANGE_MAD_MIN_RANKS).
+CHANGE_TEST = (
+    f"  {RATIO_30M} > 1\n"
+    f"  and\n  (\n    {CHANGE} > {num(T.TRAINING_STRAGGLER_CHANGE_RATIO)}\n"
+    f"    or {CHANGE} > {num(1 + (T.TRAINING_STRAGGLER_CHANGE_RATIO - 1) / 2)}"
+    f" and {JOB_ON} job:lockstep_training_ranks:count == 2\n  )\n"
+    f"  and\n  job_rank:{WORK}:ratio_to_median5m / {USUAL_RATIO} > {num(T.TRAINING_STRAGGLER_CHANGE_NOW_RATIO)}\n"
+    f"  and\n  (\n    job_rank:{WORK}:mean{W} / {USUAL_MEAN} > {num(T.TRAINING_STRAGGLER_OWN_CHANGE_RATIO)}\n"
+    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count > 2\n  )\n"
+    "  and\n  (\n"
+    f"    {CHANGE} - {JOB_ON} group_left () {CHANGE_MEDIAN}\n"
+    f"    > {JOB_ON} group_left () {num(T.STRAGGLER_SUSTAINED_MADS)} * {CHANGE_MAD}\n"
+    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count < {T.STRAGGLER_CHANGE_MAD_MIN_RANKS}\n"
+    "  )"
+)
+USUAL_SHARE = (
+    f'{{{{ with printf "{USUAL_RATIO}{{cluster=%q, job_id=%q, rank=%q}}" '
+    '$labels.cluster $labels.job_id $labels.rank | query }}{{ . | first | value | printf "%.2f" }}x'
+    "{{ else }}unknown (the job is younger than 1 hour){{ end }}"
+)
+
 RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
 GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
-WORK_30M = f"job_rank:{WORK}:mean{W}"
 GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
 
 TRAINING_ALERTS = (
@@ -69,7 +124,8 @@ TRAINING_ALERTS = (
         on_the_ranks_node(
             "job_rank:lockstep_training_compute_seconds:ratio_to_median5m"
             f" > {num(T.TRAINING_STRAGGLER_COMPUTE_RATIO)}\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}"
+            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_MIN_PEERS}\n"
+            f"and {STEPPING}"
         ),
         f"Rank {label('rank')} of job {label('job_id')} is a straggler",
         f"Rank {label('rank')} of job {label('job_id')} on {WHERE} takes {VALUE_2F}x its job's median compute "
@@ -82,19 +138,19 @@ TRAINING_ALERTS = (
         "warning",
         T.STRAGGLER_SUSTAINED_FOR,
         on_the_ranks_node(
-            "(\n"
-            f"  job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
-            f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
-            f"  and\n  {WORK_30M} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
-            f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n)\n"
-            f"and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+            # Either test; the value is the rank's 30-minute ratio to its job's median.
+            f"(\n  {RATIO_30M}\n  and\n  (\n{PEER_TEST}\n  )\n"
+            f"  or\n  {RATIO_30M}\n  and\n  (\n{CHANGE_TEST}\n  )\n)\n"
+            f"and {STEPPING}"
         ),
         f"Rank {label('rank')} of job {label('job_id')} has been slower than its peers for 30 minutes",
         f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its job's "
-        "median time per step of its own work (compute and data wait) over 30 minutes, more than "
+        "median time per step of its own work (compute and data wait) over 30 minutes; its usual share in the "
+        f"hours before: {USUAL_SHARE}. Either it stands out of its peers (more than "
         f"{percent(T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1)} and {num(T.STRAGGLER_SUSTAINED_MADS)} times the "
-        "job's spread (MAD) above the median, and is still slower now. The whole job runs at its pace. "
-        "Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+        "job's spread (MAD) above the median), or it slowed down against its own history while its peers did not "
+        f"(its share up more than {percent(T.TRAINING_STRAGGLER_CHANGE_RATIO - 1)}); and it is still slower now. "
+        "The whole job runs at its pace. Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
         RANK_ANNOTATIONS,
     ),
     Alert(
@@ -137,27 +193,34 @@ TRAINING_ALERTS = (
         "LockstepTrainingStalled",
         "critical",
         "5m",
-        # The last step's time, not rate(steps): the agent drops a rank that logged nothing
-        # for its idle_timeout, so a hung job's series vanish just when "no step in 10
-        # minutes" becomes true.  last_over_time keeps the last value seen; changes() over
-        # the window tells whether a step came in it.  A hung job and a finished one both
-        # stop logging: Slurm still running the job tells them apart.  A job that logged
-        # its first step less than the window ago has had no change in the window yet
-        # either: only a job seen stepping before the window (offset) can have stopped.
-        f"time() - max {job_by()} (\n"
-        f"  last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
-        ")\n"
+        # The last step's time, not rate(steps): the agent may drop a hung rank's series
+        # (where it cannot see the rank's process: idle_timeout), so last_over_time keeps the
+        # last value seen; changes() over the window tells whether a step came in it.  A hung
+        # job and a finished one both stop logging: what tells them apart, and what the alert
+        # names in running_per, is Slurm still running the job, else the ranks' processes
+        # still holding their logs open (the training collector counts them for an idle rank,
+        # and drops a rank whose process exited).  A job that logged its first step less than
+        # the window ago has had no change in the window yet either: only a job seen stepping
+        # before the window (offset) can have stopped.
+        f"(\n  time() - max {job_by()} (\n"
+        f"    last_over_time(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_LOOKBACK}])\n"
+        "  )\n)\n"
+        f"* {JOB_ON} group_left (running_per) (\n"
+        f'  label_replace(group {job_by()} (lockstep_slurm_job_info), "running_per", "slurm", "", "")\n'
+        f"  or {JOB_ON}\n"
+        f"  label_replace(\n    group {job_by()} (lockstep_training_log_writer_processes > 0),\n"
+        '    "running_per", "rank_processes", "", ""\n  )\n)\n'
         f"unless {JOB_ON} max {job_by()} (\n"
         f"  changes(lockstep_training_last_step_timestamp_seconds[{T.TRAINING_STALL_WINDOW}])\n"
         ") > 0\n"
         f"and {JOB_ON} group {job_by()} (\n"
         "  last_over_time(lockstep_training_last_step_timestamp_seconds"
         f"[{T.TRAINING_STALL_LOOKBACK}] offset {T.TRAINING_STALL_WINDOW})\n"
-        ")\n"
-        f"and {JOB_ON} group {job_by()} (lockstep_slurm_job_info)",
+        ")",
         f"Training job {label('job_id')} makes no progress",
-        f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and Slurm still "
-        "runs the job. A hung collective (NCCL), a dead rank, a lost GPU or a stalled filesystem holds "
-        "every rank while the allocation burns.",
+        f"No rank of job {label('job_id')} completed a training step for {VALUE_DURATION}, and "
+        '{{ if eq $labels.running_per "slurm" }}Slurm still runs the job{{ else }}its ranks\' processes still '
+        "hold their logs open (the agent on their node sees them){{ end }}. A hung collective (NCCL), a dead "
+        "rank, a lost GPU or a stalled filesystem holds every rank while the allocation burns.",
     ),
 )

@@ -205,27 +205,28 @@ class StepTimer:
 
     def __init__(self) -> None:
         self._start = time.perf_counter()
-        self._phases = dict.fromkeys(self.PHASES, 0.0)
+        self._phases: dict[str, float] = {}  # only the phases entered in this step
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
-        if name not in self._phases:
+        if name not in self.PHASES:
             raise ValueError(f"unknown phase {name!r} (known: {', '.join(self.PHASES)})")
         started = time.perf_counter()
         try:
             yield
         finally:
-            self._phases[name] += time.perf_counter() - started
+            self._phases[name] = self._phases.get(name, 0.0) + time.perf_counter() - started
 
     def finish(self) -> dict[str, float]:
-        """This step's times as StepLog.step() keyword arguments; starts the next step."""
+        """This step's times as StepLog.step() keyword arguments; starts the next step.
+
+        Only what was measured: a phase not entered in this step is left out (not 0.0), so
+        the record does not claim "no compute" for a loop that never times compute, and the
+        collector derives it (step time minus communication and data wait) instead."""
         now = time.perf_counter()
-        result = {
-            "step_time": now - self._start,
-            "data_time": self._phases["data"],
-            "compute_time": self._phases["compute"],
-            "comm_wait_time": self._phases["comm_wait"],
-        }
+        result = {"step_time": now - self._start}
+        for name, seconds in self._phases.items():
+            result[f"{name}_time"] = seconds
         self._start = now
-        self._phases = dict.fromkeys(self.PHASES, 0.0)
+        self._phases = {}
         return result

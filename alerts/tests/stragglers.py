@@ -55,27 +55,42 @@ def rank_series(
     slow_data: float = 1.0,
     blip: range = range(0),
     instance: str = "n1:12400",
+    bias: float | None = None,
+    slow_from: int = ONSET,
+    end: int = MINUTES,
 ) -> list[dict[str, str]]:
-    """A rank's steps, compute and data wait counters; slow/slow_data apply from ONSET on."""
-    steps, compute, data = [], [], []
+    """A rank's steps, compute and data wait counters, and its last step's time; slow/slow_data
+    apply from slow_from on.  The job ends at minute `end`: the agent drops the rank a minute
+    later (its process exited).  While the job pauses for a checkpoint its process still holds
+    the log open, which the agent counts once the rank has been idle for a minute."""
+    steps, compute, data, last_step, writers = [], [], [], ["0"], []
     for minute in range(MINUTES):
-        factor = BIAS[rank % len(BIAS)] * (1 + rng.uniform(-JITTER, JITTER))
+        factor = (BIAS[rank % len(BIAS)] if bias is None else bias) * (1 + rng.uniform(-JITTER, JITTER))
         if minute in EVAL_PASS:
             factor *= 1.3
-        if minute >= ONSET:
+        if minute >= slow_from:
             factor *= slow
         if minute in blip:
             factor *= 1.5
-        n = 0 if minute in CHECKPOINT else STEPS_PER_MINUTE
+        n = 0 if minute in CHECKPOINT or minute >= end else STEPS_PER_MINUTE
         steps.append(n)
         compute.append(n * COMPUTE * factor)
-        data.append(n * DATA_WAIT * (slow_data if minute >= ONSET else 1.0))
+        data.append(n * DATA_WAIT * (slow_data if minute >= slow_from else 1.0))
+        last_step.append(str((minute + 1) * 60) if n else last_step[-1])
+        writers.append("1" if minute in CHECKPOINT and minute > CHECKPOINT[0] else "_")
     where = labels(cluster="c1", job="lockstep", instance=instance, job_id=job, rank=str(rank), host=host)
+
+    def ended(values: str) -> str:
+        points = values.split()
+        return " ".join(points[: end + 2] + ["_"] * (len(points) - end - 2))
+
     return [
-        {"series": f"lockstep_training_steps_total{where}", "values": cumulative(steps)},
-        {"series": f"lockstep_training_compute_seconds_total{where}", "values": cumulative(compute)},
-        {"series": f"lockstep_training_data_wait_seconds_total{where}", "values": cumulative(data)},
-    ]
+        {"series": f"lockstep_training_steps_total{where}", "values": ended(cumulative(steps))},
+        {"series": f"lockstep_training_compute_seconds_total{where}", "values": ended(cumulative(compute))},
+        {"series": f"lockstep_training_data_wait_seconds_total{where}", "values": ended(cumulative(data))},
+        {"series": f"lockstep_training_last_step_timestamp_seconds{where}", "values": ended(" ".join(last_step))},
+    ] + ([{"series": f"lockstep_training_log_writer_processes{where}", "values": "_ " + " ".join(writers)}]
+         if "1" in writers else [])  # fmt: skip
 
 
 def node_series(instance: str, host: str) -> list[dict[str, str]]:
@@ -118,14 +133,18 @@ GPU = ("LockstepGPUStragglerSustained", "LockstepGPUStraggler")
 
 def healthy() -> dict[str, object]:
     """Job 500: 8 biased, jittered ranks with an evaluation pass, a checkpoint save and a
-    5-minute 1.5x blip of rank 2 (minutes 60-65); job 600: 2 ranks, one 10 % slower; their GPUs
-    (clocks wandering +-1 %; job 600's second GPU 10 % slower).  Nothing fires."""
+    5-minute 1.5x blip of rank 2 (minutes 60-65); job 600: 2 ranks, one 10 % slower from the
+    start (a stable difference, no change); job 601: 4 ranks, one of them 5 % faster than the
+    others throughout (issue 26's healthy job); their GPUs (clocks wandering +-1 %; job 600's
+    second GPU 10 % slower).  Nothing fires."""
     rng = random.Random(500)
     series = []
     for rank in range(8):
         series += rank_series("500", rank, f"n{1 + rank // 4}", rng, blip=range(60, 65) if rank == 2 else range(0))
     for rank in range(2):
-        series += rank_series("600", rank, "n3", rng, slow=1.1 if rank == 1 else 1.0)
+        series += rank_series("600", rank, "n3", rng, slow=1.1 if rank == 1 else 1.0, slow_from=0)
+    for rank, bias in enumerate((1.0, 0.95, 1.01, 0.99)):
+        series += rank_series("601", rank, "n4", rng, bias=bias)
     for gpu in range(8):
         series += gpu_series("n2:12400", "500", gpu, rng)
     for gpu in range(2):
@@ -137,7 +156,7 @@ def healthy() -> dict[str, object]:
     }
 
 
-def rank_alert(job: str, rank: int, host: str, ratio: str, suspects: str) -> dict[str, object]:
+def rank_alert(job: str, rank: int, host: str, ratio: str, suspects: str, usual: str) -> dict[str, object]:
     return {
         "exp_labels": {
             "severity": "warning",
@@ -152,9 +171,11 @@ def rank_alert(job: str, rank: int, host: str, ratio: str, suspects: str) -> dic
             "summary": f"Rank {rank} of job {job} has been slower than its peers for 30 minutes",
             "description": (
                 f"Rank {rank} of job {job} (host {host}) has taken {ratio}x its job's median time per step of its "
-                "own work (compute and data wait) over 30 minutes, more than 5 % and 3 times the job's spread "
-                "(MAD) above the median, and is still slower now. The whole job runs at its pace. Suspects on its "
-                f"node in the last 30 minutes: {suspects}."
+                f"own work (compute and data wait) over 30 minutes; its usual share in the hours before: {usual}. "
+                "Either it stands out of its peers (more than 5 % and 3 times the job's spread (MAD) above the "
+                "median), or it slowed down against its own history while its peers did not (its share up more "
+                "than 5 %); and it is still slower now. The whole job runs at its pace. Suspects on its node in "
+                f"the last 30 minutes: {suspects}."
             ),
             "runbook_url": RUNBOOK + "locksteptrainingstragglersustained",
             "suspects": suspects,
@@ -239,12 +260,12 @@ def faults() -> dict[str, object]:
         "alert_rule_test": [
             *silent(*TRAINING, *GPU, at=(40, 50)),
             {
-                "eval_time": "61m",
+                "eval_time": "63m",
                 "alertname": "LockstepTrainingStragglerSustained",
                 "exp_alerts": [
-                    rank_alert("500", 5, "n2", "RATIO_500", "gpu_throttle, pfc_pause"),
-                    rank_alert("501", 1, "n3", "RATIO_501", "data_wait, hung_mount"),
-                    rank_alert("502", 0, "n4", "RATIO_502", "none found"),
+                    rank_alert("500", 5, "n2", "RATIO_500", "gpu_throttle, pfc_pause", "USUAL_500"),
+                    rank_alert("501", 1, "n3", "RATIO_501", "data_wait, hung_mount", "USUAL_501"),
+                    rank_alert("502", 0, "n4", "RATIO_502", "none found", "USUAL_502"),
                 ],
             },
             {
@@ -273,6 +294,55 @@ def faults() -> dict[str, object]:
     }
 
 
+def change_alert(job: str, rank: int, host: str, ratio: str, usual: str) -> dict[str, object]:
+    alert = rank_alert(job, rank, host, ratio, "none found", usual)
+    alert["exp_labels"]["instance"] = "n1:12400"  # type: ignore[index]  # host n5, n6: no agent there
+    return alert
+
+
+def changes() -> dict[str, object]:
+    """Ranks that change against their own history (issue 26), onset at minute 60 after an
+    hour of healthy history; every rank exported by n1's agent.  Job 700: 4 ranks, rank 1 5 %
+    faster than the others throughout, rank 2 10 % slower in compute from minute 60 (the
+    peer test's spread, 3 MADs, is too wide for it: the issue's job): fires at minute 87, 27
+    minutes after the onset.  Job 701: 2 ranks, rank 1 15 % slower from minute 60 (7 % above the
+    median of two): fires at minute 81.  Job 702: 4 ranks, rank 3 15 % slower from minute 60:
+    fires at minute 79; the job ends at minute 85 (its ranks' processes exit) and its alert is
+    gone 2 minutes later."""
+    rng = random.Random(700)
+    series = []
+    for rank, bias in enumerate((1.0, 0.95, 1.01, 0.99)):
+        series += rank_series("700", rank, "n5", rng, bias=bias, slow=1.1 if rank == 2 else 1.0, slow_from=60)
+    for rank in range(2):
+        series += rank_series("701", rank, "n5", rng, slow=1.15 if rank == 1 else 1.0, slow_from=60)
+    for rank in range(4):
+        series += rank_series("702", rank, "n6", rng, slow=1.15 if rank == 3 else 1.0, slow_from=60, end=85)
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "alert_rule_test": [
+            *silent(*TRAINING, at=(59, 70)),
+            {
+                "eval_time": "84m",
+                "alertname": "LockstepTrainingStragglerSustained",
+                "exp_alerts": [
+                    change_alert("701", 1, "n5", "EARLY_701", "USUAL_701"),
+                    change_alert("702", 3, "n6", "RATIO_702", "USUAL_702"),
+                ],
+            },
+            *silent("LockstepTrainingStraggler", at=(84, 89)),
+            {
+                "eval_time": "89m",
+                "alertname": "LockstepTrainingStragglerSustained",
+                "exp_alerts": [
+                    change_alert("700", 2, "n5", "RATIO_700", "USUAL_700"),
+                    change_alert("701", 1, "n5", "RATIO_701", "USUAL_701"),
+                ],
+            },
+        ],
+    }
+
+
 HEADER = """\
 # promtool test rules: the sustained straggler detectors (LockstepTrainingStragglerSustained,
 # LockstepGPUStragglerSustained) and the suspects their alerts name.
@@ -285,7 +355,7 @@ def render(ratios: dict[str, str] | None = None) -> str:
     document = {
         "rule_files": ["../lockstep-recording.rules.yml", "../lockstep-alerts.rules.yml"],
         "evaluation_interval": "1m",
-        "tests": [healthy(), faults()],
+        "tests": [healthy(), faults(), changes()],
     }
     text = yaml.dump(document, sort_keys=False, width=10_000)
     for placeholder, value in (ratios or MEASURED).items():
@@ -294,7 +364,22 @@ def render(ratios: dict[str, str] | None = None) -> str:
 
 
 # The values the alerts report, as promtool computes them from the series above.
-MEASURED = {"RATIO_500": "1.08", "RATIO_501": "1.13", "RATIO_502": "1.08", "GPU_RATIO": "91"}
+MEASURED = {
+    "RATIO_500": "1.08",
+    "RATIO_501": "1.14",
+    "RATIO_502": "1.08",
+    "GPU_RATIO": "91",
+    "USUAL_500": "1.00x",
+    "USUAL_501": "1.00x",
+    "USUAL_502": "1.00x",
+    "RATIO_700": "1.10",
+    "USUAL_700": "1.01x",
+    "RATIO_701": "1.07",
+    "EARLY_701": "1.06",
+    "USUAL_701": "1.01x",
+    "RATIO_702": "1.11",
+    "USUAL_702": "1.01x",
+}
 
 if __name__ == "__main__":
     OUT.write_text(render())

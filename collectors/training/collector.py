@@ -23,6 +23,7 @@ from lockstep.collectors.training.metrics import (
     INVALID,
     INVALID_REASONS,
     LAST_STEP,
+    LOG_WRITERS,
     SAMPLES,
     SKIPPED_FILES,
     STEP_SECONDS,
@@ -32,6 +33,7 @@ from lockstep.collectors.training.metrics import (
 from lockstep.collectors.training.records import BadLine, parse_record
 from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS, RankState
 from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, FileId, Line
+from lockstep.collectors.training.writers import scan_writers
 
 # How far ahead of this node's clock a record's ts may be.  A rank's last step time is the
 # largest ts seen, so one record stamped in year 9999 would pin it there and the rank could
@@ -39,6 +41,13 @@ from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, Fi
 # write to a shared log directory, and far below the 10-minute window of the stall alert: a
 # record stamped ahead within the tolerance delays a hung verdict by a minute at most.
 MAX_FUTURE_SECONDS = 60.0
+# A rank that has logged nothing for this long is looked for among this node's processes (a
+# writer of its log: writers.py), then again every WRITER_CHECK_EVERY while it stays idle.  A
+# rank without one has ended (its process exited) and is dropped at once; a rank with one is
+# hung, not finished, and is kept past idle_timeout for as long as its process lives.  Longer
+# than a step, shorter than the stall alert's 10 minutes.
+WRITER_CHECK_AFTER = 60.0
+WRITER_CHECK_EVERY = 60.0
 
 # Ranks (job_id, rank, host) held at once by default.  A node runs a few jobs of up to 8 ranks
 # (one per GPU), and a finished job's ranks stay idle_timeout (10 min) longer: 1,024 is far
@@ -84,6 +93,7 @@ class TrainingCollector(Collector[TrainingOptions]):
         TOKENS,
         SAMPLES,
         LAST_STEP,
+        LOG_WRITERS,
         FILES,
         SKIPPED_FILES,
         INVALID,
@@ -105,6 +115,7 @@ class TrainingCollector(Collector[TrainingOptions]):
         self._under_way: dict[FileId, str] = {}
         self._watch_problems: list[str] = []
         self._invalid_logged = dict.fromkeys(INVALID_REASONS, 0)  # counts already logged
+        self._writers_checked_at: float | None = None
 
     def check(self) -> str:
         if not self.options.logs:
@@ -127,9 +138,12 @@ class TrainingCollector(Collector[TrainingOptions]):
                 )
             self._ingest(self._follower.sweep())
             now = self.clock()
+            self._count_writers(now)
             for key, rank in list(self._ranks.items()):
-                if now - rank.last_record_at >= self.options.idle_timeout:
-                    del self._ranks[key]  # the job finished (or the rank moved): drop its series
+                if rank.writers == 0:
+                    del self._ranks[key]  # its process exited: the job ended (or the rank moved)
+                elif now - rank.last_record_at >= self.options.idle_timeout and not rank.writers:
+                    del self._ranks[key]  # nothing says it still runs: drop its series
                 elif rank.pending is not None and now - rank.last_record_at >= PENDING_STEP_FLUSH_SECONDS:
                     rank.finish_step()
             directories = self._follower.directories()
@@ -148,6 +162,19 @@ class TrainingCollector(Collector[TrainingOptions]):
             watcher.stop()  # not under our lock, see collect()
         if follower is not None:
             follower.close()
+
+    def _count_writers(self, now: float) -> None:
+        """Count the writers of the logs of ranks idle for WRITER_CHECK_AFTER (writers.py)."""
+        idle = [r for r in self._ranks.values() if r.log is not None and now - r.last_record_at >= WRITER_CHECK_AFTER]
+        if not idle or (self._writers_checked_at is not None and now - self._writers_checked_at < WRITER_CHECK_EVERY):
+            return
+        self._writers_checked_at = now
+        scan = scan_writers(self.paths.procfs, {r.log for r in idle if r.log is not None})
+        for rank in idle:
+            assert rank.log is not None
+            found = scan.writers[rank.log]
+            # None found where some processes could not be looked at proves nothing.
+            rank.writers = found if found or scan.complete else None
 
     # --- reading ---
 
@@ -216,6 +243,8 @@ class TrainingCollector(Collector[TrainingOptions]):
                     continue
                 rank = self._ranks[record.rank_key] = RankState()
             rank.add(record, now)
+            rank.log = (line.path.rsplit("/", 1)[-1], line.file[1])
+            rank.writers = None  # it logs: nothing to count
 
     def _log_skipped_lines(self) -> None:
         """One line per round for the lines skipped since the last one, whatever their number."""
@@ -249,6 +278,8 @@ class TrainingCollector(Collector[TrainingOptions]):
                 families[SAMPLES].add_metric(labels, round(rank.samples, 6))
             if rank.last_step_ts is not None:
                 families[LAST_STEP].add_metric(labels, rank.last_step_ts)
+            if rank.writers is not None:
+                families[LOG_WRITERS].add_metric(labels, rank.writers)
         assert self._follower is not None
         families[FILES].add_metric([], self._follower.followed)
         families[SKIPPED_FILES].add_metric([], self._follower.skipped)

@@ -54,6 +54,14 @@ LAST_STEP = MetricSpec(
     LABELS,
     unit="seconds",
 )
+LOG_WRITERS = MetricSpec(
+    "lockstep_training_log_writer_processes",
+    "gauge",
+    "Processes on this node holding the rank's log open for writing, counted once the rank has "
+    "logged nothing for 60 s: 1 or more for a hung rank (its process is alive); a rank whose "
+    "process is gone has ended and is dropped.",
+    LABELS,
+)
 FILES = MetricSpec("lockstep_training_log_files", "gauge", "Log files being followed.")
 SKIPPED_FILES = MetricSpec(
     "lockstep_training_skipped_log_files",

@@ -51,6 +51,10 @@ class RankState:
     pending: _Step | None = None
     schema: frozenset[str] = frozenset()
     last_record_at: float = 0.0  # agent's monotonic clock
+    log: tuple[str, int] | None = None  # (basename, inode) of the file its records come from
+    # Processes on this node holding that file open for writing, counted once the rank has
+    # been idle for WRITER_CHECK_AFTER (None: not counted, or not known: see writers.py).
+    writers: int | None = None
 
     def add(self, record: Record, now: float) -> None:
         self.last_record_at = now

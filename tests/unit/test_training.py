@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -371,3 +373,78 @@ def test_repeated_log_flags_end_to_end(tmp_path: Path) -> None:
     bad = lockstep("once", "--training.start-at", "middle")
     assert bad.returncode == 2
     assert bad.stderr == "lockstep: --training.start-at: expected one of end, beginning, got 'middle'\n"
+
+
+# --- Ended or hung: does a process still hold the rank's log open for writing? ---------------
+
+
+def own_procfs(tmp_path: Path) -> Path:
+    """A procfs root holding only this test's process (a link to its real /proc/PID), so the
+    writer scan reads real descriptors and is complete whatever else runs on the machine."""
+    root = tmp_path / "proc"
+    root.mkdir()
+    (root / str(os.getpid())).symlink_to(f"/proc/{os.getpid()}")
+    return root
+
+
+def idle_collector(log: Path, procfs: Path, idle_timeout: float = 600.0) -> tuple[TrainingCollector, list[float]]:
+    options = TrainingOptions(logs=(str(log),), start_at="beginning", idle_timeout=idle_timeout)
+    collector = TrainingCollector(context(proc=procfs, options=options))
+    t = [1000.0]
+    collector.clock = lambda: t[0]
+    return collector, t
+
+
+def test_a_hung_rank_is_kept_while_its_process_holds_its_log(tmp_path: Path) -> None:
+    """A rank whose process is alive but logs nothing (blocked in a collective, stopped) is hung,
+    not finished: it stays, with its writer counted, past idle_timeout; once the process has
+    closed the log (exited), it is dropped at the next check."""
+    log = tmp_path / "rank-000.metrics.jsonl"
+    writer = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # as StepLog holds it
+    reader = os.open(log, os.O_RDONLY)  # a reader (tail -f, the agent itself) is no writer
+    try:
+        os.write(writer, "".join(step(k) for k in range(3)).encode())
+        collector, t = idle_collector(log, own_procfs(tmp_path))
+        s = run(collector)
+        assert ranks(s) == [("7", "0")]
+        assert [k for k in s if k[0] == "lockstep_training_log_writer_processes"] == []  # logging: not counted
+        t[0] += 59
+        assert (
+            "lockstep_training_log_writer_processes",
+            frozenset({"job_id": "7", "rank": "0", "host": "h"}.items()),
+        ) not in run(collector)
+        t[0] += 1  # idle for a minute: counted
+        assert rank(run(collector), "log_writer_processes", 0) == 1
+        t[0] += 700  # past idle_timeout (600 s), still held open: hung, kept
+        s = run(collector)
+        assert ranks(s) == [("7", "0")]
+        assert rank(s, "log_writer_processes", 0) == 1
+        assert rank(s, "steps_total", 0) == 3
+    finally:
+        os.close(writer)
+    t[0] += 30  # checked at most once a minute
+    assert ranks(run(collector)) == [("7", "0")]
+    t[0] += 30
+    s = run(collector)
+    collector.close()
+    os.close(reader)
+    assert ranks(s) == []
+
+
+def test_a_finished_rank_is_dropped_a_minute_after_its_last_step(tmp_path: Path) -> None:
+    """A real process writes three steps and exits: a minute later its rank is gone, not after
+    idle_timeout (an hour here)."""
+    log = tmp_path / "rank-000.metrics.jsonl"
+    code = (
+        "import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644); "
+        "os.write(fd, sys.stdin.read().encode())"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(log)], input="".join(step(k) for k in range(3)), check=True, text=True
+    )
+    collector, t = idle_collector(log, Path("/proc"), idle_timeout=3600)
+    assert ranks(run(collector)) == [("7", "0")]
+    t[0] += 60
+    s = run(collector)
+    collector.close()
+    assert ranks(s) == []

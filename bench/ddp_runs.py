@@ -1,0 +1,303 @@
+"""Real PyTorch DDP jobs on CPU, logging through lockstep.emitter: the training fixtures.
+
+    python3 -m venv /work/venv-ddp && /work/venv-ddp/bin/pip install torch   # once, outside the repo
+    nice /work/venv-ddp/bin/python bench/ddp_runs.py [CASE ...] [--out tests/fixtures/training]
+
+Opt-in (torch is no dependency of Lockstep, and a run takes minutes of real time): the default
+test run only replays what this script stored (tests/fixtures/training/README.md says how).
+
+Each case starts N rank processes (torch.multiprocessing, gloo on 127.0.0.1, one thread each)
+training a small MLP with DistributedDataParallel.  Every rank logs each step with
+lockstep.emitter's StepLog and StepTimer, exactly as docs/workloads.md shows, into
+<out>/<case>/rank-NNN.metrics.jsonl; the script then gzips the logs and writes <case>/case.json
+(what was done, when, and what the logs measured).
+
+Cases (CASES): ``straggler-N``: N ranks, healthy for the first half of the run, then one rank
+(STRAGGLER_RANK) runs real extra matrix multiplications in its compute phase, sized to make its
+compute time 1 + EXTRA_COMPUTE (``--extra``) times its peers' (ExtraWork); ``freeze-4``: 4
+healthy ranks, one of which is stopped with SIGSTOP for FREEZE_SECONDS and continued (its peers
+block in the all-reduce), then the job ends; ``overlap-4``: the straggler case with DDP's own
+overlapped all-reduce (the second loop of docs/workloads.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import sys
+import time
+import warnings
+from pathlib import Path
+
+# torch warns, once per process, that it found no NumPy: none is needed here.
+warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.multiprocessing as mp  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+
+from lockstep.emitter import StepLog, StepTimer  # noqa: E402
+
+EXTRA_COMPUTE = 0.10  # the straggler's extra compute, as a share of its own
+STRAGGLER_RANK = {2: 1, 4: 2, 8: 5}
+WARMUP_STEPS = 20  # steps timed before the run's length and the extra work are decided
+ADJUST_EVERY = 25  # steps between re-sizings of the straggler's extra work
+FREEZE_SECONDS = 60.0
+HIDDEN = 768
+LAYERS = 4
+BATCH = 64
+
+# case name -> (ranks, mode, seconds of real time, fault)
+CASES = {
+    "straggler-2": (2, "explicit", 180.0, "straggler"),
+    "straggler-4": (4, "explicit", 240.0, "straggler"),
+    "straggler-8": (8, "explicit", 240.0, "straggler"),
+    "freeze-4": (4, "explicit", 180.0, "freeze"),
+    "overlap-4": (4, "overlap", 180.0, "straggler"),
+}
+
+
+def build_model() -> torch.nn.Module:
+    layers: list[torch.nn.Module] = []
+    for _ in range(LAYERS):
+        layers += [torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.ReLU()]
+    layers.append(torch.nn.Linear(HIDDEN, 1))
+    return torch.nn.Sequential(*layers)
+
+
+class ExtraWork:
+    """Real extra compute for the straggler: matrix multiplications, sized at the onset from
+    the rank's own logged compute time so that they add EXTRA_COMPUTE of it, then re-sized every
+    ADJUST_EVERY steps so that the rank's compute time stays 1 + EXTRA_COMPUTE times its peers'
+    median (all ranks share their compute times of those steps in one all_gather).  On a GPU
+    cluster a rank's extra work shows in full in its compute time; here the ranks share two CPU
+    cores, and the others' waiting in the all-reduce frees CPU for the straggler, so a fixed
+    amount of extra work shows as anything from 4 to 10 % (measured): the feedback keeps the
+    straggler what the alerts must catch, a rank computing 10 % longer than its peers."""
+
+    def __init__(self, share: float = EXTRA_COMPUTE) -> None:
+        self.share = share
+        self.a = torch.randn(256, 256)
+        self.b = torch.randn(256, 256)
+        self.count = 0
+        self.per_mm = 0.0
+
+    def calibrate(self, compute_seconds: float) -> None:
+        timings = []
+        for _ in range(9):
+            started = time.perf_counter()
+            for _ in range(5):
+                torch.mm(self.a, self.b)
+            timings.append((time.perf_counter() - started) / 5)
+        self.per_mm = statistics.median(timings)
+        self.count = max(1, round(self.share * compute_seconds / self.per_mm))
+
+    def adjust(self, own: float, peers_median: float) -> None:
+        wanted = (1 + self.share) * peers_median
+        extra_now = self.count * self.per_mm
+        # The extra work that would make own equal wanted, moved halfway there (damped).
+        target = max(0.0, extra_now + (wanted - own))
+        per_mm = max(self.per_mm, 1e-6)
+        self.count = max(1, round((self.count + target / per_mm) / 2))
+
+    def run(self) -> None:
+        for _ in range(self.count):
+            torch.mm(self.a, self.b)
+
+
+def rank_main(rank: int, ranks: int, mode: str, seconds: float, fault: str, directory: str, job_id: str,
+              port: int, share: float = EXTRA_COMPUTE) -> None:  # fmt: skip
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    torch.manual_seed(rank)
+    dist.init_process_group("gloo", rank=rank, world_size=ranks)
+    model = DistributedDataParallel(build_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    extra = ExtraWork(share)
+    straggler = fault == "straggler" and rank == STRAGGLER_RANK[ranks]
+    log = StepLog(directory, job_id=job_id, rank=rank, host=socket.gethostname().split(".")[0])
+    timer = StepTimer()
+    started = time.perf_counter()
+    compute: list[float] = []  # this rank's logged compute time per step
+    onset = total = None  # decided after the warm-up, the same on every rank
+    step = 0
+    while total is None or step < total:
+        slow = straggler and onset is not None and step >= onset
+        with timer.phase("data"):
+            inputs, targets = torch.randn(BATCH, HIDDEN), torch.randn(BATCH, 1)
+        if mode == "explicit":
+            # docs/workloads.md, first loop: backward without DDP's hooks, then one all-reduce.
+            with timer.phase("compute"):
+                with model.no_sync():
+                    loss = torch.nn.functional.mse_loss(model(inputs), targets)
+                    loss.backward()
+                if slow:
+                    extra.run()
+            with timer.phase("comm_wait"):
+                grads = [p.grad for p in model.parameters() if p.grad is not None]
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                dist.all_reduce(flat)
+                flat /= ranks
+                offset = 0
+                for g in grads:
+                    g.copy_(flat[offset : offset + g.numel()].view_as(g))
+                    offset += g.numel()
+            with timer.phase("compute"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        else:
+            # docs/workloads.md, second loop: DDP's overlapped all-reduce kept; backward() mixes
+            # the rank's own gradient work with waiting for its peers, so it is in no phase.
+            with timer.phase("compute"):
+                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+                if slow:
+                    extra.run()
+            loss.backward()
+            with timer.phase("compute"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        times = timer.finish()
+        log.step(**times, step=step, samples=BATCH)
+        compute.append(times["compute_time"])
+        step += 1
+        if straggler and step == onset:
+            extra.calibrate(statistics.median(compute[WARMUP_STEPS:]))
+        if onset is not None and fault == "straggler" and step > onset and (step - onset) % ADJUST_EVERY == 0:
+            # Every rank takes part (a collective); only the straggler uses the result.
+            mine = torch.tensor([statistics.fmean(compute[-ADJUST_EVERY:])])
+            everyone = [torch.zeros(1) for _ in range(ranks)]
+            dist.all_gather(everyone, mine)
+            if straggler:
+                peers = [float(t) for r, t in enumerate(everyone) if r != rank]
+                extra.adjust(float(mine), statistics.median(peers))
+            timer = StepTimer()  # the collective above is no step's
+        if step == WARMUP_STEPS:
+            elapsed = torch.tensor([(time.perf_counter() - started) / WARMUP_STEPS])
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+            total = max(WARMUP_STEPS + 20, int(seconds / float(elapsed)))
+            onset = total // 2 if fault == "straggler" else None
+            timer = StepTimer()  # the collective above is no step's
+    log.close()
+    if rank == 0:
+        Path(directory, "steps.json").write_text(json.dumps({"steps": total, "onset_step": onset}))
+    if straggler:
+        Path(directory, "extra.json").write_text(json.dumps({"matmuls_per_step_at_end": extra.count}))
+    dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def summarise(directory: Path, ranks: int) -> dict[str, object]:
+    """Per rank: steps, median compute/comm wait/step time, before and after the onset."""
+    steps = json.loads((directory / "steps.json").read_text())
+    onset = steps["onset_step"]
+    result = {}
+    for rank in range(ranks):
+        by_step: dict[int, dict[str, float]] = {}
+        for line in (directory / f"rank-{rank:03d}.metrics.jsonl").read_text().splitlines():
+            record = json.loads(line)
+            by_step.setdefault(record["step"], {})[record["metric"]] = record["value"]
+        summary: dict[str, object] = {"steps": len(by_step)}
+        parts = {"before": [s for s in by_step if onset is None or s < onset]}
+        if onset is not None:
+            parts["after"] = [s for s in by_step if s >= onset]
+        for part, numbers in parts.items():
+            for metric in ("compute_time_sec", "comm_wait_time_sec", "step_time_sec"):
+                values = [by_step[s][metric] for s in numbers if metric in by_step[s]]
+                if values:
+                    summary[f"{part}_{metric}_mean"] = round(statistics.fmean(values), 4)
+        result[str(rank)] = summary
+    return result
+
+
+def run_case(name: str, out: Path, seconds_override: float | None = None, extra: float = EXTRA_COMPUTE) -> None:
+    ranks, mode, seconds, fault = CASES[name]
+    seconds = seconds_override or seconds
+    directory = out / name
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    job_id = f"ddp-{name}"
+    print(f"{name}: {ranks} ranks, {mode}, {seconds:.0f} s, {fault}", flush=True)
+    began = time.time()
+    context = mp.start_processes(
+        rank_main,
+        args=(ranks, mode, seconds, fault, str(directory), job_id, free_port(), extra),
+        nprocs=ranks,
+        join=False,
+        start_method="spawn",
+    )
+    freeze: dict[str, float] = {}
+    if fault == "freeze":
+        time.sleep(seconds / 3)
+        victim = context.pids()[1]
+        freeze["stopped_at"] = time.time()
+        os.kill(victim, signal.SIGSTOP)
+        time.sleep(FREEZE_SECONDS)
+        os.kill(victim, signal.SIGCONT)
+        freeze["continued_at"] = time.time()
+    while not context.join():
+        pass
+    ended = time.time()
+    meta: dict[str, object] = {
+        "case": name,
+        "job_id": job_id,
+        "ranks": ranks,
+        "mode": mode,
+        "fault": fault,
+        "started_at": began,
+        "ended_at": ended,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "load_average_at_end": os.getloadavg(),
+        **json.loads((directory / "steps.json").read_text()),
+    }
+    if fault == "straggler":
+        meta["straggler_rank"] = STRAGGLER_RANK[ranks]
+        meta["extra_compute_target"] = extra
+        meta.update(json.loads((directory / "extra.json").read_text()))
+        (directory / "extra.json").unlink()
+    if fault == "freeze":
+        meta["frozen_rank"] = 1
+        meta.update(freeze)
+    meta["measured"] = summarise(directory, ranks)
+    (directory / "steps.json").unlink()
+    (directory / "case.json").write_text(json.dumps(meta, indent=1) + "\n")
+    for log in sorted(directory.glob("rank-*.metrics.jsonl")):
+        with log.open("rb") as source, gzip.GzipFile(f"{log}.gz", "wb", mtime=0) as target:
+            shutil.copyfileobj(source, target)
+        log.unlink()
+    print(f"{name}: done in {ended - began:.0f} s", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"default: all of {', '.join(CASES)}")
+    parser.add_argument("--out", type=Path, default=REPO / "tests" / "fixtures" / "training")
+    parser.add_argument("--seconds", type=float, help="run each case this long instead (a quick try)")
+    parser.add_argument(
+        "--extra", type=float, default=EXTRA_COMPUTE, help="the straggler's target: its compute over its peers' - 1"
+    )
+    args = parser.parse_args()
+    for name in args.cases or list(CASES):
+        if name not in CASES:
+            parser.error(f"unknown case {name!r} (known: {', '.join(CASES)})")
+        run_case(name, args.out, args.seconds, args.extra)
+
+
+if __name__ == "__main__":
+    main()

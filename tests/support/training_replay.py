@@ -1,0 +1,199 @@
+"""Replaying the real DDP runs of tests/fixtures/training/ (bench/ddp_runs.py) through the real
+training collector, in simulated time, into promtool input series.
+
+tests/fixtures/training/README.md says what the runs are and how a replay stretches them; in
+short: every replayed step is a real step of the run, with its real phase times multiplied by
+one factor per case (`stretch`) so that the run's median step lasts STEP_SECONDS, in the run's
+order, the healthy steps (before the onset) looped for `healthy_minutes` and then the steps
+after the onset looped for `fault_minutes`; then the job ends (its logs are closed, nothing more
+is written) and the scrapes go on for `after_minutes`.  The ranks' log lines are the emitter's
+(lockstep.emitter.step_lines), stamped with the simulated time, appended to one file per rank
+that this process holds open for writing while the job runs (as a rank process would), and read
+by the real TrainingCollector every SCRAPE seconds of simulated time.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lockstep import __version__
+from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.collectors.training import TrainingCollector, TrainingOptions
+from lockstep.emitter import step_lines
+from tests.support import FIXTURES
+
+TRAINING_FIXTURES = FIXTURES / "training"
+STEP_SECONDS = 2.0  # a replayed step's mean duration
+SCRAPE = 30  # seconds of simulated time between scrapes (and rule evaluations)
+TARGET = {"cluster": "replay", "instance": "node001:12400", "job": "lockstep"}
+PHASES = ("data_time_sec", "compute_time_sec", "comm_wait_time_sec")
+
+Series = dict[frozenset[tuple[str, str]], dict[int, float]]
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    meta: dict[str, Any]
+    steps: list[list[dict[str, float]]]  # per rank, per step: metric -> value, as logged
+
+    @property
+    def ranks(self) -> int:
+        return len(self.steps)
+
+    @property
+    def onset(self) -> int | None:
+        onset = self.meta.get("onset_step")
+        return int(onset) if onset is not None else None
+
+    def stretch(self, step_seconds: float = STEP_SECONDS) -> float:
+        """The factor every phase time is multiplied by: the run's median step becomes step_seconds."""
+        wall = sorted(step["step_time_sec"] for step in self.steps[0])
+        return step_seconds / wall[len(wall) // 2]
+
+
+def load_case(name: str) -> Case:
+    directory = TRAINING_FIXTURES / name
+    meta = json.loads((directory / "case.json").read_text())
+    steps = []
+    for rank in range(int(meta["ranks"])):
+        by_step: dict[int, dict[str, float]] = {}
+        with gzip.open(directory / f"rank-{rank:03d}.metrics.jsonl.gz", "rt") as lines:
+            for line in lines:
+                record = json.loads(line)
+                by_step.setdefault(int(record["step"]), {})[record["metric"]] = float(record["value"])
+        steps.append([by_step[number] for number in sorted(by_step)])
+    return Case(name, meta, steps)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Steps first..last-1 of the run (per rank), looped for this many simulated minutes (None:
+    played once)."""
+
+    first: int
+    last: int
+    minutes: float | None
+
+
+def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None = None,
+             offsets: list[int] | None = None, step_seconds: float = STEP_SECONDS
+             ) -> Iterator[tuple[float, list[dict[str, float]]]]:  # fmt: skip
+    """(end time of the step, each replayed rank's stretched values) for each replayed step.
+
+    rank_sources[i] is the run's rank that replayed rank i takes its steps from (default: its
+    own), offsets[i] how many steps into each segment it starts its loop (default 0): a job of
+    more ranks than the run had is made of the run's real ranks, each copy out of phase."""
+    sources = rank_sources or list(range(case.ranks))
+    shifts = offsets or [0] * len(sources)
+    k = case.stretch(step_seconds)
+    t = 0.0
+    for segment in segments:
+        length = segment.last - segment.first
+        end = t + segment.minutes * 60 if segment.minutes is not None else None
+        i = 0
+        while (t < end) if end is not None else (i < length):
+            rows = []
+            for source, shift in zip(sources, shifts, strict=True):
+                step = case.steps[source][segment.first + (i + shift) % length]
+                rows.append({metric: value * k if metric.endswith("_sec") else value for metric, value in step.items()})
+            t += rows[0]["step_time_sec"]  # the job's steps end together: rank 0's clock
+            i += 1
+            yield t, rows
+
+
+def replay(case: Case, segments: list[Segment], after_minutes: float, directory: Path,
+           rank_sources: list[int] | None = None, offsets: list[int] | None = None,
+           step_seconds: float = STEP_SECONDS) -> tuple[Series, int]:  # fmt: skip
+    """Scrapes of the real training collector every SCRAPE seconds while the replayed job writes
+    its logs, and for after_minutes after it ended.  Returns the series and the index of the
+    first scrape after the job's last step."""
+    sources = rank_sources or list(range(case.ranks))
+    job_id = case.meta["job_id"]
+    directory.mkdir(parents=True, exist_ok=True)
+    files = [
+        os.open(directory / f"rank-{rank:03d}.metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for rank in range(len(sources))
+    ]
+    options = TrainingOptions(logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning")
+    context = CollectorContext(Paths(), options, logging.getLogger("replay.training"))
+    collector = TrainingCollector(context)
+    now = [0.0]
+    collector.clock = lambda: now[0]
+    collector.wall_clock = lambda: now[0]
+    series: Series = {}
+    index = 0
+    ended_at_index = -1
+
+    def scrape(t: float) -> None:
+        nonlocal index
+        now[0] = t
+        for labels, value in _scrape(collector):
+            series.setdefault(frozenset({**labels, **TARGET}.items()), {})[index] = value
+        index += 1
+
+    try:
+        step_numbers = [0] * len(sources)
+        next_scrape = 0.0
+        for t, rows in timeline(case, segments, rank_sources, offsets, step_seconds):
+            while next_scrape < t:
+                scrape(next_scrape)
+                next_scrape += SCRAPE
+            for rank, values in enumerate(rows):
+                text = step_lines(
+                    job_id=job_id,
+                    rank=rank,
+                    host="node001",
+                    step=step_numbers[rank],
+                    ts=t,
+                    step_time=values["step_time_sec"],
+                    compute_time=values.get("compute_time_sec"),
+                    comm_wait_time=values.get("comm_wait_time_sec"),
+                    data_time=values.get("data_time_sec"),
+                    samples=values.get("samples"),
+                )
+                os.write(files[rank], text.encode())
+                step_numbers[rank] += 1
+        for fd in files:  # the job ends: its ranks' processes exit
+            os.close(fd)
+        files = []
+        ended_at_index = index
+        end = next_scrape + after_minutes * 60
+        while next_scrape <= end:
+            scrape(next_scrape)
+            next_scrape += SCRAPE
+    finally:
+        for fd in files:
+            os.close(fd)
+        collector.close()
+    return series, ended_at_index
+
+
+def _scrape(collector: TrainingCollector) -> Iterator[tuple[dict[str, str], float]]:
+    """One round of the collector plus what the agent adds (as tests/component/test_alerts_replay.py)."""
+    yield {"__name__": "up"}, 1.0
+    yield {"__name__": "lockstep_build_info", "version": __version__}, 1.0
+    for family in collector.collect():
+        for sample in family.samples:
+            if not sample.name.endswith("_created"):
+                yield {"__name__": sample.name, **sample.labels}, sample.value
+    yield {"__name__": "lockstep_collector_up", "collector": "training"}, 1.0
+
+
+def input_series(series: Series, points: int) -> list[dict[str, str]]:
+    """The scrapes as promtool input series ('_' where a series had no sample)."""
+    out = []
+    for labels, values in sorted(series.items(), key=lambda item: sorted(item[0])):
+        items = dict(labels)
+        name = items.pop("__name__")
+        selector = name + "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(items.items()) if v != "") + "}"
+        text = " ".join(repr(values[i]) if i in values else "_" for i in range(points))
+        out.append({"series": selector, "values": text})
+    return out
