@@ -124,12 +124,19 @@ def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Pr
     assert sorted(result.groups) == sorted(g.name for g in rules.RECORDING_GROUPS + rules.ALERT_GROUPS)
 
 
+# Recording rules the simulated fleet cannot feed: NCCL's (no fleet node runs an NCCL job; their
+# rules group by cluster explicitly, and tests/e2e/test_alerts_e2e.py's NCCL cases feed them) and
+# the straggler change test's (`usual`: they need an hour of a job's history, the fleet runs for
+# minutes; tests/component/test_training_replay.py feeds them).
+NO_FLEET_INPUT = ("lockstep_nccl_", "_usual")
+
+
 def test_recording_rules_keep_cluster_on_the_fleet(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     _, prometheus = small_fleet
     empty, without = [], []
     for rule in rules.recordings():
         series = _labels(prometheus, rule.record)
-        if not series:
+        if not series and not any(part in rule.record for part in NO_FLEET_INPUT):
             empty.append(rule.record)
         without += [f"{rule.record}{labels}" for labels in series if not labels.get("cluster")]
     assert without == []

@@ -7,7 +7,8 @@ It runs a subset of tests/e2e/test_alerts_e2e.py's cases, one of each kind of ru
 and fleet comparisons (straggler, kv-pressure), counters counted from their first sample
 (pfc-storm, link-flap: see tests/support/scale_out.py on MetricsQL's increase()), time() against a
 timestamp (checkpoint-overdue), a target that stops answering and one never there (gpu-lost,
-agent-down), and a healthy node that must fire nothing.  Every case on both paths at once is more
+agent-down), NCCL's collectives and hangs (nccl-straggler, nccl-hang: the Slurm job dashboard's
+NCCL panels), and a healthy node that must fire nothing.  Every case on both paths at once is more
 than a 2-core machine runs on time; the rules' PromQL is the same for every case.
 
 Needs the Debian package victoria-metrics (installed by ./dev/test as root); skips without it,
@@ -35,6 +36,8 @@ SCALE_OUT_CASES = (
     "checkpoint-overdue",
     "gpu-lost",
     "agent-down",
+    "nccl-straggler",
+    "nccl-hang",
 )
 
 
