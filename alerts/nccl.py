@@ -12,12 +12,11 @@ from alerts import thresholds as T
 from alerts.model import Alert, Group, Recording
 from alerts.promql import VALUE_PERCENT, label, num
 from alerts.straggler_recording import (
-    GPU_THROTTLE,
     HOST_INFO,
     HOST_SUSPECT,
     INSTANCE_SUSPECT,
+    JOB_GPU_THROTTLED_ON_HOST,
     NODE_SUSPECTS,
-    TARGET,
     W,
 )
 
@@ -53,11 +52,7 @@ def _straggler_suspects() -> tuple[Recording, ...]:
         _suspect(
             STRAGGLER_SUSPECT,
             "gpu_throttle",
-            f"{slow}\n* on (cluster, host, job_id) group_left ()\n"
-            f"group by (cluster, host, job_id) (\n"
-            f"  max by ({TARGET}, uuid) ({GPU_THROTTLE})\n"
-            f"  * on ({TARGET}, uuid) group_right () lockstep_slurm_job_gpu_info\n"
-            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+            f"{slow}\n* on (cluster, host, job_id) group_left ()\n{JOB_GPU_THROTTLED_ON_HOST}",
         )
     )
     return tuple(rules)

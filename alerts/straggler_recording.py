@@ -101,6 +101,14 @@ HOST_SUSPECT = f"host:lockstep_straggler_suspect:active{W}"
 RANK_SUSPECT = f"job_rank:lockstep_training_suspect:active{W}"
 GPU_THROTTLE = f"gpu:lockstep_gpu_clock_event_active:avg{W}"
 HOST_INFO = "instance:lockstep_host:info"
+# The (cluster, host, job_id) whose job has a thermally or power throttled GPU on that host: which
+# GPU runs which rank is not known, so a rank's suspect is a throttled GPU of its job on its node.
+JOB_GPU_THROTTLED_ON_HOST = (
+    "group by (cluster, host, job_id) (\n"
+    f"  max by ({TARGET}, uuid) ({GPU_THROTTLE})\n"
+    f"  * on ({TARGET}, uuid) group_right () lockstep_slurm_job_gpu_info\n"
+    f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)"
+)
 SLOWDOWN_REASONS = regex(T.SUSPECT_GPU_THROTTLE_REASONS)
 
 # Node-wide suspects: (name, PromQL that has a sample per target where the node shows it).
@@ -156,11 +164,7 @@ def _rank_suspects() -> tuple[Recording, ...]:
         _suspect(
             RANK_SUSPECT,
             "gpu_throttle",
-            f"{slow}\n* on (cluster, host, job_id) group_left ()\n"
-            f"group by (cluster, host, job_id) (\n"
-            f"  max by ({TARGET}, uuid) ({GPU_THROTTLE})\n"
-            f"  * on ({TARGET}, uuid) group_right () lockstep_slurm_job_gpu_info\n"
-            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+            f"{slow}\n* on (cluster, host, job_id) group_left ()\n{JOB_GPU_THROTTLED_ON_HOST}",
         )
     )
     # The rank's own data wait explains most of its excess time.
