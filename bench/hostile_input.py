@@ -303,6 +303,31 @@ def deep_checkpoint_dir(workdir: Path) -> None:
         agent.stop()
 
 
+def _with_lookalikes(
+    agent: Agent,
+    case: str,
+    extra: Callable[[str], dict[str, object]],
+    view: Path,
+    where: Path,
+    count: int,
+    mode: str,
+    first_port: int,
+) -> None:
+    """The discovery cases' phases: measured before, while ``count`` look-alikes run (added to
+    the agent's procfs view) and after they are stopped."""
+    wait_rounds(2)
+    agent.phase(case, "before", extra)
+    lookalikes = LookalikeEngines(where, count, mode, first_port=first_port)
+    try:
+        procfs_view(view, lookalikes.pids)
+        wait_rounds(8)  # 32 engines are found in 4 rounds of 8 probes
+        agent.phase(case, "during", extra)
+    finally:
+        lookalikes.stop()
+    wait_rounds(4)
+    agent.phase(case, "after", extra)
+
+
 def lookalike_engines(workdir: Path) -> None:
     """Item 6: 400 answering look-alike engines (`python3 .../vllm serve`, one port each) forked by one process."""
     view = procfs_view(workdir / "proc", [])
@@ -317,21 +342,9 @@ def lookalike_engines(workdir: Path) -> None:
             **_collector(agent, page, "inference"),
         }
 
-    lookalikes = None
     try:
-        wait_rounds(2)
-        agent.phase("lookalike_engines", "before", extra)
-        lookalikes = LookalikeEngines(workdir / "lookalikes", 400, "answer", first_port=20000)
-        procfs_view(view, lookalikes.pids)
-        wait_rounds(8)  # 32 engines are found in 4 rounds of 8 probes
-        agent.phase("lookalike_engines", "during", extra)
-        lookalikes.stop()
-        lookalikes = None
-        wait_rounds(4)
-        agent.phase("lookalike_engines", "after", extra)
+        _with_lookalikes(agent, "lookalike_engines", extra, view, workdir / "lookalikes", 400, "answer", 20000)
     finally:
-        if lookalikes is not None:
-            lookalikes.stop()
         agent.stop()
 
 
@@ -351,21 +364,9 @@ def silent_lookalikes(workdir: Path) -> None:
             **_collector(agent, page, "inference"),
         }
 
-    silent = None
     try:
-        wait_rounds(2)
-        agent.phase("silent_lookalikes", "before", extra)
-        silent = LookalikeEngines(workdir / "silent", 40, "silent", first_port=30000)
-        procfs_view(view, silent.pids)
-        wait_rounds(8)
-        agent.phase("silent_lookalikes", "during", extra)
-        silent.stop()
-        silent = None
-        wait_rounds(4)
-        agent.phase("silent_lookalikes", "after", extra)
+        _with_lookalikes(agent, "silent_lookalikes", extra, view, workdir / "silent", 40, "silent", 30000)
     finally:
-        if silent is not None:
-            silent.stop()
         agent.stop()
         real.stop()
 
