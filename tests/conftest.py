@@ -1,19 +1,20 @@
-"""The suite's fixtures and hooks: tiers by folder, and a machine left as it was found.
+"""The suite's fixtures and hooks: tiers by marker, and a machine left as it was found.
 
-Tiers (a test's folder is its tier; conftest marks it, so no module can forget):
-    tests/unit/       in-process: fixture trees, the fake NVML, captured command output; may run
-                      the CLI once on a fixture tree.  Needs nothing of the machine.   marker: unit
-    tests/component/  real components, no Prometheus server: the agent as a daemon on real
-                      sockets, promtool/amtool, kubectl, ip netns and veth, FUSE, a real Slurm
-                      and munge, systemd-analyze; many need root and Debian packages.
-                                                                             markers: component, real
-    tests/e2e/        anything that starts Prometheus, Alertmanager or VictoriaMetrics, and the soak.
-                                                                             markers: e2e, real
-A `real` test skips where its component is missing, and fails instead under CI=true
-(tests.support.require_real).  ./dev/test --quick runs unit and component.
+Tests live by the code they test (tests/agent/, tests/collectors/<collector>/, tests/alerts/, ...);
+a test's tier is what it needs, said by its marker (tests/support/__init__.py TIERS):
+    (none)   unit: in-process, on fixture trees, fakes and captured output.  conftest marks it
+             `unit` and holds it to that: a unit test that starts a process, or asks for a real
+             component (require_real), fails with a message saying to mark it `real`.
+    real     real components: processes, root, Debian packages (skips without them; fails
+             under CI=true).
+    e2e      a Prometheus, Alertmanager or VictoriaMetrics server, or the soak.  Implies `real`.
+    machine  changes or reads machine-wide state (mounts, users, network namespaces, cgroups,
+             the host's process table).  Implies `real`; never runs beside another test.
+./dev/test --quick runs the unit tier (-m unit) on two workers; ./dev/test runs everything in
+one process, one test at a time, so no test sees another's mounts, users or processes.
 
 Shared helpers live in tests/support/ (`from tests.support import samples`); no test module
-imports another (tests/unit/test_suite.py checks).
+imports another (tests/project/test_suite.py checks).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import TESTS, TIERS, AgentProcess
+from tests.support import TESTS, UNIT_TEST_RUNNING, AgentProcess
 
 # The environment variable every process the tests start inherits: what is still running at the
 # end with it is a process the tests left behind.
@@ -42,17 +43,6 @@ UNITS = (
     "slurmd",
     "victoria-metrics",
 )
-# Modules whose tests change something machine-wide (a Slurm cluster and /dev/nvidia* nodes,
-# network namespaces and veth pairs with their uevents, a FUSE mount, a pids cgroup): when
-# ./dev/test --quick runs tests on several workers (pytest-xdist, --dist loadgroup), these run one
-# after another on the same worker, never beside each other.
-MACHINE_WIDE = {
-    "test_slurm_real.py",
-    "test_ethtool.py",
-    "test_hotplug.py",
-    "test_filesystem_fuse.py",
-    "test_thread_exhaustion.py",
-}
 # What the tests may leave in pytest's base temporary directory at the end (module-scoped
 # directories live until the session ends; a passed test's tmp_path is removed at once).
 BASETEMP_LIMIT = 50 * 1024 * 1024
@@ -72,28 +62,38 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(RUN_TOKEN, secrets.token_hex(8))
 
 
-def tier(path: Path) -> str | None:
-    try:
-        parts = path.resolve().relative_to(TESTS).parts
-    except ValueError:
-        return None
-    return parts[0] if len(parts) > 1 and parts[0] in TIERS else None
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    outside = set()
+    """Each test's tier from its markers: e2e and machine imply real; a test with none is unit."""
     for item in items:
-        found = tier(item.path)
-        if found is None:
-            if item.path.resolve().is_relative_to(TESTS):
-                outside.add(str(item.path))
+        if not item.path.resolve().is_relative_to(TESTS):
             continue
-        for marker in TIERS[found]:
-            item.add_marker(marker)
-        if item.path.name in MACHINE_WIDE:
-            item.add_marker(pytest.mark.xdist_group("machine"))
-    if outside:
-        raise pytest.UsageError(f"tests outside a tier folder ({', '.join(TIERS)}): {', '.join(sorted(outside))}")
+        marks = {mark.name for mark in item.iter_markers()}
+        if marks & {"e2e", "machine"} and "real" not in marks:
+            item.add_marker(pytest.mark.real)
+        elif not marks & {"real", "e2e", "machine"}:
+            item.add_marker(pytest.mark.unit)
+
+
+def _refuse_process(*args: object, **kwargs: object) -> None:
+    raise AssertionError(
+        "a unit test started a process: mark it @pytest.mark.real (tests/conftest.py), or keep it in-process"
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A unit test, its fixtures included, starts no process: subprocess and fork refuse while it runs."""
+    if item.get_closest_marker("unit") is None:
+        return (yield)
+    saved = subprocess.Popen._execute_child, os.fork  # type: ignore[attr-defined]
+    subprocess.Popen._execute_child = _refuse_process  # type: ignore[attr-defined,assignment]
+    os.fork = _refuse_process  # type: ignore[assignment]
+    UNIT_TEST_RUNNING.set()
+    try:
+        return (yield)
+    finally:
+        UNIT_TEST_RUNNING.clear()
+        subprocess.Popen._execute_child, os.fork = saved  # type: ignore[attr-defined]
 
 
 @pytest.fixture

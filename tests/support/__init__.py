@@ -13,12 +13,14 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,12 +31,18 @@ TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
 GOLDEN = TESTS / "golden"
-# The tiers: a test's folder, and the markers tests/conftest.py gives every test in it.
-TIERS = {
-    "unit": ("unit",),
-    "component": ("component", "real"),
-    "e2e": ("e2e", "real"),
-}
+# The tiers, by what a test needs (its marker, not its folder; tests/conftest.py):
+#   unit     in-process: fixture trees, the fake NVML, captured output, threads and loopback
+#            sockets of its own.  Starts no process (the conftest makes that a failure).  No marker:
+#            conftest gives it `unit`.
+#   real     real components: processes (the agent as a daemon, promtool, scontrol, ip, a FUSE
+#            server), root, Debian packages.  Skips where they are missing, fails under CI=true.
+#   e2e      a Prometheus, Alertmanager or VictoriaMetrics server, or the soak (also `real`).
+#   machine  changes or reads machine-wide state (mounts, users, network namespaces, cgroups,
+#            the host's process table): runs alone, never beside another test (also `real`).
+TIERS = ("unit", "real", "e2e", "machine")
+# Set while a unit test runs (tests/conftest.py): what only a real test may do checks it.
+UNIT_TEST_RUNNING = threading.Event()
 LOCKSTEP = [sys.executable, "-m", "lockstep.agent.cli"]
 
 
@@ -71,8 +79,44 @@ def names(text: str) -> set[str]:
     return {name for name, _ in samples(text)}
 
 
+def collector_up(text: str, collector: str) -> float:
+    """``lockstep_collector_up{collector}`` in an exposition."""
+    return samples(text)[("lockstep_collector_up", frozenset({("collector", collector)}))]
+
+
+def rss_bytes(pid: int) -> int:
+    """A process's resident memory, from /proc/PID/status."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS in /proc/{pid}/status")
+
+
+def alive(pids: list[int]) -> list[int]:
+    """The processes among ``pids`` still running (a zombie is not)."""
+    running = []
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            running.append(pid)
+    return running
+
+
+# Generated inputs (hypothesis): enough examples to find what nobody thought of, no per-example
+# deadline (a shared machine's pauses are not the parser's), and function-scoped fixtures allowed
+# (each example writes its own files under them).
+GENERATED = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
 def require_real(what: str, available: bool) -> None:
-    """Skip when a real component cannot run here; under CI=true that is a failure instead."""
+    """Skip when a real component cannot run here; under CI=true that is a failure instead.
+    Only a test marked `real` (or `e2e`, `machine`) may need one: tests/conftest.py fails a unit
+    test that calls this."""
+    if UNIT_TEST_RUNNING.is_set():
+        pytest.fail(f"a unit test needs {what}: mark it @pytest.mark.real (tests/support/__init__.py TIERS)")
     if available:
         return
     if os.environ.get("CI") == "true":

@@ -1,0 +1,187 @@
+"""End to end on a real Prometheus: the alert rules fire on the simulated node's faults, and only
+there, and every dashboard query runs and returns data.
+
+One Prometheus (Debian `prometheus`, started here on a free port with a temporary storage dir)
+scrapes one `lockstep demo --scenario X` per case every 5 s, each target labelled
+cluster=<case>: the scenarios, a healthy node whose kubernetes collector fails, and a target
+nobody listens on (agent-down).  It loads the generated rule files, rendered with two test-only
+changes (alerts/compression.py Compression):
+
+- durations are compressed: every `for:` 30 times (10m becomes 20 s) and to no more than 30 s
+  (LockstepFilesystemAlmostFull's 30m), every range
+  window and offset 10 times but to no less than 30 s, six steps of the simulated clock ([5m]
+  becomes [30s]).  rate() divides by the whole window, so a 5-minute window over one minute of
+  data would read a fifth of the rate;
+- time() is shifted by the distance between now and the simulated node's wall clock, which
+  starts at 2026-01-02T00:00:00Z (simulation/storage.py EPOCH), so the age of the last
+  checkpoint is the age the node sees.
+
+While the scenarios run, the test polls the alerts API every second and keeps, per target,
+every alert seen firing.  Each target's expected alerts are a table entry (CASES); a
+scenario that `lockstep demo --help` does not list yet (the workload collectors' `straggler` and
+`kv-pressure`) is skipped, not failed.  The demo advances simulated time 5 s every 5 s, and the
+collectors run every 5 s here, once per step of the clock.
+
+The scale-out path (VictoriaMetrics, vmagent, vmalert) is proven on a subset of these cases by
+tests/e2e/test_scale_out_e2e.py, with the same observe() beside a Prometheus.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+
+import pytest
+import yaml
+
+from alerts import render, rules
+from alerts.compression import Compression
+from tests.support import REPO, require_real
+from tests.support.observation import (
+    CASES,
+    COLLECTOR_INTERVAL,
+    EVALUATION_INTERVAL,
+    ONLY,
+    Run,
+    dashboard_problems,
+    demo_scenarios,
+    observe,
+)
+from tests.support.page_cases import ALL_CASES as PAGE_CASES
+from tests.support.prometheus import PROMETHEUS
+from tests.support.queries import checked_in
+
+# Tier: a real Prometheus scrapes the real agent (tests/conftest.py).
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    available = demo_scenarios()
+    names = [name for name, c in CASES.items() if c.demo is None or c.demo in available]
+    if ONLY:
+        names = [name for name in names if name in ONLY]
+    with observe(tmp_path_factory.mktemp("e2e"), names) as result:
+        yield result
+        report(result)
+
+
+def _describe(run: Run, cluster: str) -> str:
+    fired = "\n".join(f"  {dict(labels)} (after {s} s)" for labels, s in run.fired.get(cluster, {}).items())
+    log = run.logs.get(f"demo-{cluster}")
+    tail = log.read_text()[-2000:] if log else ""
+    return f"fired in {cluster}:\n{fired or '  nothing'}\ndemo log tail:\n{tail}"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_case_fires_its_alerts_and_no_others(run: Run, name: str) -> None:
+    if ONLY and name not in ONLY:
+        pytest.skip("not in LOCKSTEP_E2E_CASES")
+    if name not in run.scenarios:
+        pytest.skip(f"`lockstep demo --help` does not list scenario {CASES[name].demo!r} yet (the workload collectors)")
+    wanted = CASES[name].expected
+    fired = run.firing(name)
+    missing = [e for e in wanted if not any(e.matches(a) for a in fired)]
+    unexpected = [a for a in fired if not any(e.matches(a) for e in wanted)]
+    assert (missing, unexpected) == ([], []), _describe(run, name)
+    # Nothing else is on its way either: no other alert is pending at the end of the run.
+    pending = [
+        a["labels"]
+        for a in run.at_end
+        if a["labels"].get("cluster") == name and not any(e.matches(a["labels"]) for e in wanted)
+    ]
+    assert pending == [], _describe(run, name)
+
+
+def test_no_alert_fires_outside_the_cases(run: Run) -> None:
+    """Every alert carries its case's cluster label (aggregations keep it)."""
+    assert set(run.fired) <= set(run.scenarios), {k: list(v) for k, v in run.fired.items()}
+
+
+@pytest.mark.parametrize("title", sorted(checked_in()))
+def test_every_dashboard_query_runs_and_returns_data(run: Run, title: str) -> None:
+    assert dashboard_problems(checked_in()[title], run.query, run.prometheus) == []
+
+
+def rule_file_alerts() -> set[str]:
+    """Every alert in the rule files of alerts/, whoever added it."""
+    names = set()
+    for path in render.RULE_FILES.values():
+        for group in yaml.safe_load((REPO / path).read_text())["groups"]:
+            names |= {rule["alert"] for rule in group["rules"] if "alert" in rule}
+    return names
+
+
+def test_every_alert_in_the_rule_files_fires_in_some_case(run: Run) -> None:
+    """An alert no simulated fault fires is proven only on hand-written series: add a scenario
+    and a case for it (see CASES)."""
+    if ONLY:
+        pytest.skip("LOCKSTEP_E2E_CASES runs only some cases")
+    fired = {dict(labels)["alertname"] for seen in run.fired.values() for labels in seen}
+    assert sorted(rule_file_alerts() - fired) == []
+
+
+def test_every_demo_scenario_is_a_case() -> None:
+    """A scenario of the simulated node says what it fires (or that it fires nothing) here."""
+    from lockstep.simulation import scenarios
+
+    page_scenarios = {c.scenario for c in PAGE_CASES.values()}
+    assert sorted(set(scenarios()) - {c.demo for c in CASES.values()} - page_scenarios) == []
+
+
+def _seconds(duration: str) -> int:
+    return int(duration.removesuffix("s"))
+
+
+def detection_bound(compression: Compression, alertname: str) -> float:
+    """The alert's 'for' plus its longest range window (its recording rules' included) plus two
+    refreshes of the data, as rendered for this run (seconds)."""
+    recorded = {r.record: compression.expr(r.expr) for r in rules.recordings()}
+    alert = next(a for a in rules.alerts() if a.name == alertname)
+
+    def windows(expr: str) -> list[int]:
+        # last_over_time's range is a lookback for the last value seen, it delays nothing.
+        expr = re.sub(r"last_over_time\(([^\[]*)\[\d+s\]\)", r"\1", expr)
+        found = [_seconds(w) for w in re.findall(r"\[(\d+s)\]", expr)]
+        for name, text in recorded.items():
+            if name in expr:
+                found += windows(text)
+        return found
+
+    # Two refreshes of the data: in production the scrape interval (15 s) is at least the
+    # collectors' (10-15 s); here scrapes come every 5 s and the data changes as often (the
+    # demo's clock step and the collectors' interval), so a refresh is 5 s.
+    # And one rule evaluation, which comes every EVALUATION_INTERVAL.
+    refresh = max(1.0, float(COLLECTOR_INTERVAL.removesuffix("s")))
+    longest = max(windows(compression.expr(alert.expr)), default=0)
+    return _seconds(compression.for_(alert.for_)) + longest + 2 * refresh + _seconds(EVALUATION_INTERVAL)
+
+
+def time_to_detect(run: Run) -> list[tuple[str, str, float, float]]:
+    """(case, alert, seconds from the fault to firing, bound) for every expected alert that fired."""
+    rows = []
+    for name in run.scenarios:
+        for wanted in sorted(CASES[name].expected, key=lambda e: e.alertname):
+            fault_at = run.demo_started[name] + (CASES[name].onset if wanted.onset is None else wanted.onset)
+            times = [t for labels, t in run.fired.get(name, {}).items() if wanted.matches(dict(labels))]
+            if times:
+                detected = round(min(times) - fault_at, 1)
+                rows.append((name, wanted.alertname, detected, detection_bound(run.compression, wanted.alertname)))
+    return rows
+
+
+def report(run: Run) -> None:
+    """Printed after the module's tests (a report, not a test: the checks are the tests above):
+    when each alert fired, the time to detect each fault against its bound (the alert's 'for' +
+    window + 2 scrape intervals, compressed as in this run), and how long the run took (pytest -s
+    shows it)."""
+    for cluster in run.scenarios:
+        for labels, seconds in sorted(run.fired.get(cluster, {}).items(), key=lambda item: item[1]):
+            print(f"e2e: {cluster}: {dict(labels)['alertname']} firing after {seconds} s")
+    print("e2e: time to detect (s), fault -> firing, against for + window + 2 refreshes + 1 evaluation:")
+    for name, alertname, detected, bound in time_to_detect(run):
+        note = "" if detected <= bound else "  (over)"
+        print(f"e2e-ttd: | {name} | {alertname} | {detected:.1f} | {bound:.0f} |{note}")
+    print(f"e2e: {len(run.scenarios)} targets observed for {run.duration:.0f} s")

@@ -1,0 +1,87 @@
+"""The scale-out path end to end (docs/deploy.md, "Past one Prometheus"): two sharded vmagents
+write to VictoriaMetrics and vmalert evaluates the shipped rule files; the same alerts fire there
+as on a single Prometheus scraping the same agents, and every dashboard query returns data from
+VictoriaMetrics.
+
+It runs a subset of tests/e2e/test_alerts_e2e.py's cases, one of each kind of rule: recording rules
+and fleet comparisons (straggler, kv-pressure), counters counted from their first sample
+(pfc-storm, link-flap: see tests/support/scale_out.py on MetricsQL's increase()), time() against a
+timestamp (checkpoint-overdue), a target that stops answering and one never there (gpu-lost,
+agent-down), NCCL's collectives and hangs (nccl-straggler, nccl-hang: the Slurm job dashboard's
+NCCL panels), and a healthy node that must fire nothing.  Every case on both paths at once is more
+than a 2-core machine runs on time; the rules' PromQL is the same for every case.
+
+Needs the Debian package victoria-metrics (installed by ./dev/test as root); skips without it,
+and fails under CI=true.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support import require_real, scale_out
+from tests.support.observation import CASES, Run, dashboard_problems, demo_scenarios, observe
+from tests.support.prometheus import PROMETHEUS
+from tests.support.queries import checked_in
+
+# Tier: a real Prometheus (tests/conftest.py).
+pytestmark = pytest.mark.e2e
+
+SCALE_OUT_CASES = (
+    "healthy",
+    "straggler",
+    "kv-pressure",
+    "pfc-storm",
+    "link-flap",
+    "checkpoint-overdue",
+    "gpu-lost",
+    "agent-down",
+    "nccl-straggler",
+    "nccl-hang",
+)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    require_real("vmagent, vmalert and victoria-metrics (Debian package victoria-metrics)", scale_out.available())
+    available = demo_scenarios()
+    names = [name for name in SCALE_OUT_CASES if CASES[name].demo is None or CASES[name].demo in available]
+    with observe(tmp_path_factory.mktemp("scale-out-e2e"), names, with_scale_out=True) as result:
+        yield result
+
+
+def test_the_subset_names_known_cases() -> None:
+    assert sorted(set(SCALE_OUT_CASES) - set(CASES)) == []
+
+
+@pytest.mark.parametrize("name", SCALE_OUT_CASES)
+def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
+    """Each case fires its alerts and no others on vmalert, as on the single Prometheus, and
+    nothing else is pending at the end."""
+    assert run.scale_out is not None
+    if name not in run.scenarios:
+        pytest.skip(f"`lockstep demo --help` does not list scenario {CASES[name].demo!r}")
+    wanted = CASES[name].expected
+    fired = run.vm_firing(name)
+    missing = [e for e in wanted if not any(e.matches(a) for a in fired)]
+    unexpected = [a for a in fired if not any(e.matches(a) for e in wanted)]
+    description = f"vmalert fired in {name}: {fired}\nPrometheus fired: {run.firing(name)}\n{run.scale_out.logs()}"
+    assert (missing, unexpected) == ([], []), description
+    assert {a["alertname"] for a in fired} == {a["alertname"] for a in run.firing(name)}, description
+    pending = [
+        a["labels"]
+        for a in run.vm_at_end
+        if a["labels"].get("cluster") == name and not any(e.matches(a["labels"]) for e in wanted)
+    ]
+    assert pending == [], description
+
+
+@pytest.mark.parametrize("title", sorted(checked_in()))
+def test_scale_out_dashboard_queries_return_data(run: Run, title: str) -> None:
+    """Grafana pointed at VictoriaMetrics (its Prometheus API): every query and variable works."""
+    assert run.scale_out is not None
+    assert dashboard_problems(checked_in()[title], run.scale_out.query, run.scale_out.url) == []
