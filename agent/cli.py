@@ -246,7 +246,9 @@ def collect_once(setup: Setup, config: Config) -> tuple[bytes, list[str]]:
         name: dataclasses.replace(settings, interval=ONCE_INTERVAL_SECONDS)
         for name, settings in config.collectors.items()
     }
-    agent = Agent(setup, dataclasses.replace(config, collectors=single_round), WebConfig())
+    # No uevent listener: one round has nothing to re-run for, and a device event elsewhere on the
+    # machine (another program's veth pair) would otherwise run a collector twice.
+    agent = Agent(setup, dataclasses.replace(config, collectors=single_round), WebConfig(), hotplug=False)
     started = time.monotonic()
     for _name, worker in agent.workers.items():
         worker.first_run_done.wait(max(0.0, started + worker.deadline + 0.1 - time.monotonic()))
@@ -304,6 +306,51 @@ def doctor(setup: Setup, config: Config, discovery: Discovery) -> int:
     return worst
 
 
+@dataclasses.dataclass
+class Prepared:
+    """What a command runs on: the setup, its loaded config and, for ``demo``, the simulated node
+    (which must outlive the run: its temporary directory goes with it)."""
+
+    setup: Setup
+    config: Config
+    demo: Any = None  # simulation.demo.Demo, typed loosely: the daemon imports no simulation module
+
+
+def prepare(args: argparse.Namespace, discovery: Discovery) -> Prepared:
+    """The setup and config of ``run``, ``once``, ``doctor`` or ``demo``; ConfigError names every problem."""
+    available = {name: r.cls for name, r in discovery.collectors.items()}
+    seams = Seams()
+    sim_paths: dict[str, str] = {}
+    simulated = None
+    if args.command == "demo":
+        from lockstep.simulation import demo  # the demo's entry: see simulation/demo.py
+
+        # The simulated node has data for the built-in collectors only.
+        available = {name: r.cls for name, r in discovery.collectors.items() if r.builtin}
+        simulated = demo.start(args.scenario)
+        seams, sim_paths = simulated.seams, simulated.paths
+    elif args.fake_nvml is not None:
+        seams = seams_with_fake_nvml(args.fake_nvml)
+
+    overrides = overrides_from(args, available, sim_paths)
+    if simulated is not None:
+        # The simulated node points collectors at its data; flags the user gave still win.
+        merged = {name: {**values, **overrides.options.get(name, {})} for name, values in simulated.options.items()}
+        overrides = dataclasses.replace(overrides, options={**overrides.options, **merged})
+    setup = Setup(args.config, available, overrides, seams)
+    return Prepared(setup, setup.load(), simulated)
+
+
+def once(argv: Sequence[str]) -> tuple[bytes, list[str]]:
+    """What ``lockstep once ARGS`` or ``lockstep demo --once ARGS`` prints, without printing it or
+    setting up logging: the exposition and a line per collector that failed.  The golden tests
+    run the CLI's own path this way, in-process."""
+    discovery = discover()
+    args = build_parser(discovery).parse_args(argv)
+    prepared = prepare(args, discovery)
+    return collect_once(prepared.setup, prepared.config)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     discovery = discover()
     args = build_parser(discovery).parse_args(argv)
@@ -313,34 +360,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "config":
         return config_check(args.file, discovery)
 
-    available = {name: r.cls for name, r in discovery.collectors.items()}
-    seams = Seams()
-    sim_paths: dict[str, str] = {}
-    node = None
-    if args.command == "demo":
-        from lockstep.simulation import demo  # the demo's entry: see simulation/demo.py
-
-        # The simulated node has data for the built-in collectors only.
-        available = {name: r.cls for name, r in discovery.collectors.items() if r.builtin}
-        simulated = demo.start(args.scenario)
-        node, seams, sim_paths = simulated.node, simulated.seams, simulated.paths
-
-    if args.command != "demo" and args.fake_nvml is not None:
-        try:
-            seams = seams_with_fake_nvml(args.fake_nvml)
-        except ConfigError as exc:
-            return report_problems(exc.problems)
-
-    overrides = overrides_from(args, available, sim_paths)
-    if node is not None:
-        # The simulated node points collectors at its data; flags the user gave still win.
-        merged = {name: {**values, **overrides.options.get(name, {})} for name, values in node.options.items()}
-        overrides = dataclasses.replace(overrides, options={**overrides.options, **merged})
-    setup = Setup(args.config, available, overrides, seams)
     try:
-        config = setup.load()
+        prepared = prepare(args, discovery)
     except ConfigError as exc:
         return report_problems(exc.problems)
+    setup, config = prepared.setup, prepared.config
 
     if args.command == "doctor":
         return doctor(setup, config, discovery)
@@ -354,7 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for failure in failures:
             print(f"lockstep: {failure}", file=sys.stderr)
         return 1 if failures else 0
-    if node is not None:
+    if prepared.demo is not None:
+        node = prepared.demo.node
         clocks: list[Callable[[], None]] = []
         if args.speed == 1.0:
             clocks.append(node.run_clock())

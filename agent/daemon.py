@@ -58,8 +58,9 @@ HEALTH_LIMITS = ServerLimits(max_connections=32, workers=1)
 class Agent:
     """The workers and exporter of the current config, plus the HTTP server if serving."""
 
-    def __init__(self, setup: Setup, config: Config, web: WebConfig) -> None:
+    def __init__(self, setup: Setup, config: Config, web: WebConfig, hotplug: bool = True) -> None:
         self.setup = setup
+        self.listens_for_hotplug = hotplug  # False for a single round (lockstep once)
         self.config = config
         self.web = web
         self.workers: dict[str, Worker] = {}
@@ -135,6 +136,8 @@ class Agent:
     def _update_hotplug(self) -> None:
         """Listen to the uevent subsystems the running collectors ask for, and no others."""
         wanted = {s for w in self.workers.values() for s in w.collector.hotplug_subsystems}
+        if not self.listens_for_hotplug:
+            wanted = set()
         if self.hotplug is not None and self.hotplug.subsystems == wanted:
             return
         if self.hotplug is not None:

@@ -18,7 +18,6 @@ read as ``struct inotify_event`` (int wd; uint32 mask, cookie, len; char name[le
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import logging
 import os
@@ -57,7 +56,9 @@ log = logging.getLogger(__name__)
 
 
 def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # The running process's own symbols, libc's among them: find_library("c") would run
+    # `ldconfig -p` (a child process) every time a watch starts.
+    libc = ctypes.CDLL(None, use_errno=True)
     libc.inotify_init1.argtypes = [ctypes.c_int]
     libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]

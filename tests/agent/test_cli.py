@@ -24,6 +24,7 @@ from tests.support import FIXTURES, REPO, lockstep, samples
 PROC = FIXTURES / "host" / "proc"
 
 
+@pytest.mark.real
 def test_once_prints_exposition_and_exits_0() -> None:
     result = lockstep("once", "--path.procfs", str(PROC))
     assert result.returncode == 0, result.stderr
@@ -32,6 +33,7 @@ def test_once_prints_exposition_and_exits_0() -> None:
     assert s[("lockstep_collector_up", frozenset({("collector", "host")}))] == 1
 
 
+@pytest.mark.real
 def test_once_exits_1_when_a_collector_fails(tmp_path: Path) -> None:
     result = lockstep("once", "--path.procfs", str(tmp_path))
     assert result.returncode == 1
@@ -40,6 +42,7 @@ def test_once_exits_1_when_a_collector_fails(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.real
 def test_a_misspelt_flag_is_named_with_the_commands_usage_and_the_flag_meant() -> None:
     result = lockstep("once", "--no-colector.gpu")
     assert result.returncode == 2
@@ -54,6 +57,7 @@ def test_a_misspelt_flag_is_named_with_the_commands_usage_and_the_flag_meant() -
     )
 
 
+@pytest.mark.real
 def test_dev_run_implies_run_before_a_flag() -> None:
     result = subprocess.run(
         [str(REPO / "dev" / "run"), "--listen", ":12401", "--help"], capture_output=True, text=True, timeout=300
@@ -62,12 +66,14 @@ def test_dev_run_implies_run_before_a_flag() -> None:
     assert result.stdout.startswith("usage: lockstep run ")
 
 
+@pytest.mark.real
 def test_once_with_collectors_disabled_runs_nothing() -> None:
     result = lockstep("once", "--collector.disable-defaults")
     assert result.returncode == 0
     assert [name for name, _ in samples(result.stdout)] == ["lockstep_build_info"]
 
 
+@pytest.mark.real
 def test_doctor_explains_in_words(tmp_path: Path) -> None:
     (tmp_path / "stat").write_text("")
     (tmp_path / "stat").chmod(0)
@@ -140,6 +146,7 @@ def plugin_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+@pytest.mark.real
 def test_third_party_collector_plugin(plugin_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(plugin_path)}
     result = lockstep("once", "--path.procfs", str(PROC), env=env)

@@ -169,6 +169,7 @@ def test_listen_forms() -> None:
         parse_listen(":70000")
 
 
+@pytest.mark.real
 def test_config_check_command(tmp_path: Path) -> None:
     good = write(
         tmp_path, "disable_default_collectors: true\ncollectors:\n  host:\n    enabled: true\n    interval: 10s\n"
@@ -186,6 +187,7 @@ def test_config_check_command(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.real
 def test_run_with_bad_config_exits_2_without_traceback(tmp_path: Path) -> None:
     bad = write(tmp_path, "staleness_intervals: many\n")
     result = lockstep("run", "--config", str(bad))
@@ -245,6 +247,7 @@ def test_example_refuses_a_default_it_cannot_write() -> None:
     assert str(err.value) == "option odd: no written form parses back to its default 7"
 
 
+@pytest.mark.real
 def test_config_example_command_prints_a_file_config_check_accepts(tmp_path: Path) -> None:
     printed = lockstep("config", "example")
     assert (printed.returncode, printed.stderr) == (0, "")
@@ -434,6 +437,7 @@ def test_config_check_refuses_a_fifo_or_device_at_once(
     assert capsys.readouterr().err == f"lockstep: {path}: cannot read: is {what}, not a regular file\n"
 
 
+@pytest.mark.real
 def test_no_config_edit_takes_the_running_daemon_down(tmp_path: Path) -> None:
     """Every bad edit through the file watcher (no SIGHUP): each rejected by name, the running
     config kept, memory bounded, and SIGTERM still answered at once."""

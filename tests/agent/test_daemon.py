@@ -12,8 +12,12 @@ import time
 from pathlib import Path
 
 import bcrypt
+import pytest
 
 from tests.support import FIXTURES, AgentProcess, http_get, samples, wait_until
+
+# Tier: real processes and tools (tests/conftest.py).
+pytestmark = pytest.mark.real
 
 HOST_UP = ("lockstep_collector_up", frozenset({("collector", "host")}))
 

@@ -12,7 +12,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO, AgentProcess, free_port, http_get, samples, wait_until
+
+# Tier: real processes and tools (tests/conftest.py).
+pytestmark = pytest.mark.real
 
 OPEN_FILES = 256  # the agent's RLIMIT_NOFILE here (the unit's LimitNOFILE=8192, scaled down)
 FILES_CAP = OPEN_FILES // 4  # the training collector's share (collectors/training/tail.py)

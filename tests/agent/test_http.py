@@ -191,6 +191,7 @@ def test_web_config_problems_are_all_reported(tmp_path: Path) -> None:
     assert len(problems) == 4
 
 
+@pytest.mark.real
 def test_liveness_probe_with_client_certificates_required(tmp_path: Path) -> None:
     """The real agent with mTLS on its metrics port: the kubelet (no client certificate) probes the
     plain /healthz-only listener, as deploy/daemonset.yaml does; the metrics port stays closed to it."""

@@ -88,6 +88,7 @@ def test_the_generated_straggler_unit_tests_are_current() -> None:
     assert stragglers.OUT.read_text() == stragglers.render(), "run: .venv/bin/python -m alerts.tests.stragglers"
 
 
+@pytest.mark.real
 def test_promtool_check_rules_is_clean(tmp_path: Path) -> None:
     promtool = require_promtool()
     files = [str(REPO / path) for path in render.RULE_FILES.values()]
@@ -111,6 +112,7 @@ def test_there_are_promtool_unit_tests() -> None:
 
 # One promtool run per file: a failure names its file, and parallel test workers share the
 # 20 s of CPU that the whole set takes.
+@pytest.mark.real
 @pytest.mark.parametrize("test_file", TESTS, ids=lambda path: path.name)
 def test_promtool_unit_tests_pass(test_file: Path) -> None:
     promtool = require_promtool()
@@ -244,6 +246,7 @@ def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> No
     assert "rate(lockstep_training_compute_seconds_total[30s])" in recording
 
 
+@pytest.mark.real
 def test_the_alertmanager_configuration_is_valid() -> None:
     """alerts/alertmanager.yml as amtool (Debian prometheus-alertmanager) reads it; what it does
     with the alerts is proven in tests/e2e/test_pages_e2e.py."""
@@ -256,6 +259,7 @@ def test_the_alertmanager_configuration_is_valid() -> None:
     assert "5 inhibit rules" in result.stdout and "2 receivers" in result.stdout, result.stdout
 
 
+@pytest.mark.real
 def test_a_models_own_ttft_slo_replaces_the_default_for_it_alone(tmp_path: Path) -> None:
     """thresholds.py INFERENCE_TTFT_SLO_SECONDS_BY_MODEL: a listed model is held to its own SLO,
     every other model to the default.  Rendered with one override and run by promtool: a p95 of

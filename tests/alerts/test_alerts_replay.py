@@ -43,6 +43,9 @@ from lockstep.simulation import areas, temporary_node
 from lockstep.simulation.workloads import INFERENCE_ONSET
 from tests.support import REPO, require_promtool
 
+# Tier: real processes and tools (tests/conftest.py).
+pytestmark = pytest.mark.real
+
 # The default run covers 25 simulated minutes: two evaluation passes, a checkpoint pause and
 # every 10-minute window filled, in seconds of CPU.  Two hours, as the issue asks of the healthy
 # node: LOCKSTEP_REPLAY_MINUTES=120.

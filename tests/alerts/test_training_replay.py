@@ -29,6 +29,9 @@ from alerts import render
 from tests.support import REPO, require_promtool
 from tests.support.training_replay import SCRAPE, Segment, input_series, load_case, replay, timeline
 
+# Tier: real processes and tools (tests/conftest.py).
+pytestmark = pytest.mark.real
+
 STRAGGLER = "LockstepTrainingStragglerSustained"
 HEALTHY_MINUTES = 75  # an hour of history for the change test, and a healthy half hour judged
 FAULT_MINUTES = 35

@@ -61,6 +61,7 @@ def flags() -> dict[str, str]:
     return dict(a.removeprefix("--").split("=", 1) for a in container()["args"] if a.startswith("--"))
 
 
+@pytest.mark.real
 def test_yamllint_is_clean() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "yamllint", "--strict", "-c", ".yamllint.yaml", "deploy/", ".yamllint.yaml"],
@@ -90,6 +91,7 @@ def test_kustomization_lists_every_manifest_and_pins_this_version() -> None:
     assert container()["image"] == f"lockstep:{__version__}"
 
 
+@pytest.mark.real
 def test_kustomize_builds_valid_manifests_in_one_namespace() -> None:
     kubectl = shutil.which("kubectl")
     require_real("kubectl (its built-in kustomize)", kubectl is not None)
@@ -181,6 +183,7 @@ def test_service_monitor_scrapes_the_service() -> None:
     assert endpoint["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_pod_node_name"], "targetLabel": "node"}]
 
 
+@pytest.mark.real
 def test_configmap_config_is_valid_and_the_daemonset_args_run(tmp_path: Path) -> None:
     """The ConfigMap's file passes `config check`, and `lockstep once` runs with the DaemonSet's
     flags, the host paths mapped to this machine's own (a container would see them under /host)."""

@@ -14,7 +14,12 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO, free_port, http_get, lockstep, wait_until
+
+# Tier: real processes and tools (tests/conftest.py).
+pytestmark = pytest.mark.real
 
 
 def build_wheel(out: Path) -> Path:

@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
@@ -64,6 +65,7 @@ def systemd_analyze() -> str:
     return path  # type: ignore[return-value]
 
 
+@pytest.mark.real
 def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     result = subprocess.run(
         [systemd_analyze(), "verify", str(unit_for_this_checkout(tmp_path))], capture_output=True, text=True, timeout=60
@@ -72,6 +74,7 @@ def test_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
 
+@pytest.mark.real
 def test_unit_exposure_score_is_the_documented_one(tmp_path: Path) -> None:
     result = subprocess.run(
         [systemd_analyze(), "security", "--offline=yes", "--no-pager", str(unit_for_this_checkout(tmp_path))],
@@ -87,6 +90,7 @@ def test_unit_exposure_score_is_the_documented_one(tmp_path: Path) -> None:
     assert (score.group(1), score.group(2)) == (documented.group(1), documented.group(2))
 
 
+@pytest.mark.real
 def test_sysusers_file_creates_a_locked_system_user(tmp_path: Path) -> None:
     sysusers = shutil.which("systemd-sysusers")
     require_real("systemd-sysusers (Debian package systemd)", sysusers is not None)
@@ -115,6 +119,7 @@ def test_environment_file_options_are_accepted_by_lockstep_run() -> None:
     assert str(args.config) == "/etc/lockstep/lockstep.yml"
 
 
+@pytest.mark.real
 def test_agent_pings_the_units_watchdog(tmp_path: Path, agent_process: type[AgentProcess]) -> None:
     """With the unit's WatchdogSec, the agent says READY=1 and then pings WATCHDOG=1."""
     settings = unit_settings(UNIT.read_text())

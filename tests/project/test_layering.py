@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import tomllib
 
 from tests.support import REPO
@@ -166,6 +167,7 @@ def known_path(module: str) -> str:
     return str(modules()[module].relative_to(REPO))
 
 
+@pytest.mark.real
 def test_once_and_help_load_no_simulation_code() -> None:
     """What the graph says, checked on the running daemon: a whole `lockstep once` round with every
     default collector (found through the entry points, as installed) loads no lockstep.simulation module."""

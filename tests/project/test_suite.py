@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from tests.support import REPO, TESTS, TIERS
 
 SKIPPED_DIRS = {"fixtures", "golden", "__pycache__"}
@@ -21,6 +23,7 @@ def modules_of_tests() -> list[Path]:
     return [p for p in python_files(TESTS) if p.name.startswith("test_")]
 
 
+@pytest.mark.real
 def test_every_test_module_is_in_a_tier_folder() -> None:
     outside = [p for p in modules_of_tests() if p.parent.parent != TESTS or p.parent.name not in TIERS]
     assert [str(p.relative_to(TESTS)) for p in outside] == []

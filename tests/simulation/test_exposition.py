@@ -1,4 +1,8 @@
-"""The whole agent on the simulated node: golden exposition, promtool lint, metric catalogue."""
+"""The whole agent on the simulated node: golden exposition, promtool lint, metric catalogue.
+
+Each scenario runs through the CLI's own ``demo --once`` path in-process (agent/cli.py ``once``),
+so the goldens and the declared-vs-emitted check are in the quick tier; one test runs the real
+command and checks it prints the same."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ import subprocess
 
 import pytest
 
-from lockstep.agent import catalogue
+from lockstep.agent import catalogue, cli
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.options import NoOptions
 from lockstep.agent.seams import Seams
@@ -30,11 +34,11 @@ VOLATILE = re.compile(
 )
 
 
-@functools.cache  # the golden test and promtool's lint read the same output: one run each scenario
+@functools.cache  # the golden test, promtool's lint and the catalogue check read the same output
 def demo_once(scenario: str) -> str:
-    result = lockstep("demo", "--once", "--scenario", scenario)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    body, failures = cli.once(["demo", "--once", "--scenario", scenario])
+    assert failures == [], failures
+    return body.decode()
 
 
 def normalise(text: str) -> str:
@@ -56,6 +60,7 @@ def test_demo_matches_golden(scenario: str, request: pytest.FixtureRequest) -> N
     assert output == golden.read_text(), f"demo output differs from {golden} (pytest --update-golden rewrites it)"
 
 
+@pytest.mark.real
 @pytest.mark.parametrize("scenario", AT_START)
 def test_promtool_check_metrics_is_silent(scenario: str) -> None:
     promtool = require_promtool()
@@ -113,3 +118,11 @@ def test_gpm_ratios_from_the_second_round() -> None:
             collector.close()
         emitted |= {family.name + ("_total" if family.type == "counter" else "") for family in families}
     assert sorted({spec.name for spec in SECOND_ROUND_ONLY} - emitted) == []
+
+
+@pytest.mark.real
+def test_the_command_prints_what_the_goldens_hold() -> None:
+    """The in-process path the goldens take is the command's: ``lockstep demo --once`` as a process."""
+    result = lockstep("demo", "--once", "--scenario", "fabric-faults")
+    assert result.returncode == 0, result.stderr
+    assert normalise(result.stdout) == (GOLDEN / "demo-fabric-faults.prom").read_text()

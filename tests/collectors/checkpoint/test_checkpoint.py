@@ -334,6 +334,7 @@ def test_glob_roots_come_and_go_and_missing_roots_are_reported(tmp_path: Path, h
     assert h.root("/fixed/root")["root_readable"] == 0
 
 
+@pytest.mark.real
 def test_permission_denied_is_reported(tmp_path: Path) -> None:
     """Run as an unprivileged user (root reads anything), in a child process."""
     root = tmp_path / "ckpt"

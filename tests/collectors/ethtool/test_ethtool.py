@@ -276,6 +276,7 @@ def netns_veth() -> tuple[str, str]:
         restore_run_netns(run_netns)
 
 
+@pytest.mark.machine
 def test_ioctl_reader_equals_ethtool_in_a_network_namespace(netns_veth: tuple[str, str]) -> None:
     namespace, interface = netns_veth
     ns = ["ip", "netns", "exec", namespace]
@@ -296,6 +297,7 @@ def test_ioctl_reader_equals_ethtool_in_a_network_namespace(netns_veth: tuple[st
     assert dict(parse_ethtool_s(ethtool_s.stdout))["peer_ifindex"] == peer_ifindex
 
 
+@pytest.mark.machine
 def test_lockstep_once_in_a_network_namespace_matches_ethtool(netns_veth: tuple[str, str], tmp_path: Path) -> None:
     """The whole agent in the namespace (`ip netns exec` also mounts the namespace's sysfs), every
     statistic chosen, per-queue ones included: exactly what `ethtool -S` prints."""
@@ -325,6 +327,7 @@ def test_lockstep_once_in_a_network_namespace_matches_ethtool(netns_veth: tuple[
     ] == 1  # fmt: skip
 
 
+@pytest.mark.machine
 def test_veth_created_and_deleted_appears_and_disappears(tmp_path: Path) -> None:
     """Real kernel uevents: the agent reruns the collector at once (its interval is an hour), and the
     new interface's series appear; after deletion they are gone from the next snapshot."""
@@ -367,6 +370,7 @@ def test_ioctl_reader_errors_name_the_interface() -> None:
         reader.close()
 
 
+@pytest.mark.real
 def test_flags_in_help() -> None:
     result = lockstep("once", "--help")
     assert "--ethtool.interface-include" in result.stdout

@@ -543,6 +543,7 @@ def test_mig_devices_and_what_nvml_cannot_give_per_mig_device(collectors: list[G
 # --- no NVML here ---
 
 
+@pytest.mark.real
 def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     """The real pynvml on this machine: no libnvidia-ml.so.1."""
     if ctypes.util.find_library("nvidia-ml"):
@@ -572,6 +573,7 @@ def test_driver_not_loaded_is_nothing_here_and_nothing_is_published(collectors: 
 # --- the fake NVML option and spec ---
 
 
+@pytest.mark.real
 def test_once_with_a_fake_nvml_spec(tmp_path: Path) -> None:
     spec = tmp_path / "gpus.yml"
     spec.write_text(
@@ -600,6 +602,7 @@ def test_once_with_a_fake_nvml_spec(tmp_path: Path) -> None:
     assert s[key("lockstep_gpu_processes", gpu="0", uuid=info[0]["uuid"])] == 1
 
 
+@pytest.mark.real
 def test_bad_fake_nvml_spec_is_reported_with_file_and_line(tmp_path: Path) -> None:
     spec = tmp_path / "gpus.yml"
     spec.write_text("gpus:\n  - power_watts: lots\n    colour: green\n")

@@ -230,6 +230,7 @@ def test_gpm_buffers_are_freed_when_a_session_fails_to_open(made: list) -> None:
     assert fake.gpm.samples == {}
 
 
+@pytest.mark.real
 def test_lockstep_doctor_says_in_one_line_why_an_ampere_node_has_no_activity(tmp_path: Path) -> None:
     spec = tmp_path / "gpus.yml"
     spec.write_text("defaults:\n  architecture: ampere\n  model: NVIDIA A100-SXM4-80GB\ngpus: 2\n")

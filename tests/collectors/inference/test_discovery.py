@@ -61,6 +61,7 @@ def _real(values: dict, url: str) -> tuple[float | None, float | None]:
     )
 
 
+@pytest.mark.real
 def test_look_alikes_forked_by_one_process_are_bounded_and_listed_once(
     tmp_path: Path, started: list[LookalikeEngines]
 ) -> None:
@@ -85,6 +86,7 @@ def test_look_alikes_forked_by_one_process_are_bounded_and_listed_once(
     assert _states(values) == {"engine": 32, "probing": 0, "over_cap": 8, "unreadable": 0, "other_namespace": 0}
 
 
+@pytest.mark.real
 def test_silent_look_alikes_on_lower_ports_never_starve_a_found_engine(
     tmp_path: Path, started: list[LookalikeEngines], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -122,6 +124,7 @@ def test_silent_look_alikes_on_lower_ports_never_starve_a_found_engine(
     ]
 
 
+@pytest.mark.real
 def test_a_new_engine_among_silent_look_alikes_is_found_in_turn(
     tmp_path: Path, started: list[LookalikeEngines]
 ) -> None:
@@ -183,6 +186,7 @@ def test_probes_go_to_trusted_candidates_first_then_in_turn() -> None:
     assert rotation.census([*others, job, ours]) == {"engine": 1, "probing": 21, "over_cap": 0}
 
 
+@pytest.mark.real
 @pytest.mark.skipif(os.geteuid() != 0, reason="starts processes as another user (needs root)")
 def test_another_users_look_alikes_never_delay_the_agent_users_engine(started: list[LookalikeEngines]) -> None:
     """40 silent look-alikes of user nobody on lower ports: the root-run engine is probed first

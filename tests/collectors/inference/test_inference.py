@@ -622,6 +622,7 @@ def test_bad_target_is_refused_with_its_reason(given: str, problem: str) -> None
     assert problem in str(err.value)
 
 
+@pytest.mark.real
 def test_targets_from_repeated_flags_end_to_end(engines: Engines) -> None:
     engines.pages.update({"/a": Page(VLLM), "/b": Page(SGLANG)})
     result = lockstep(
@@ -639,6 +640,7 @@ def test_targets_from_repeated_flags_end_to_end(engines: Engines) -> None:
     assert series(s, "lockstep_inference_kv_cache_usage_ratio", "sglang", engines.url("/b"), "qwen") == 0.875
 
 
+@pytest.mark.real
 def test_bad_flag_is_a_usage_error() -> None:
     result = lockstep("once", "--inference.target", "vllm=ftp://x/")
     assert result.returncode == 2
@@ -699,6 +701,7 @@ finally:
 """
 
 
+@pytest.mark.real
 def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Path) -> None:
     """A real process that looks like vLLM to /proc: found by its command line and its
     listening socket, scraped, and listed with its worker and Slurm job; when it exits,
@@ -765,6 +768,7 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
     collector.close()
 
 
+@pytest.mark.real
 def test_configured_local_target_is_not_scraped_twice_and_gets_its_processes(tmp_path: Path) -> None:
     """The same server configured as localhost and found by discovery: one target, the
     configured name, with the discovered processes."""

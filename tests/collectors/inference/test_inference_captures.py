@@ -23,7 +23,7 @@ from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP
 from lockstep.collectors.inference.readings import finish_reason
 from lockstep.collectors.inference.targets import parse_targets
-from tests.support import FIXTURES, collected
+from tests.support import FIXTURES, REPO, collected
 
 CAPTURES = sorted((FIXTURES / "inference").glob("*.json"))
 # Series about the scrape or the node, not the engine's numbers.
@@ -91,7 +91,7 @@ def test_every_engine_has_captures() -> None:
 def test_every_inference_family_has_its_meaning_per_engine_in_the_vocabulary_table() -> None:
     """docs/workloads.md's "One vocabulary" table has a row for each family the engines feed,
     with a cell for each of the five engines."""
-    doc = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    doc = (REPO / "docs" / "workloads.md").read_text()
     table = doc.split("### One vocabulary", 1)[1].split("Rules behind the table", 1)[0]
     rows = [line for line in table.splitlines() if line.startswith("| `lockstep_inference_")]
     # The collector's own diagnostics, not fed by an engine (docs/security.md, docs/workloads.md).

@@ -274,6 +274,7 @@ def test_missing_counter_file_is_skipped_alone(tree: Path) -> None:
     assert values["lockstep_ib_port_symbol_errors_total"] == 0
 
 
+@pytest.mark.real
 def test_kernel_errnos_skip_one_counter() -> None:
     """Real files that fail the way an RDMA driver's counter files do: EINVAL (the loopback device's
     speed), EACCES (a 0400 file read by an unprivileged user) and, where this machine has one,
@@ -382,6 +383,7 @@ def test_parse_state() -> None:
         parse_state("ACTIVE")
 
 
+@pytest.mark.real
 def test_real_uevent_makes_the_agent_rediscover(tree: Path, tmp_path: Path) -> None:
     """A real kernel uevent (a veth pair made by the test, subsystem net) wakes the collector, whose
     interval is an hour, and drops its cached discovery: a device replaced under the same name
@@ -429,6 +431,7 @@ def sysfs(tmp_path: Path) -> Path:
     return tmp_path / "sys"
 
 
+@pytest.mark.real
 def test_a_400_digit_ib_counter_is_skipped_and_the_scrape_holds_everything_else(sysfs: Path) -> None:
     (sysfs / MLX5_COUNTERS / "port_xmit_data").write_text("9" * 400)
     (sysfs / MLX5_COUNTERS / "port_rcv_data").write_text(str(1 << 64))  # one past the 64-bit width

@@ -217,6 +217,7 @@ def test_a_kubelet_without_the_v1_api_is_named(tmp_path: Path) -> None:
     assert str(raised.value) == f"the kubelet at {socket} does not serve the v1 pod-resources API (older than 1.20?)"
 
 
+@pytest.mark.real
 def test_permission_denied_says_who_may_connect() -> None:
     """The kubelet's socket is root's (srwxr-xr-x): a non-root agent gets EACCES on connect."""
     from tests.support import require_real
@@ -250,6 +251,7 @@ def test_permission_denied_says_who_may_connect() -> None:
     )
 
 
+@pytest.mark.real
 def test_lockstep_once_with_a_real_kubelet(tmp_path: Path) -> None:
     with kubelet_socket(Kubelet(NODE), tmp_path) as socket:
         result = lockstep(
@@ -265,6 +267,7 @@ def test_lockstep_once_with_a_real_kubelet(tmp_path: Path) -> None:
     assert len([k for k in got if k[0] == INFO]) == 5
 
 
+@pytest.mark.real
 def test_a_hung_kubelet_does_not_hold_up_the_other_collectors(tmp_path: Path) -> None:
     config = tmp_path / "lockstep.yml"
     with kubelet_socket(Kubelet(NODE, delay=60), tmp_path) as socket:
@@ -292,6 +295,7 @@ def test_checked_in_generated_code_matches_the_proto(tmp_path: Path) -> None:
     assert sorted(p.name for p in generated) == sorted(GENERATED)
 
 
+@pytest.mark.real
 def test_lockstep_help_does_not_import_grpc() -> None:
     code = "import sys; from lockstep.agent.registry import discover; discover(); print('grpc' in sys.modules)"
     result = subprocess.run([*LOCKSTEP[:1], "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)

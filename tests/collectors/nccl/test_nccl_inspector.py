@@ -15,16 +15,16 @@ from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.collectors.nccl import InspectorCollector, InspectorOptions
 from lockstep.collectors.nccl.inspector_records import BadLine, parse_line
-from tests.support import collected
+from tests.support import FIXTURES, collected
 
-FIXTURES = Path(__file__).parent.parent / "fixtures" / "nccl" / "inspector"
+DUMPS = FIXTURES / "nccl" / "inspector"
 COMM = "0x7f8c496ae9f661"
 
 
 def node(tmp_path: Path, *, pids_on_gpus: dict[int, int] | None = None, cgroups: dict[int, str] | None = None) -> Paths:
     """A host root with the fixture dumps under /scratch/run, and a procfs with the writers' cgroups."""
     rootfs, procfs = tmp_path / "rootfs", tmp_path / "proc"
-    shutil.copytree(FIXTURES, rootfs / "scratch" / "run")
+    shutil.copytree(DUMPS, rootfs / "scratch" / "run")
     for pid, cgroup in (cgroups or {}).items():
         (procfs / str(pid)).mkdir(parents=True)
         (procfs / str(pid) / "cgroup").write_text(cgroup)
@@ -109,7 +109,7 @@ def test_partial_last_line_is_counted_once_its_newline_arrives(tmp_path: Path) -
     rank3 = ("4242", COMM, "3", "node001", "AllReduce")
     assert series(collected(collector), "lockstep_nccl_collectives_total")[rank3] == 3
     dump = paths.rootfs / "scratch/run/nccl-inspector-4242/node001-pid2200.log"
-    whole = open(FIXTURES / "nccl-inspector-4242/node001-pid2200.log").read().split("\n")[0]  # an AllReduce line
+    whole = open(DUMPS / "nccl-inspector-4242/node001-pid2200.log").read().split("\n")[0]  # an AllReduce line
     partial = dump.read_text().split("\n")[-1]
     with open(dump, "a") as f:
         f.write(whole[len(partial) :] + "\n")
@@ -154,7 +154,7 @@ def test_job_unknown_when_the_writer_is_on_another_node(tmp_path: Path) -> None:
 
 def test_garbage_and_other_format_versions_are_counted_and_skipped(tmp_path: Path) -> None:
     paths = node(tmp_path)
-    good = (FIXTURES / "nccl-inspector-4242/node001-pid2201.log").read_text().strip()
+    good = (DUMPS / "nccl-inspector-4242/node001-pid2201.log").read_text().strip()
     record = json.loads(good)
     v5 = json.loads(good)
     v5["metadata"]["inspector_output_format_version"] = "v5.0"
@@ -212,7 +212,8 @@ def test_teardown_only_dump_appears_and_idle_ranks_go(tmp_path: Path) -> None:
     assert series(collected(collector), "lockstep_nccl_collectives_total") == {}
     # The whole file appears at communicator teardown.
     shutil.copy(
-        FIXTURES / "nccl-inspector-4242/node001-pid2201.log", paths.rootfs / "scratch/run/teardown/node001-pid2201.log"
+        DUMPS / "nccl-inspector-4242/node001-pid2201.log",
+        paths.rootfs / "scratch/run/teardown/node001-pid2201.log",
     )
     assert series(collected(collector), "lockstep_nccl_collectives_total") == {
         ("unknown", COMM, "4", "node001", "AllReduce"): 1
@@ -258,7 +259,7 @@ def test_no_globs_is_nothing_here(tmp_path: Path) -> None:
 )
 def test_a_renamed_field_is_a_bad_record(path: tuple[str, str]) -> None:
     """The field names are NCCL's: a reader that guessed one would pass every other test."""
-    record = json.loads((FIXTURES / "nccl-inspector-4242/node001-pid2201.log").read_text())
+    record = json.loads((DUMPS / "nccl-inspector-4242/node001-pid2201.log").read_text())
     section, key = path
     parent = record[section] if section else record
     parent[f"{key}_renamed"] = parent.pop(key)

@@ -27,9 +27,9 @@ from lockstep.simulation.fake_ras import (
     FakeRasServer,
     render_json,
 )
-from tests.support import collected
+from tests.support import FIXTURES, collected
 
-FIXTURE = Path(__file__).parent.parent / "fixtures" / "nccl" / "ras" / "status-2.30.7.json"
+FIXTURE = FIXTURES / "nccl" / "ras" / "status-2.30.7.json"
 COMM = "0x5f4a2b1c9d8e7f60"
 SMALL = "0xa1b2c3d4e5f60718"
 

@@ -62,6 +62,7 @@ def job(name: str, job_id: str) -> tuple:
     return (name, frozenset({("job_id", job_id)}))
 
 
+@pytest.mark.real
 def test_cgroup_v2_environ_and_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = fake_scontrol(tmp_path, monkeypatch)
     s = collect("v2")
@@ -119,6 +120,7 @@ def test_sluid_named_job_directory_reports_the_job_id(tmp_path: Path, monkeypatc
     assert s[job("lockstep_slurm_job_cpu_seconds_total", "401")] == 1.0
 
 
+@pytest.mark.real
 def test_controller_calls_are_rate_limited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = fake_scontrol(tmp_path, monkeypatch)
     collector = SlurmCollector(
@@ -133,6 +135,7 @@ def test_controller_calls_are_rate_limited(tmp_path: Path, monkeypatch: pytest.M
     assert len(log.read_text().splitlines()) == 2  # one round: the job and the node, once
 
 
+@pytest.mark.real
 def test_slow_controller_never_stalls_a_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = fake_scontrol(tmp_path, monkeypatch, delay=30)
     collector = SlurmCollector(
@@ -157,6 +160,7 @@ def test_slow_controller_never_stalls_a_round(tmp_path: Path, monkeypatch: pytes
     assert log.exists()
 
 
+@pytest.mark.real
 def test_no_slurm_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.delenv("SLURM_CONF", raising=False)
@@ -258,6 +262,7 @@ def _scontrol_on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, body: str
     return script
 
 
+@pytest.mark.real
 def test_empty_slurm_cgroup_directories_do_not_hide_the_listpids_jobs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -277,6 +282,7 @@ def test_empty_slurm_cgroup_directories_do_not_hide_the_listpids_jobs(
     assert values[("lockstep_slurm_job_processes", frozenset({("job_id", "501")}))] == 2
 
 
+@pytest.mark.real
 def test_a_hung_scontrol_wrapper_leaves_nothing_running_after_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

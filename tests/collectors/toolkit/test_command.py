@@ -14,6 +14,9 @@ from tests.support import (
     wait_until,
 )
 
+# Tier: real processes and tools (tests/conftest.py).
+pytestmark = pytest.mark.real
+
 # --- scontrol: whole-exchange deadline, process group killed, bounded output ---
 
 

@@ -15,7 +15,7 @@ import pytest
 from lockstep import emitter as training_emitter
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.emitter import StepLog, StepTimer, format_timestamp
-from tests.support import collected, context
+from tests.support import REPO, collected, context
 
 MODULE = Path(training_emitter.__file__)
 
@@ -90,6 +90,7 @@ def test_step_timer_times_phases_and_starts_the_next_step() -> None:
             pass
 
 
+@pytest.mark.real
 def test_a_copy_of_the_file_works_without_lockstep_and_the_collector_reads_it(tmp_path: Path) -> None:
     """The documented use without installing Lockstep: copy the file next to the training code."""
     shutil.copy(MODULE, tmp_path / "training_emitter.py")
@@ -150,7 +151,7 @@ def test_a_loop_that_times_no_compute_gets_the_collectors_derived_compute(tmp_pa
 
 
 def _workloads_snippets() -> list[str]:
-    text = (Path(__file__).resolve().parents[2] / "docs" / "workloads.md").read_text()
+    text = (REPO / "docs" / "workloads.md").read_text()
     return [block.split("```", 1)[0] for block in text.split("```python\n")[1:]]
 
 

@@ -367,6 +367,7 @@ def test_globs_are_host_paths_under_the_root_file_system(tmp_path: Path) -> None
     assert_steps(s, 0, 2)
 
 
+@pytest.mark.real
 def test_repeated_log_flags_end_to_end(tmp_path: Path) -> None:
     for job in ("a", "b"):
         (tmp_path / job).mkdir()
@@ -447,6 +448,7 @@ def test_a_hung_rank_is_kept_while_its_process_holds_its_log(tmp_path: Path) -> 
     assert ranks(s) == []
 
 
+@pytest.mark.real
 def test_a_finished_rank_is_dropped_a_minute_after_its_last_step(tmp_path: Path) -> None:
     """A real process writes three steps and exits: a minute later its rank is gone, not after
     idle_timeout (an hour here)."""
@@ -563,6 +565,7 @@ def test_a_double_star_glob_over_symlink_loops_ends(tmp_path: Path) -> None:
     collector.close()
 
 
+@pytest.mark.real
 def test_the_files_followed_stay_within_a_quarter_of_the_descriptor_limit(tmp_path: Path) -> None:
     """200 ranks' logs, 64 descriptors: the collector follows 16 (a quarter of the limit), says
     once that the others are left unread, and the ones followed are never closed and read again
@@ -596,6 +599,7 @@ def test_the_files_followed_stay_within_a_quarter_of_the_descriptor_limit(tmp_pa
     ]
 
 
+@pytest.mark.real
 def test_running_out_of_file_descriptors_is_loud_and_never_rereads(tmp_path: Path) -> None:
     """200 ranks' logs, 64 descriptors of which something else took all but 10 (fewer than the
     collector's 16): the files that cannot be opened are reported as an error, and the ones
