@@ -1,14 +1,18 @@
-"""The test suite's own structure: every test module in a tier folder, none importing another
-(shared code is in tests/support/, fixtures in tests/conftest.py), and no test that asserts nothing."""
+"""The test suite's own structure: every test module beside the tests of the code it tests (a
+collector's in tests/collectors/<collector>/), none importing another (shared code is in
+tests/support/, fixtures in tests/conftest.py), no test that asserts nothing, and the unit tier
+held to what it may use."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from tests.support import REPO, TESTS, TIERS
+from tests.support import REPO, TESTS, require_real
 
 SKIPPED_DIRS = {"fixtures", "golden", "__pycache__"}
 # Calls that check something: pytest's, and the wait that raises when its condition never holds.
@@ -23,10 +27,47 @@ def modules_of_tests() -> list[Path]:
     return [p for p in python_files(TESTS) if p.name.startswith("test_")]
 
 
+# The folders a test module may live in: what it tests.  tests/collectors/ has one folder per
+# collector (below), and toolkit/ for the code collectors share.
+SUBJECTS = {"agent", "alerts", "collectors", "dashboards", "deploy", "project", "simulation"}
+
+
+def collector_folders() -> set[str]:
+    """The collectors' folders under collectors/, from the entry points pyproject.toml registers
+    (lockstep.collectors.nccl:RasCollector is the nccl folder)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    targets = pyproject["project"]["entry-points"]["lockstep.collectors"].values()
+    return {target.split(":")[0].split(".")[2] for target in targets}
+
+
+def test_every_test_module_lives_with_the_tests_of_what_it_tests() -> None:
+    misplaced = []
+    for path in modules_of_tests():
+        parts = path.relative_to(TESTS).parts
+        if parts[0] not in SUBJECTS:
+            misplaced.append(str(path.relative_to(TESTS)))
+        elif parts[0] == "collectors" and (len(parts) != 3 or parts[1] not in collector_folders() | {"toolkit"}):
+            misplaced.append(str(path.relative_to(TESTS)))
+    assert misplaced == []
+
+
+def test_every_collector_has_its_tests_in_one_folder_named_after_it() -> None:
+    folders = {p.name for p in (TESTS / "collectors").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert sorted(collector_folders() - folders) == []  # a collector without tests
+    assert sorted(folders - collector_folders() - {"toolkit"}) == []  # a folder of no collector
+
+
+def test_a_unit_test_cannot_start_a_process_or_ask_for_a_real_component() -> None:
+    """The unit tier is in-process (tests/conftest.py): a test that needs more is marked `real`."""
+    with pytest.raises(AssertionError, match="a unit test started a process: mark it @pytest.mark.real"):
+        subprocess.run(["true"], check=False)
+    with pytest.raises(pytest.fail.Exception, match="a unit test needs promtool: mark it @pytest.mark.real"):
+        require_real("promtool", True)
+
+
 @pytest.mark.real
-def test_every_test_module_is_in_a_tier_folder() -> None:
-    outside = [p for p in modules_of_tests() if p.parent.parent != TESTS or p.parent.name not in TIERS]
-    assert [str(p.relative_to(TESTS)) for p in outside] == []
+def test_a_real_test_may_start_a_process() -> None:
+    assert subprocess.run(["true"], check=False).returncode == 0
 
 
 def imported(path: Path) -> set[str]:
