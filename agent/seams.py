@@ -13,7 +13,7 @@ and asks its context for a replacement, using the real one when there is none::
 The simulated node or a test replaces it: ``Seams(ETHTOOL.replaced_by(CapturedReader()))``;
 mypy checks that the replacement has the seam's type.  The agent only carries ``Seams`` from
 whoever built it to the collectors (``CollectorContext.seams``): it knows no collector's
-types, so this module imports none (the layering test, tests/unit/test_layering.py, checks).
+types, so this module imports none (the layering test, tests/project/test_layering.py, checks).
 A seam is an object imported by name, so a misspelt one fails at import instead of silently
 leaving the real dependency in place.  In production ``CollectorContext.seams`` is
 ``Seams()``: nothing replaced.

@@ -12,7 +12,7 @@ node_exporter's and dcgm-exporter's defaults.
   machine, so the per-CPU part is also scaled to a 2 x 56-core, 224-thread node.
 - dcgm-exporter: not runnable without DCGM; its default counter list is 21 fields per GPU
   (etc/default-counters.csv, NVIDIA/dcgm-exporter commit 00d6d344ea4a), one series each per GPU.
-Prints figures; no pass/fail (tests/unit/test_cardinality.py enforces the budget).
+Prints figures; no pass/fail (tests/simulation/test_cardinality.py enforces the budget).
 """
 
 from __future__ import annotations

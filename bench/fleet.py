@@ -34,7 +34,7 @@ For each N it:
      raw queries the lockstep-fleet.recording rules replaced.  The recorded series exist only
      since Prometheus started, so their figures are the cost of few series, not of 3 h of them;
    - the Prometheus process's resident memory, heap in use, and series loaded.
-Prints figures; no pass/fail.  tests/e2e/test_fleet.py runs a 16-node, 10-minute version.
+Prints figures; no pass/fail.  tests/simulation/test_fleet.py runs a 16-node, 10-minute version.
 """
 
 from __future__ import annotations

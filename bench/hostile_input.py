@@ -8,8 +8,8 @@ Each case starts `lockstep run` as its own process (so the figures are the agent
 the collectors the attack needs, running every 2 s, measures it idle ("before"), makes the
 hostile input an unprivileged user on the node could make, measures it while the input is there
 ("during"), removes the input and measures again ("after").  A scrape is timed 5 times per
-phase (p50 and max).  The tests in tests/unit/test_input_bounds.py,
-tests/component/test_fd_limit.py and tests/unit/test_hostile_*.py run the same attacks scaled
+phase (p50 and max).  The hostile-input tests in tests/collectors/<collector>/,
+tests/agent/test_fd_limit.py and tests/agent/test_samples.py run the same attacks scaled
 down, with exact assertions; this prints figures only (the machines are shared and noisy: the
 load average is printed beside them).
 

@@ -9,7 +9,7 @@ engine's model renamed every 5 s and its endpoint down one second in 7, the trai
 rotated every 5 s (old rotations deleted).  A scrape every second exercises rendering.
 
 Prints one line per sample, then the figures at the end of the warm-up (the first third)
-and their maxima after it.  tests/e2e/test_soak.py runs it for a minute (LOCKSTEP_SOAK_SECONDS
+and their maxima after it.  tests/simulation/test_soak.py runs it for a minute (LOCKSTEP_SOAK_SECONDS
 for longer) and asserts that the maxima stay within a small margin of the warm-up figures.
 """
 

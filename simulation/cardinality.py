@@ -1,7 +1,7 @@
 """The cardinality budget: how many series the agent exports, per node, GPU, port and interface.
 
 A fleet pays for every series of every node (docs/performance.md, cardinality budget).  The
-budget is for the default configuration on the simulated 8-GPU node; tests/unit/test_cardinality.py
+budget is for the default configuration on the simulated 8-GPU node; tests/simulation/test_cardinality.py
 fails when an exposition of the simulated node exceeds it, or when a label could take a new
 value over time (a pid, a file path, a request id, a timestamp), which makes new series
 without end.  bench/cardinality.py prints the figures.

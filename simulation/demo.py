@@ -5,7 +5,7 @@ real machine.  The one way in is this module, imported by agent/cli.py inside th
 serve the ``demo`` command (and ``demo --help``) and the ``--gpu.fake-nvml SPEC`` flag, so that a
 newcomer finds in one place what the simulation hands the real agent: the node's trees
 (``--path.*``), its fakes (``Seams``) and the collector options that point collectors at its
-data.  tests/unit/test_layering.py holds the daemon to that: no other import of
+data.  tests/project/test_layering.py holds the daemon to that: no other import of
 ``lockstep.simulation`` from agent/ or collectors/.
 """
 

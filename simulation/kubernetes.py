@@ -3,7 +3,7 @@
 Only in the ``kubernetes`` scenario; every other scenario is a Slurm node without a kubelet,
 where the kubernetes collector finds no socket and reports nothing here.  The answer is a
 real ``ListPodResourcesResponse`` handed to the collector through ``node.seams`` (the
-collector's gRPC client itself is tested against a real gRPC server in tests/component/test_kubernetes.py).
+collector's gRPC client itself is tested against a real gRPC server in tests/collectors/kubernetes/test_kubernetes.py).
 
 The pods' GPU processes (simulation/gpu.py puts them on the GPUs) are in their containers'
 cgroups as containerd with the systemd cgroup driver makes them

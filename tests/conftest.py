@@ -74,6 +74,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A machine test runs alone: beside another test (pytest-xdist's workers) each would see the
+    other's mounts, network namespaces or processes."""
+    if item.get_closest_marker("machine") is not None and _is_xdist_worker(item.config):
+        pytest.fail("marked machine: it runs alone; run it without -n (or leave it out: -m 'not machine')")
+
+
 def _refuse_process(*args: object, **kwargs: object) -> None:
     raise AssertionError(
         "a unit test started a process: mark it @pytest.mark.real (tests/conftest.py), or keep it in-process"

@@ -6,7 +6,7 @@ The series are realistic enough that a hand-written `0+30x80` would not be: ever
 stable bias of up to 2 % and per-minute jitter of up to 3 %, all ranks slow down together in
 an evaluation pass, and the job stops for a checkpoint save.  Their values are computed here
 (seeded, so the file is the same on every run) and written out sample by sample; the expected
-alerts and annotations below are exact.  tests/component/test_alert_rules.py fails when the checked-in
+alerts and annotations below are exact.  tests/alerts/test_alert_rules.py fails when the checked-in
 file differs from what this module writes.
 """
 

@@ -359,6 +359,6 @@ METRICS = (
 )
 
 # Averages between two rounds' GPM samples: a collector's first round (``lockstep once``, the
-# one-round golden expositions) cannot have them.  tests/component/test_exposition.py checks them on a
+# one-round golden expositions) cannot have them.  tests/simulation/test_exposition.py checks them on a
 # second round instead.
 SECOND_ROUND_ONLY = (SM_ACTIVE, PIPE_ACTIVE, SM_OCCUPANCY, DRAM_BANDWIDTH_USED)

@@ -14,7 +14,7 @@ import pynvml
 
 # NVML's clock event reason bits, by the names exported (pynvml keeps the two newest under
 # their deprecated "throttle" names only).  The fake NVML sets bits by this same table, so
-# tests/unit/test_gpu.py checks it against nvml.h's values.
+# tests/collectors/gpu/test_gpu.py checks it against nvml.h's values.
 CLOCK_EVENT_REASONS: dict[str, int] = {
     "idle": pynvml.nvmlClocksEventReasonGpuIdle,
     "applications_clocks_setting": pynvml.nvmlClocksEventReasonApplicationsClocksSetting,

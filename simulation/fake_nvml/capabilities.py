@@ -22,7 +22,7 @@ XID_FALLEN_OFF_THE_BUS = 79
 # Clock event reasons: the fake uses the collector's table (CLOCK_EVENT_REASONS, names as
 # exported and as specs write them -> NVML bits) rather than a copy of it.  A copy would be no
 # independent check (it was copied, so it repeats any wrong bit); the check of the bits is
-# tests/unit/test_gpu.py's comparison of the table with nvml.h's values.
+# tests/collectors/gpu/test_gpu.py's comparison of the table with nvml.h's values.
 # Reasons whose accumulated duration NVML reports as a field (nanoseconds).
 CLOCK_EVENT_DURATION_FIELDS = {
     "sw_power_cap": "NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP",

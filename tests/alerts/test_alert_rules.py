@@ -1,7 +1,7 @@
 """The alert and recording rules (alerts/): generated files current, promtool-clean, unit-tested,
 every alert as the product names it, with a runbook section, on metrics the agent declares.
 
-The rules are proven end to end on a real Prometheus in tests/e2e/test_alerts_e2e.py.
+The rules are proven end to end on a real Prometheus in tests/alerts/test_alerts_e2e.py.
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> No
 @pytest.mark.real
 def test_the_alertmanager_configuration_is_valid() -> None:
     """alerts/alertmanager.yml as amtool (Debian prometheus-alertmanager) reads it; what it does
-    with the alerts is proven in tests/e2e/test_pages_e2e.py."""
+    with the alerts is proven in tests/alerts/test_pages_e2e.py."""
     amtool = "/usr/bin/amtool"
     require_real("amtool (Debian package prometheus-alertmanager)", Path(amtool).exists())
     result = subprocess.run(

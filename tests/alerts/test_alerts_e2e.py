@@ -23,7 +23,7 @@ scenario that `lockstep demo --help` does not list yet (the workload collectors'
 collectors run every 5 s here, once per step of the clock.
 
 The scale-out path (VictoriaMetrics, vmagent, vmalert) is proven on a subset of these cases by
-tests/e2e/test_scale_out_e2e.py, with the same observe() beside a Prometheus.
+tests/simulation/test_scale_out_e2e.py, with the same observe() beside a Prometheus.
 """
 
 from __future__ import annotations

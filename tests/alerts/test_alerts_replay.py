@@ -1,6 +1,6 @@
 """The healthy simulated node stays silent for hours of simulated time under the production rules.
 
-The end-to-end test (tests/e2e/test_alerts_e2e.py) watches each scenario for a minute or two of
+The end-to-end test (tests/alerts/test_alerts_e2e.py) watches each scenario for a minute or two of
 real time with compressed rules.  Realistic healthy noise needs longer: the training job's
 evaluation pass comes every 10 minutes and its checkpoint pause every 15.  Here the real
 collectors run on the simulated node stepped through simulated time, one round every STEP

@@ -67,7 +67,7 @@ SETTLE = 8  # real seconds to go on after that, for late alerts and notification
 # What the suspects are made from.  The filesystem collector runs only where a mount hangs: on a
 # loaded machine its 1 s statfs deadline (the simulated node's) can pass on a healthy mount.
 # Left out of this run's rules: on a loaded machine a scrape or a collector round can be a few
-# seconds late, which at 60x is minutes of simulated time.  tests/e2e/test_alerts_e2e.py proves them.
+# seconds late, which at 60x is minutes of simulated time.  tests/alerts/test_alerts_e2e.py proves them.
 AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
 
 CASES = {name: case for name, case in ALL_CASES.items() if LONG or case.speed == 1}

@@ -2,7 +2,7 @@
 variables the issue lists, current panel types with units, thresholds equal to the alerts',
 queries on existing metrics, and the sidecar ConfigMaps matching the JSON.
 
-Every query is run against a real Prometheus in tests/e2e/test_alerts_e2e.py.
+Every query is run against a real Prometheus in tests/alerts/test_alerts_e2e.py.
 """
 
 from __future__ import annotations

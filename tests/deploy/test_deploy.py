@@ -48,7 +48,7 @@ def one(kind: str, docs: list[dict[str, Any]] | None = None, name: str | None = 
 
 
 def agent_configmap() -> dict[str, Any]:
-    """The agent's config (the other ConfigMaps hold dashboards: tests/unit/test_dashboards.py)."""
+    """The agent's config (the other ConfigMaps hold dashboards: tests/dashboards/test_dashboards.py)."""
     return one("ConfigMap", name="lockstep-config")
 
 

@@ -1,7 +1,7 @@
 """The cardinality budget (lockstep/simulation/cardinality.py, docs/performance.md): series per
 node, GPU, port and interface on the simulated node, and no label that grows without end.
 
-The expositions are the golden files, which tests/component/test_exposition.py keeps equal to what
+The expositions are the golden files, which tests/simulation/test_exposition.py keeps equal to what
 `lockstep demo --once` prints for each scenario in the default configuration.
 """
 

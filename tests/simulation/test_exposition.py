@@ -46,7 +46,7 @@ def normalise(text: str) -> str:
     return re.sub(r'lockstep_build_info\{version="[^"]*"\}', 'lockstep_build_info{version="<version>"}', text)
 
 
-# Scenarios whose fault begins later are the healthy node at t=0 (tests/e2e/test_pages_e2e.py runs them).
+# Scenarios whose fault begins later are the healthy node at t=0 (tests/alerts/test_pages_e2e.py runs them).
 AT_START = sorted(name for name, scenario in scenarios().items() if not scenario.starts_healthy)
 
 
@@ -92,7 +92,7 @@ def test_emitted_and_declared_metrics_match() -> None:
     # GPM's ratio gauges are averages between two rounds: test_gpm_ratios_from_the_second_round has them.
     later = {spec.name for spec in SECOND_ROUND_ONLY}
     # Counted for a rank idle for a minute (a hung job), which a demo's one round never has:
-    # tests/unit/test_training.py (test_a_hung_rank_is_kept_while_its_process_holds_its_log) emits it.
+    # tests/collectors/training/test_training.py (test_a_hung_rank_is_kept_while_its_process_holds_its_log) emits it.
     later.add(LOG_WRITERS.name)
     assert sorted(declared - emitted - later) == [], "declared but emitted by no scenario of the simulated node"
 

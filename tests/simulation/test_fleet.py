@@ -128,9 +128,9 @@ def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Pr
 
 
 # Recording rules the simulated fleet cannot feed: NCCL's (no fleet node runs an NCCL job; their
-# rules group by cluster explicitly, and tests/e2e/test_alerts_e2e.py's NCCL cases feed them) and
+# rules group by cluster explicitly, and tests/alerts/test_alerts_e2e.py's NCCL cases feed them) and
 # the straggler change test's (`usual`: they need an hour of a job's history, the fleet runs for
-# minutes; tests/component/test_training_replay.py feeds them).
+# minutes; tests/alerts/test_training_replay.py feeds them).
 NO_FLEET_INPUT = ("lockstep_nccl_", "_usual")
 
 

@@ -3,7 +3,7 @@ write to VictoriaMetrics and vmalert evaluates the shipped rule files; the same 
 as on a single Prometheus scraping the same agents, and every dashboard query returns data from
 VictoriaMetrics.
 
-It runs a subset of tests/e2e/test_alerts_e2e.py's cases, one of each kind of rule: recording rules
+It runs a subset of tests/alerts/test_alerts_e2e.py's cases, one of each kind of rule: recording rules
 and fleet comparisons (straggler, kv-pressure), counters counted from their first sample
 (pfc-storm, link-flap: see tests/support/scale_out.py on MetricsQL's increase()), time() against a
 timestamp (checkpoint-overdue), a target that stops answering and one never there (gpu-lost,

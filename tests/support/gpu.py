@@ -1,6 +1,6 @@
 """The GPU collector against the fake NVML: a collector made for tests, the full GPU, sample keys.
 
-Shared by the GPU tests (tests/unit/test_gpu*.py) and tests/component/test_thread_exhaustion.py.
+Shared by the GPU tests (tests/collectors/gpu/) and tests/agent/test_thread_exhaustion.py.
 """
 
 from __future__ import annotations

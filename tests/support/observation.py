@@ -1,6 +1,6 @@
 """The alert cases of the simulated node and their observation on a real Prometheus (and, with
-with_scale_out, on the VictoriaMetrics path beside it): what tests/e2e/test_alerts_e2e.py and
-tests/e2e/test_scale_out_e2e.py run.  See tests/e2e/test_alerts_e2e.py's docstring."""
+with_scale_out, on the VictoriaMetrics path beside it): what tests/alerts/test_alerts_e2e.py and
+tests/simulation/test_scale_out_e2e.py run.  See tests/alerts/test_alerts_e2e.py's docstring."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The straggler and paging cases of tests/e2e/test_pages_e2e.py (shared with test_alerts_e2e.py,
+"""The straggler and paging cases of tests/alerts/test_pages_e2e.py (shared with test_alerts_e2e.py,
 which checks every demo scenario is a case of one or the other)."""
 
 from __future__ import annotations

@@ -177,7 +177,7 @@ def replay(case: Case, segments: list[Segment], after_minutes: float, directory:
 
 
 def _scrape(collector: TrainingCollector) -> Iterator[tuple[dict[str, str], float]]:
-    """One round of the collector plus what the agent adds (as tests/component/test_alerts_replay.py)."""
+    """One round of the collector plus what the agent adds (as tests/alerts/test_alerts_replay.py)."""
     yield {"__name__": "up"}, 1.0
     yield {"__name__": "lockstep_build_info", "version": __version__}, 1.0
     for family in collector.collect():

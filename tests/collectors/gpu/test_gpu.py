@@ -152,7 +152,7 @@ def test_every_value_from_nvml_in_base_units(collectors: list[GpuCollector]) -> 
     assert s == expected
     assert collector.context.gpu_inventory.published()[
         0
-    ].processes == (  # no per-process samples: idle (tests/unit/test_gpu_processes.py)
+    ].processes == (  # no per-process samples: idle (tests/collectors/gpu/test_gpu_processes.py)
         GpuProcess(2200, 30_000 * MIB, None, None, sm_utilization=0.0, memory_utilization=0.0),
         GpuProcess(2300, None, None, None, sm_utilization=0.0, memory_utilization=0.0),
     )
