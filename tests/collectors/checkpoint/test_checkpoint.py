@@ -565,14 +565,7 @@ def test_a_non_utf8_directory_under_a_checkpoint_root_costs_nothing_of_its_neigh
             f.write(b"x" * 700)
         with open(os.path.join(root, b"latest_checkpointed_iteration.txt"), "wb") as f:
             f.write(b"50\n")
-    collector = CheckpointCollector(
-        CollectorContext(
-            paths=Paths(rootfs=tmp_path),
-            options=CheckpointOptions(roots=parse_roots([{"path": "/ckpt/*", "watch": "poll"}])),
-            log=logging.getLogger("test"),
-            seams=Seams(WALL_CLOCK.replaced_by(lambda: now)),
-        )
-    )
+    collector = _checkpoints(tmp_path, [{"path": "/ckpt/*", "watch": "poll"}], now)
     try:
         result = served(collector)
     finally:
@@ -630,14 +623,7 @@ def test_a_directory_1000_levels_deep_is_not_watched_and_costs_no_root_its_data(
     _deep_tree(deep, 1000)
     good.mkdir()
     _save(good, "step_1", now - 100)
-    collector = CheckpointCollector(
-        CollectorContext(
-            paths=Paths(rootfs=tmp_path),
-            options=CheckpointOptions(roots=parse_roots([{"path": "/ckpt/*", "watch": "inotify"}])),
-            log=logging.getLogger("test"),
-            seams=Seams(WALL_CLOCK.replaced_by(lambda: now)),
-        )
-    )
+    collector = _checkpoints(tmp_path, [{"path": "/ckpt/*", "watch": "inotify"}], now)
     try:
         values = collected(collector)
         assert MAX_WATCH_DEPTH == 16
@@ -685,14 +671,7 @@ def test_a_root_reached_through_a_symlink_is_watched(tmp_path: Path) -> None:
     now = time.time()
     (tmp_path / "real").mkdir()
     (tmp_path / "ckpt").symlink_to(tmp_path / "real")
-    collector = CheckpointCollector(
-        CollectorContext(
-            paths=Paths(rootfs=tmp_path),
-            options=CheckpointOptions(roots=parse_roots([{"path": "/ckpt", "watch": "inotify"}])),
-            log=logging.getLogger("test"),
-            seams=Seams(WALL_CLOCK.replaced_by(lambda: now)),
-        )
-    )
+    collector = _checkpoints(tmp_path, [{"path": "/ckpt", "watch": "inotify"}], now)
     try:
         values = collected(collector)
         info = [dict(labels) for (name, labels) in values if name == "lockstep_checkpoint_info"]

@@ -1,8 +1,10 @@
 """Inference collector against real HTTP servers (127.0.0.1, ephemeral ports) serving each
 engine's exposition format, and against a real engine-like process found through /proc.
 
-The exposition texts below are written from the metric names in the engines' documentation
-(shared/reference/workloads.md), with values chosen so the normalised result is exact.
+The engines' expositions (tests/fixtures/inference/written/) are written from the metric names in
+the engines' documentation (shared/reference/workloads.md), with values chosen so the normalised
+result is exact; hostile engines (trickled headers, huge bodies, values outside their domain,
+histograms with bad bounds) are served beside good ones.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from lockstep.collectors.inference.discovery import engine_of
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP
 from lockstep.collectors.inference.targets import parse_target, parse_targets
 from tests.support import (
+    FIXTURES,
     collected,
     context,
     free_port,
@@ -39,239 +42,17 @@ from tests.support import (
 )
 from tests.support.served import of, self_metric, served
 
-VLLM = """\
-# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
-# TYPE vllm:kv_cache_usage_perc gauge
-vllm:kv_cache_usage_perc{engine="0",model_name="llama"} 0.5
-vllm:kv_cache_usage_perc{engine="1",model_name="llama"} 0.75
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{engine="0",model_name="llama"} 3.0
-vllm:num_requests_waiting{engine="1",model_name="llama"} 4.0
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="llama"} 10.0
-vllm:num_requests_running{engine="1",model_name="llama"} 12.0
-# TYPE vllm:num_preemptions_total counter
-vllm:num_preemptions_total{engine="0",model_name="llama"} 5.0
-vllm:num_preemptions_created{engine="0",model_name="llama"} 1.7e+09
-vllm:num_preemptions_total{engine="1",model_name="llama"} 6.0
-vllm:num_preemptions_created{engine="1",model_name="llama"} 1.7e+09
-# TYPE vllm:prefix_cache_queries_total counter
-vllm:prefix_cache_queries_total{engine="0",model_name="llama"} 1000.0
-vllm:prefix_cache_queries_total{engine="1",model_name="llama"} 3000.0
-# TYPE vllm:prefix_cache_hits_total counter
-vllm:prefix_cache_hits_total{engine="0",model_name="llama"} 250.0
-vllm:prefix_cache_hits_total{engine="1",model_name="llama"} 750.0
-# TYPE vllm:time_to_first_token_seconds histogram
-vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="llama"} 1.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="1.0",model_name="llama"} 3.0
-vllm:time_to_first_token_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 4.0
-vllm:time_to_first_token_seconds_count{engine="0",model_name="llama"} 4.0
-vllm:time_to_first_token_seconds_sum{engine="0",model_name="llama"} 2.5
-vllm:time_to_first_token_seconds_created{engine="0",model_name="llama"} 1.7e+09
-vllm:time_to_first_token_seconds_bucket{engine="1",le="0.1",model_name="llama"} 2.0
-vllm:time_to_first_token_seconds_bucket{engine="1",le="1.0",model_name="llama"} 4.0
-vllm:time_to_first_token_seconds_bucket{engine="1",le="+Inf",model_name="llama"} 5.0
-vllm:time_to_first_token_seconds_count{engine="1",model_name="llama"} 5.0
-vllm:time_to_first_token_seconds_sum{engine="1",model_name="llama"} 3.5
-# TYPE vllm:inter_token_latency_seconds histogram
-vllm:inter_token_latency_seconds_bucket{engine="0",le="0.05",model_name="llama"} 90.0
-vllm:inter_token_latency_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 100.0
-vllm:inter_token_latency_seconds_count{engine="0",model_name="llama"} 100.0
-vllm:inter_token_latency_seconds_sum{engine="0",model_name="llama"} 4.0
-# TYPE vllm:e2e_request_latency_seconds histogram
-vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 9.0
-vllm:e2e_request_latency_seconds_count{engine="0",model_name="llama"} 9.0
-vllm:e2e_request_latency_seconds_sum{engine="0",model_name="llama"} 30.0
-vllm:e2e_request_latency_seconds_bucket{engine="1",le="+Inf",model_name="llama"} 3.0
-vllm:e2e_request_latency_seconds_count{engine="1",model_name="llama"} 3.0
-vllm:e2e_request_latency_seconds_sum{engine="1",model_name="llama"} 6.5
-# TYPE vllm:request_queue_time_seconds histogram
-vllm:request_queue_time_seconds_bucket{engine="0",le="0.5",model_name="llama"} 8.0
-vllm:request_queue_time_seconds_bucket{engine="0",le="+Inf",model_name="llama"} 9.0
-vllm:request_queue_time_seconds_count{engine="0",model_name="llama"} 9.0
-vllm:request_queue_time_seconds_sum{engine="0",model_name="llama"} 1.5
-# TYPE vllm:prompt_tokens_total counter
-vllm:prompt_tokens_total{engine="0",model_name="llama"} 5000.0
-vllm:prompt_tokens_total{engine="1",model_name="llama"} 7000.0
-# TYPE vllm:generation_tokens_total counter
-vllm:generation_tokens_total{engine="0",model_name="llama"} 900.0
-vllm:generation_tokens_total{engine="1",model_name="llama"} 1100.0
-# TYPE vllm:request_success_total counter
-vllm:request_success_total{engine="0",finished_reason="stop",model_name="llama"} 6.0
-vllm:request_success_total{engine="1",finished_reason="stop",model_name="llama"} 2.0
-vllm:request_success_total{engine="0",finished_reason="length",model_name="llama"} 2.0
-vllm:request_success_total{engine="0",finished_reason="abort",model_name="llama"} 1.0
-vllm:request_success_total{engine="0",finished_reason="error",model_name="llama"} 0.0
-"""
+# Each engine's exposition as its documentation names the metrics (shared/reference/workloads.md),
+# values chosen so the normalised result is exact: tests/fixtures/inference/written/README.md.
+WRITTEN = FIXTURES / "inference" / "written"
 
-VLLM_OLD = """\
-# TYPE vllm:gpu_cache_usage_perc gauge
-vllm:gpu_cache_usage_perc{model_name="opt"} 0.25
-# TYPE vllm:num_requests_waiting gauge
-vllm:num_requests_waiting{model_name="opt"} 0.0
-# TYPE vllm:gpu_prefix_cache_queries_total counter
-vllm:gpu_prefix_cache_queries_total{model_name="opt"} 64.0
-# TYPE vllm:gpu_prefix_cache_hits_total counter
-vllm:gpu_prefix_cache_hits_total{model_name="opt"} 16.0
-# TYPE vllm:time_per_output_token_seconds histogram
-vllm:time_per_output_token_seconds_bucket{le="0.025",model_name="opt"} 7.0
-vllm:time_per_output_token_seconds_bucket{le="+Inf",model_name="opt"} 8.0
-vllm:time_per_output_token_seconds_count{model_name="opt"} 8.0
-vllm:time_per_output_token_seconds_sum{model_name="opt"} 0.5
-"""
+VLLM = (WRITTEN / "vllm.prom").read_text()
+VLLM_OLD = (WRITTEN / "vllm-old.prom").read_text()  # the names before vLLM V1 (gpu_cache_usage_perc)
 
-SGLANG = """\
-# TYPE sglang:token_usage gauge
-sglang:token_usage{model_name="qwen"} 0.875
-# TYPE sglang:num_used_tokens gauge
-sglang:num_used_tokens{model_name="qwen"} 14000.0
-# TYPE sglang:num_queue_reqs gauge
-sglang:num_queue_reqs{model_name="qwen"} 9.0
-# TYPE sglang:num_running_reqs gauge
-sglang:num_running_reqs{model_name="qwen"} 31.0
-# TYPE sglang:num_retracted_reqs gauge
-sglang:num_retracted_reqs{model_name="qwen"} 1.0
-# TYPE sglang:num_retracted_requests_total counter
-sglang:num_retracted_requests_total{model_name="qwen"} 4.0
-# TYPE sglang:cached_tokens_total counter
-sglang:cached_tokens_total{cache_source="device",model_name="qwen"} 600.0
-sglang:cached_tokens_total{cache_source="host",model_name="qwen"} 200.0
-# TYPE sglang:prompt_tokens_total counter
-sglang:prompt_tokens_total{model_name="qwen"} 1600.0
-# TYPE sglang:cache_hit_rate gauge
-sglang:cache_hit_rate{model_name="qwen"} 0.5
-# TYPE sglang:time_to_first_token_seconds histogram
-sglang:time_to_first_token_seconds_bucket{le="0.5",model_name="qwen"} 6.0
-sglang:time_to_first_token_seconds_bucket{le="+Inf",model_name="qwen"} 8.0
-sglang:time_to_first_token_seconds_count{model_name="qwen"} 8.0
-sglang:time_to_first_token_seconds_sum{model_name="qwen"} 2.25
-# TYPE sglang:inter_token_latency_seconds histogram
-sglang:inter_token_latency_seconds_bucket{le="0.02",model_name="qwen"} 30.0
-sglang:inter_token_latency_seconds_bucket{le="+Inf",model_name="qwen"} 32.0
-sglang:inter_token_latency_seconds_count{model_name="qwen"} 32.0
-sglang:inter_token_latency_seconds_sum{model_name="qwen"} 0.5
-# TYPE sglang:generation_tokens_total counter
-sglang:generation_tokens_total{model_name="qwen"} 2400.0
-# TYPE sglang:num_requests_total counter
-sglang:num_requests_total{model_name="qwen"} 8.0
-# TYPE sglang:num_aborted_requests_total counter
-sglang:num_aborted_requests_total{model_name="qwen"} 3.0
-# TYPE sglang:e2e_request_latency_seconds histogram
-sglang:e2e_request_latency_seconds_bucket{le="1.0",model_name="qwen"} 5.0
-sglang:e2e_request_latency_seconds_bucket{le="+Inf",model_name="qwen"} 8.0
-sglang:e2e_request_latency_seconds_count{model_name="qwen"} 8.0
-sglang:e2e_request_latency_seconds_sum{model_name="qwen"} 12.0
-# TYPE sglang:queue_time_seconds histogram
-sglang:queue_time_seconds_bucket{le="0.1",model_name="qwen"} 7.0
-sglang:queue_time_seconds_bucket{le="+Inf",model_name="qwen"} 8.0
-sglang:queue_time_seconds_count{model_name="qwen"} 8.0
-sglang:queue_time_seconds_sum{model_name="qwen"} 0.25
-"""
-
-TGI = """\
-# TYPE tgi_batch_current_max_tokens gauge
-tgi_batch_current_max_tokens 12000
-# TYPE tgi_batch_max_total_tokens gauge
-tgi_batch_max_total_tokens 16000
-# TYPE tgi_queue_size gauge
-tgi_queue_size 2
-# TYPE tgi_batch_current_size gauge
-tgi_batch_current_size 6
-# TYPE tgi_request_mean_time_per_token_duration histogram
-tgi_request_mean_time_per_token_duration_bucket{le="0.01"} 1
-tgi_request_mean_time_per_token_duration_bucket{le="0.05"} 3
-tgi_request_mean_time_per_token_duration_bucket{le="+Inf"} 4
-tgi_request_mean_time_per_token_duration_sum 0.125
-tgi_request_mean_time_per_token_duration_count 4
-# TYPE tgi_request_queue_duration histogram
-tgi_request_queue_duration_bucket{le="+Inf"} 4
-tgi_request_queue_duration_sum 1
-tgi_request_queue_duration_count 4
-# TYPE tgi_request_duration histogram
-tgi_request_duration_bucket{le="2"} 3
-tgi_request_duration_bucket{le="+Inf"} 4
-tgi_request_duration_sum 5.5
-tgi_request_duration_count 4
-# TYPE tgi_request_input_length histogram
-tgi_request_input_length_bucket{le="+Inf"} 4
-tgi_request_input_length_sum 2048
-tgi_request_input_length_count 4
-# TYPE tgi_request_generated_tokens histogram
-tgi_request_generated_tokens_bucket{le="+Inf"} 4
-tgi_request_generated_tokens_sum 512
-tgi_request_generated_tokens_count 4
-# TYPE tgi_request_success counter
-tgi_request_success 4
-# TYPE tgi_request_failure counter
-tgi_request_failure{err="validation"} 2
-tgi_request_failure{err="generation"} 1
-tgi_request_failure{err="dropped"} 5
-"""
-
-TRITON = """\
-# HELP nv_trt_llm_request_metrics TRT LLM request metrics
-# TYPE nv_trt_llm_request_metrics gauge
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="waiting",version="1"} 5
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="context",version="1"} 2
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="scheduled",version="1"} 8
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 64
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 13
-# HELP nv_trt_llm_kv_cache_block_metrics TRT LLM KV cache block metrics
-# TYPE nv_trt_llm_kv_cache_block_metrics gauge
-nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="tensorrt_llm",version="1"} 64
-nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm",version="1"} 300
-nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="free",model="tensorrt_llm",version="1"} 100
-nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} 400
-# TYPE nv_inference_count counter
-nv_inference_count{model="tensorrt_llm",version="1"} 1200
-# TYPE nv_inference_request_failure counter
-nv_inference_request_failure{model="tensorrt_llm",reason="REJECTED",version="1"} 2
-nv_inference_request_failure{model="tensorrt_llm",reason="CANCELED",version="1"} 4
-nv_inference_request_failure{model="tensorrt_llm",reason="BACKEND",version="1"} 1
-nv_inference_request_failure{model="tensorrt_llm",reason="OTHER",version="1"} 0
-# TYPE nv_inference_request_duration_us counter
-nv_inference_request_duration_us{model="tensorrt_llm",version="1"} 9000000
-"""
-
-DYNAMO = """\
-# TYPE dynamo_frontend_queued_requests gauge
-dynamo_frontend_queued_requests{model="qwen"} 7
-# TYPE dynamo_frontend_inflight_requests gauge
-dynamo_frontend_inflight_requests{model="qwen"} 20
-# TYPE dynamo_frontend_time_to_first_token_seconds histogram
-dynamo_frontend_time_to_first_token_seconds_bucket{model="qwen",le="0.25"} 10
-dynamo_frontend_time_to_first_token_seconds_bucket{model="qwen",le="+Inf"} 12
-dynamo_frontend_time_to_first_token_seconds_sum{model="qwen"} 2
-dynamo_frontend_time_to_first_token_seconds_count{model="qwen"} 12
-# TYPE dynamo_frontend_inter_token_latency_seconds histogram
-dynamo_frontend_inter_token_latency_seconds_bucket{model="qwen",le="0.01"} 40
-dynamo_frontend_inter_token_latency_seconds_bucket{model="qwen",le="+Inf"} 50
-dynamo_frontend_inter_token_latency_seconds_sum{model="qwen"} 0.75
-dynamo_frontend_inter_token_latency_seconds_count{model="qwen"} 50
-# TYPE dynamo_component_kvstats_active_blocks gauge
-dynamo_component_kvstats_active_blocks{dynamo_component="backend",dynamo_namespace="dynamo"} 900
-# TYPE dynamo_component_kvstats_total_blocks gauge
-dynamo_component_kvstats_total_blocks{dynamo_component="backend",dynamo_namespace="dynamo"} 1000
-# TYPE dynamo_component_kvstats_gpu_cache_usage_percent gauge
-dynamo_component_kvstats_gpu_cache_usage_percent{dynamo_component="backend",dynamo_namespace="dynamo"} 0.5
-# TYPE dynamo_frontend_requests_total counter
-dynamo_frontend_requests_total{endpoint="chat_completions",model="qwen",request_type="stream",status="success"} 11
-dynamo_frontend_requests_total{endpoint="chat_completions",model="qwen",request_type="stream",status="error"} 1
-dynamo_frontend_requests_total{endpoint="completions",model="qwen",request_type="unary",status="error"} 2
-# TYPE dynamo_frontend_input_sequence_tokens histogram
-dynamo_frontend_input_sequence_tokens_bucket{model="qwen",le="+Inf"} 12
-dynamo_frontend_input_sequence_tokens_sum{model="qwen"} 3000
-dynamo_frontend_input_sequence_tokens_count{model="qwen"} 12
-# TYPE dynamo_frontend_output_sequence_tokens histogram
-dynamo_frontend_output_sequence_tokens_bucket{model="qwen",le="+Inf"} 12
-dynamo_frontend_output_sequence_tokens_sum{model="qwen"} 600
-dynamo_frontend_output_sequence_tokens_count{model="qwen"} 12
-# TYPE dynamo_frontend_request_duration_seconds histogram
-dynamo_frontend_request_duration_seconds_bucket{model="qwen",le="4"} 9
-dynamo_frontend_request_duration_seconds_bucket{model="qwen",le="+Inf"} 12
-dynamo_frontend_request_duration_seconds_sum{model="qwen"} 30
-dynamo_frontend_request_duration_seconds_count{model="qwen"} 12
-"""
+SGLANG = (WRITTEN / "sglang.prom").read_text()
+TGI = (WRITTEN / "tgi.prom").read_text()
+TRITON = (WRITTEN / "triton.prom").read_text()
+DYNAMO = (WRITTEN / "dynamo.prom").read_text()
 
 DYNAMO_PERCENT = """\
 # TYPE dynamo_component_kvstats_gpu_cache_usage_percent gauge
