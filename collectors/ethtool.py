@@ -37,9 +37,8 @@ from typing import Any, Protocol
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
-from lockstep.agent.config import parse_bool, parse_string_list
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_bool, parse_string_list
 from lockstep.agent.seams import Seam
 from lockstep.collectors.infiniband.sysfs import rdma_netdevs
 

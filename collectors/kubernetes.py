@@ -40,9 +40,8 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
-from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_duration, parse_path, parse_string_list
 from lockstep.agent.seams import Seam
 from lockstep.collectors.containers import LOG_LINKS, Container, containers_by_id, process_container_id
 from lockstep.collectors.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device

@@ -35,9 +35,8 @@ from lockstep.agent.collector import (
     NothingHere,
     describe_error,
 )
-from lockstep.agent.config import parse_duration, parse_positive_int
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_duration, parse_positive_int
 from lockstep.collectors.filesystem.lustre import parse_lustre_stats
 from lockstep.collectors.filesystem.metrics import (
     AVAILABLE,

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.agent.config import parse_string_list
+from lockstep.agent.options import parse_string_list
 
 # Pseudo and container-image filesystems: not storage anyone fills (node_exporter's list,
 # plus FUSE pseudo filesystems).  FUSE network filesystems (fuse.juicefs, fuse.gcsfuse,

@@ -15,8 +15,7 @@ from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
-from lockstep.agent.config import parse_bool, parse_duration
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_bool, parse_duration
 from lockstep.agent.procs import Process, process_table, slurm_job
 from lockstep.collectors.inference.discovery import (
     PROBE_TIMEOUT,

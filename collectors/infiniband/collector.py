@@ -37,8 +37,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_string_list
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_string_list
 from lockstep.collectors.infiniband.metrics import (
     EXT_COUNTERS,
     GENERIC_HW_STAT,

@@ -29,8 +29,14 @@ from dataclasses import dataclass, field
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string, parse_string_list
-from lockstep.agent.options import option
+from lockstep.agent.options import (
+    option,
+    parse_choice,
+    parse_duration,
+    parse_positive_int,
+    parse_string,
+    parse_string_list,
+)
 from lockstep.agent.procs import slurm_job
 from lockstep.collectors.nccl.inspector_metrics import (
     COLLECTIVE_BUS_BYTES,

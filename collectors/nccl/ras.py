@@ -32,9 +32,15 @@ from pathlib import Path
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string, parse_string_list
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import (
+    option,
+    parse_choice,
+    parse_duration,
+    parse_positive_int,
+    parse_string,
+    parse_string_list,
+)
 from lockstep.agent.procs import slurm_job
 from lockstep.collectors.nccl.ras_client import (
     DEFAULT_PORT,

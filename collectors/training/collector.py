@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string_list
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_choice, parse_duration, parse_positive_int, parse_string_list
 from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.training.metrics import (
     COMM_WAIT_SECONDS,

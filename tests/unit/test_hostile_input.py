@@ -33,9 +33,9 @@ from prometheus_client.exposition import generate_latest
 from lockstep.agent import cli
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, Paths
 from lockstep.agent.command import CommandOutputError, run_command
-from lockstep.agent.config import MAX_DURATION, MIN_DURATION, parse_duration
 from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.logs import setup_logging
+from lockstep.agent.options import MAX_DURATION, MIN_DURATION, parse_duration
 from lockstep.agent.procs import ListeningSocket, listening_sockets, socket_inodes
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, checked_families
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
