@@ -1,8 +1,8 @@
 """The NCCL Inspector collector: follows the dump files NCCL's Inspector profiler plugin writes
 (inspector_records.py has the format) and turns each rank's records into counters.
 
-Files are found by the configured globs and followed with the training collector's tailer
-(collectors/training/tail.py: rotation, truncation, a partial last line, bounded bytes per
+Files are found by the configured globs and followed as the training logs are
+(collectors/toolkit/follow.py: rotation, truncation, a partial last line, bounded bytes per
 round and files).  A job that dumps only at communicator teardown (the plugin's default,
 ``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=-1``) writes its whole file at the end: its
 counters appear then, once, and are dropped after ``idle_timeout`` like any idle rank's.
@@ -51,7 +51,7 @@ from lockstep.collectors.nccl.inspector_metrics import (
     SKIPPED,
 )
 from lockstep.collectors.nccl.inspector_records import INVALID_REASONS, BadLine, InspectorRecord, parse_line
-from lockstep.collectors.training.tail import FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.follow import FileFollower, FileId, Line, default_max_files
 
 SKIP_REASONS = (*INVALID_REASONS, "series_limit")
 # The plugin's default directory name (inspector.cc genDumpDir), or a bare job id.

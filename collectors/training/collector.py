@@ -1,4 +1,4 @@
-"""The training collector: follows the ranks' logs (tail.py), turns their lines into records
+"""The training collector: follows the ranks' logs (collectors/toolkit/follow.py), turns their lines into records
 (records.py) and steps (steps.py), and exposes each rank's counters (metrics.py).  The
 package's __init__ describes the whole."""
 
@@ -14,6 +14,7 @@ from prometheus_client.core import Metric
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
 from lockstep.agent.options import option, parse_choice, parse_duration, parse_positive_int, parse_string_list
 from lockstep.agent.seams import WALL_CLOCK
+from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line
 from lockstep.collectors.training.metrics import (
     COMM_WAIT_SECONDS,
     COMPUTE_SECONDS,
@@ -31,7 +32,6 @@ from lockstep.collectors.training.metrics import (
 )
 from lockstep.collectors.training.records import BadLine, parse_record
 from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS, RankState
-from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, FileId, Line
 from lockstep.collectors.training.writers import scan_writers
 
 # How far ahead of this node's clock a record's ts may be.  A rank's last step time is the

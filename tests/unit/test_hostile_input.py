@@ -47,8 +47,8 @@ from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.targets import parse_targets
 from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
+from lockstep.collectors.toolkit.follow import FileFollower
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
-from lockstep.collectors.training.tail import FileFollower
 from tests.support import (
     FIXTURES,
     LOCKSTEP,

@@ -19,9 +19,9 @@ from lockstep.agent.seams import WALL_CLOCK, Seams
 from lockstep.collectors.checkpoint import CheckpointCollector, CheckpointOptions
 from lockstep.collectors.checkpoint.config import parse_roots
 from lockstep.collectors.checkpoint.watch import MAX_WATCH_DEPTH
+from lockstep.collectors.toolkit.follow import _CHUNK, MAX_LINES
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.collectors.training.collector import DEFAULT_MAX_RANKS
-from lockstep.collectors.training.tail import _CHUNK, MAX_LINES
 from tests.support import collected, context, wait_until
 
 

@@ -1,0 +1,1 @@
+"""The code collectors share (the full description comes with the package's last move)."""
