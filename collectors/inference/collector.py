@@ -16,7 +16,6 @@ from prometheus_client.utils import floatToGoString
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
 from lockstep.agent.options import option, parse_bool, parse_duration
-from lockstep.agent.procs import Process, process_table, slurm_job
 from lockstep.collectors.inference.discovery import (
     PROBE_TIMEOUT,
     LocalEngine,
@@ -56,6 +55,7 @@ from lockstep.collectors.inference.metrics import (
 )
 from lockstep.collectors.inference.readings import Reading, Samples, ScrapeError
 from lockstep.collectors.inference.targets import Target, parse_targets
+from lockstep.collectors.toolkit.procs import Process, process_table, slurm_job
 
 DEFAULT_TIMEOUT = 3.0
 MAX_SCRAPE_THREADS = 16

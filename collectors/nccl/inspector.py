@@ -11,7 +11,7 @@ Who a rank is:
 - the Slurm job: from the dump directory's name (``nccl-inspector-<jobid>``, the plugin's
   default, or a directory named by the bare job id, as NVIDIA's sbatch example does), else,
   when the writer runs on this node, from its process's cgroup or environment
-  (agent/procs.py), else ``unknown``;
+  (collectors/toolkit/procs.py), else ``unknown``;
 - the GPU: when the writer runs on this node (the record's hostname), the GPU whose compute
   processes include the record's pid (the GPU collector's inventory, NVML).  A process in a
   container with its own PID namespace writes a pid the host does not know: no GPU then.
@@ -37,7 +37,6 @@ from lockstep.agent.options import (
     parse_string,
     parse_string_list,
 )
-from lockstep.agent.procs import slurm_job
 from lockstep.collectors.nccl.inspector_metrics import (
     COLLECTIVE_BUS_BYTES,
     COLLECTIVE_BYTES,
@@ -52,6 +51,7 @@ from lockstep.collectors.nccl.inspector_metrics import (
 )
 from lockstep.collectors.nccl.inspector_records import INVALID_REASONS, BadLine, InspectorRecord, parse_line
 from lockstep.collectors.toolkit.follow import FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.procs import slurm_job
 
 SKIP_REASONS = (*INVALID_REASONS, "series_limit")
 # The plugin's default directory name (inspector.cc genDumpDir), or a bare job id.

@@ -41,7 +41,6 @@ from lockstep.agent.options import (
     parse_string,
     parse_string_list,
 )
-from lockstep.agent.procs import slurm_job
 from lockstep.collectors.nccl.ras_client import (
     DEFAULT_PORT,
     RAS_CONNECT,
@@ -67,6 +66,7 @@ from lockstep.collectors.nccl.ras_metrics import (
     RANK_BEHIND,
 )
 from lockstep.collectors.nccl.ras_status import COLLECTIVES, Communicator, Status, parse_status
+from lockstep.collectors.toolkit.procs import slurm_job
 
 QUERY_RESULTS = ("ok", "failed", "text_only")
 

@@ -32,11 +32,9 @@ from prometheus_client.exposition import generate_latest
 
 from lockstep.agent import cli
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec, Paths
-from lockstep.agent.command import CommandOutputError, run_command
 from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.logs import setup_logging
 from lockstep.agent.options import MAX_DURATION, MIN_DURATION, parse_duration
-from lockstep.agent.procs import ListeningSocket, listening_sockets, socket_inodes
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, checked_families
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from lockstep.agent.seams import WALL_CLOCK, Seams
@@ -47,7 +45,9 @@ from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.targets import parse_targets
 from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
+from lockstep.collectors.toolkit.command import CommandOutputError, run_command
 from lockstep.collectors.toolkit.follow import FileFollower
+from lockstep.collectors.toolkit.procs import ListeningSocket, listening_sockets, socket_inodes
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from tests.support import (
     FIXTURES,
