@@ -69,13 +69,12 @@ from lockstep.collectors.filesystem.metrics import (
 from lockstep.collectors.filesystem.mounts import (
     DEFAULT_FSTYPES_EXCLUDE,
     DEFAULT_MOUNTPOINTS_EXCLUDE,
-    Mount,
     matches,
-    parse_mountinfo,
     parse_patterns,
 )
 from lockstep.collectors.filesystem.nfs import parse_mountstats
 from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS, StatOutcome, StatPool
+from lockstep.collectors.toolkit.mounts import Mount, parse_mountinfo
 
 SOURCES = ("mountinfo", "mountstats", "lustre")
 
