@@ -55,9 +55,7 @@ from lockstep.collectors.infiniband.metrics import (
     UNPARSEABLE,
 )
 from lockstep.collectors.infiniband.sysfs import (
-    COUNTER_MAX,
     DENIED_ERRNOS,
-    INFINIBAND_CLASS,
     UNAVAILABLE_ERRNOS,
     CounterFile,
     Discovery,
@@ -66,9 +64,8 @@ from lockstep.collectors.infiniband.sysfs import (
     parse_rate,
     parse_state,
     read_at,
-    read_line,
-    resolve_netdev,
 )
+from lockstep.collectors.toolkit.sysfs import COUNTER_MAX, INFINIBAND_CLASS, read_line, resolve_netdev
 
 
 @dataclass(frozen=True)
