@@ -27,7 +27,7 @@ stuck worker or a background reconnect loop.
 
 One job per module: ``collector`` (the options, the kubelet call, the round), ``containers``
 (which container a host process runs in), ``dra`` (GPUs allocated through Dynamic Resource
-Allocation).
+Allocation); ``podresources`` holds the kubelet API's generated gRPC code.
 """
 
 from lockstep.collectors.kubernetes.collector import (

@@ -23,7 +23,7 @@ from lockstep.collectors.kubernetes.containers import LOG_LINKS, Container, cont
 from lockstep.collectors.kubernetes.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device
 
 if TYPE_CHECKING:
-    from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
+    from lockstep.collectors.kubernetes.podresources.api_pb2 import ListPodResourcesResponse
 
 # The kubelet's pod-resources List call with a timeout in seconds (the simulated node's pods).
 # The type is quoted: the generated gRPC code is loaded only when the collector runs.
@@ -88,7 +88,7 @@ def list_pod_resources(socket: Path, timeout: float) -> ListPodResourcesResponse
     """One List call to the kubelet on ``socket``, bounded by ``timeout`` seconds."""
     import grpc  # imported here: a tenth of a second that `lockstep --help` need not pay
 
-    from lockstep.collectors.podresources import api_pb2, api_pb2_grpc
+    from lockstep.collectors.kubernetes.podresources import api_pb2, api_pb2_grpc
 
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
     # A fresh channel per call: nothing keeps reconnecting in the background between calls.

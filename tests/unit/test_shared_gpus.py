@@ -15,7 +15,7 @@ from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import Seams
 from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesCollector, KubernetesOptions
 from lockstep.collectors.kubernetes.containers import Container, container_id, containers_by_id
-from lockstep.collectors.podresources import api_pb2 as pb
+from lockstep.collectors.kubernetes.podresources import api_pb2 as pb
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
 from tests.support import collected, context
 from tests.support.scontrol import SLURM, fake_scontrol
