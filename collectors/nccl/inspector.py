@@ -37,6 +37,7 @@ from lockstep.agent.options import (
     parse_string,
     parse_string_list,
 )
+from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.nccl.inspector_metrics import (
     COLLECTIVE_BUS_BYTES,
     COLLECTIVE_BYTES,
@@ -144,7 +145,9 @@ class InspectorCollector(Collector[InspectorOptions]):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.clock = time.monotonic  # tests replace it
+        # When each rank last wrote, for idle_timeout (the simulated node and tests replace the
+        # clock through the seam, agent/seams.py).
+        self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self._follower: FileFollower | None = None
         self._ranks: dict[RankKey, _Rank] = {}
         self._skipped = dict.fromkeys(SKIP_REASONS, 0)
@@ -167,7 +170,7 @@ class InspectorCollector(Collector[InspectorOptions]):
         if self._follower is None:
             self._follower = self._new_follower(start_at_end=self.options.start_at == "end")
         self._ingest(self._follower.sweep())
-        now = self.clock()
+        now = self._clock()
         for key, rank in list(self._ranks.items()):
             if now - rank.last_record_at >= self.options.idle_timeout:
                 del self._ranks[key]  # the job ended (or the communicator was destroyed): its series go
@@ -196,7 +199,7 @@ class InspectorCollector(Collector[InspectorOptions]):
         )
 
     def _ingest(self, lines: Iterable[Line]) -> None:
-        now = self.clock()
+        now = self._clock()
         for line in lines:
             if line.context:
                 continue  # a record read before the agent started: already counted by no one, skipped

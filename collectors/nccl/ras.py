@@ -41,6 +41,7 @@ from lockstep.agent.options import (
     parse_string,
     parse_string_list,
 )
+from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.nccl.ras_client import (
     DEFAULT_PORT,
     RAS_CONNECT,
@@ -141,7 +142,9 @@ class RasCollector(Collector[RasOptions]):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.clock = time.monotonic  # tests replace it
+        # When the last query was made, for recheck (the simulated node and tests replace the
+        # clock through the seam, agent/seams.py).
+        self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self._connect = context.seams.get(RAS_CONNECT) or connect_tcp
         self._queries = dict.fromkeys(QUERY_RESULTS, 0)
         self._leader = False
@@ -158,7 +161,7 @@ class RasCollector(Collector[RasOptions]):
 
     def collect(self) -> Iterator[Metric]:
         families = Families(self.metrics)
-        now = self.clock()
+        now = self._clock()
         due = (
             self._leader
             or self.options.role == "every-node"
