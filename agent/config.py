@@ -8,7 +8,6 @@ builds a new one and swaps it in only if it is valid.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -16,7 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from lockstep.agent.collector import Collector, Paths
-from lockstep.agent.options import declared_options
+from lockstep.agent.options import (
+    declared_options,
+    parse_bool,
+    parse_choice,
+    parse_interval,
+    parse_path,
+    parse_positive_int,
+    parse_string,
+)
 from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 
 # Outside Prometheus' exporter port range 9100-9999 (fully allocated, so any pick there
@@ -34,88 +41,7 @@ class ConfigError(Exception):
         self.problems = problems
 
 
-# --- value parsers: take a YAML or flag value, return the Python value or raise ValueError ---
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
-
-
-# Any duration: at least a millisecond, at most a week.  Past these a value is a typo or an
-# attack, not a setting: .inf made a worker thread die of OverflowError, and 1e-7 or .nan spun
-# a collector at 100% CPU.
-MIN_DURATION = 0.001
-MAX_DURATION = 7 * 24 * 3600.0
-# A collector's interval and deadline: a round more often than 10 times a second is a busy loop.
-MIN_INTERVAL = 0.1
-
-
-def parse_duration(value: Any, minimum: float = MIN_DURATION) -> float:
-    """'15s', '500ms', '2m', '1h' or a number of seconds, from ``minimum`` up to a week."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a duration such as 15s, 500ms or 2m, got {value!r}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(str(value))
-        if not match:
-            raise ValueError(f"expected a duration such as 15s, 500ms or 2m, got {value!r}")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if not math.isfinite(seconds):
-        raise ValueError(f"expected a finite duration such as 15s, 500ms or 2m, got {value!r}")
-    if seconds <= 0:
-        raise ValueError(f"must be more than zero, got {value!r}")
-    if seconds < minimum:
-        raise ValueError(f"must be at least {_show_seconds(minimum)}, got {value!r}")
-    if seconds > MAX_DURATION:
-        raise ValueError(f"must be at most {_show_seconds(MAX_DURATION)} (7 days), got {value!r}")
-    return seconds
-
-
-def parse_interval(value: Any) -> float:
-    """A collector's interval or deadline: a duration of at least MIN_INTERVAL."""
-    return parse_duration(value, MIN_INTERVAL)
-
-
-def _show_seconds(seconds: float) -> str:
-    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
-
-
-def parse_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ValueError(f"expected true or false, got {value!r}")
-
-
-def parse_positive_int(value: Any, maximum: int = 1_000_000) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"expected a whole number of at least 1, got {value!r}")
-    if value > maximum:
-        shown = value if value < 10**30 else f"a {len(str(value))}-digit number"
-        raise ValueError(f"expected a whole number of at most {maximum}, got {shown}")
-    return value
-
-
-def parse_string(value: Any) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"expected a non-empty string, got {value!r}")
-    return value
-
-
-def parse_string_list(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str):
-        value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
-        raise ValueError(f"expected a list of strings, got {value!r}")
-    return tuple(value)
-
-
-def parse_choice(choices: tuple[str, ...]) -> Callable[[Any], str]:
-    def parse(value: Any) -> str:
-        if value not in choices:
-            raise ValueError(f"expected one of {', '.join(choices)}, got {value!r}")
-        return str(value)
-
-    return parse
+# --- the agent's own values (collector options' parsers are in agent/options.py) ---
 
 
 def parse_listen(value: Any) -> tuple[str, int]:
@@ -129,10 +55,6 @@ def parse_listen(value: Any) -> tuple[str, int]:
     if port > 65535:
         raise ValueError(f"port must be 0-65535 (0: any free port), got {port}")
     return host, port
-
-
-def parse_path(value: Any) -> Path:
-    return Path(parse_string(value))
 
 
 # --- the configuration itself ---

@@ -18,7 +18,10 @@ A seam is an object imported by name, so a misspelt one fails at import instead 
 leaving the real dependency in place.  In production ``CollectorContext.seams`` is
 ``Seams()``: nothing replaced.
 
-A seam several collectors share (the wall clock) is declared here.
+The seams several collectors share, the clocks, are declared here.  A collector never keeps a
+clock attribute of its own for tests to overwrite: it takes ``context.seams.get(WALL_CLOCK) or
+time.time`` (likewise ``MONOTONIC_CLOCK``), so a test, a replay and the simulated node all
+set a collector's time the same way, before it is built.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ class Seams:
 # Seconds since the epoch, for timestamps the collectors export (time.time when not replaced).
 WALL_CLOCK = Seam[Callable[[], float]]("wall_clock", "seconds since the epoch")
 # Seconds on a clock that never steps back, for intervals between a collector's own readings
-# (time.monotonic when not replaced): the simulated node replaces it with its simulated time, so
-# what a reading's spacing decides (GPM's windowed metrics) does not depend on the machine's speed.
+# (time.monotonic when not replaced): GPM's sample spacing, how long a training or NCCL rank has
+# been idle, when a discovered engine was last probed.  The simulated node replaces it with its
+# simulated time, so what the spacing decides does not depend on the machine's speed.  Not for
+# deadlines the agent waits out in real time (a statfs call's): those stay on time.monotonic.
 MONOTONIC_CLOCK = Seam[Callable[[], float]]("monotonic_clock", "seconds on a clock that never steps back")

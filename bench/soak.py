@@ -69,7 +69,7 @@ class Churn:
 
     def _pods(self, k: int) -> None:
         from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES
-        from lockstep.collectors.podresources import api_pb2 as pb
+        from lockstep.collectors.kubernetes.podresources import api_pb2 as pb
         from lockstep.simulation.gpu import GPU_UUIDS
 
         generation = k // 3

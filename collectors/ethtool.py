@@ -37,11 +37,9 @@ from typing import Any, Protocol
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
-from lockstep.agent.config import parse_bool, parse_string_list
-from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_bool, parse_string_list
 from lockstep.agent.seams import Seam
-from lockstep.collectors.infiniband.sysfs import rdma_netdevs
+from lockstep.collectors.toolkit.sysfs import rdma_netdevs, read_attribute
 
 # --- the ioctl reader ---
 
@@ -435,7 +433,7 @@ def _listing(directory: Path) -> tuple[str, ...]:
 
 def _read_flag(path: Path) -> int | None:
     try:
-        text = read_text(path).strip()
+        text = read_attribute(path)
     except OSError:
         return None
     return int(text) if text in ("0", "1") else None

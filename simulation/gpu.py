@@ -394,8 +394,9 @@ def build(node: SimulatedNode, t: float) -> None:
         node.seams.replace(NVML.replaced_by(fake))
         if node.seams.get(WALL_CLOCK) is None:
             node.seams.replace(WALL_CLOCK.replaced_by(lambda: WALL_CLOCK_AT_START + node.t))
-        # GPM's sample spacing in simulated time too: a round asked for at once (after an XID)
-        # is then never 100 ms after the last one, however slow the machine running the node.
+        # The collectors' intervals in simulated time too (agent/seams.py): GPM's sample spacing
+        # (a round asked for at once after an XID is then never 100 ms after the last one, however
+        # slow the machine running the node), idle training and NCCL ranks, inference probes.
         node.seams.replace(MONOTONIC_CLOCK.replaced_by(lambda: node.t))
     if node.scenario == "gpu-faults":
         fake.spec = node_spec(node.scenario, t)  # its counters change with t

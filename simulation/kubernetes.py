@@ -43,7 +43,7 @@ SCENARIOS = (
 
 
 def _response():  # type: ignore[no-untyped-def]
-    from lockstep.collectors.podresources import api_pb2 as pb
+    from lockstep.collectors.kubernetes.podresources import api_pb2 as pb
 
     def pod(namespace: str, name: str, *containers: pb.ContainerResources) -> pb.PodResources:
         return pb.PodResources(namespace=namespace, name=name, containers=containers)

@@ -34,6 +34,7 @@ from lockstep.collectors.checkpoint.metrics import (
 from lockstep.collectors.checkpoint.scan import scan
 from lockstep.collectors.checkpoint.state import RootState
 from lockstep.collectors.checkpoint.watch import TreeWatcher
+from lockstep.collectors.toolkit.mounts import parse_mountinfo
 
 # Filesystems where other nodes write: inotify sees none of it, so `auto` polls there.
 NETWORK_FSTYPES = (
@@ -101,8 +102,6 @@ class CheckpointCollector(Collector[CheckpointOptions]):
 
     def _mount_fstype(self, label: str) -> str | None:
         """The filesystem type the host path is on, from the mount table (longest mountpoint)."""
-        from lockstep.collectors.filesystem import parse_mountinfo  # the same table the filesystem collector reads
-
         for name in ("1", "self"):
             try:
                 mounts, _ = parse_mountinfo(read_text(self.paths.procfs / name / "mountinfo"))

@@ -7,8 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_choice, parse_duration, parse_positive_int, parse_string
 from lockstep.collectors.checkpoint.watch import MAX_WATCH_DEPTH
 
 WATCH_MODES = ("auto", "inotify", "poll")

@@ -35,9 +35,8 @@ from lockstep.agent.collector import (
     NothingHere,
     describe_error,
 )
-from lockstep.agent.config import parse_duration, parse_positive_int
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_duration, parse_positive_int
 from lockstep.collectors.filesystem.lustre import parse_lustre_stats
 from lockstep.collectors.filesystem.metrics import (
     AVAILABLE,
@@ -70,13 +69,12 @@ from lockstep.collectors.filesystem.metrics import (
 from lockstep.collectors.filesystem.mounts import (
     DEFAULT_FSTYPES_EXCLUDE,
     DEFAULT_MOUNTPOINTS_EXCLUDE,
-    Mount,
     matches,
-    parse_mountinfo,
     parse_patterns,
 )
 from lockstep.collectors.filesystem.nfs import parse_mountstats
 from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS, StatOutcome, StatPool
+from lockstep.collectors.toolkit.mounts import Mount, parse_mountinfo
 
 SOURCES = ("mountinfo", "mountstats", "lustre")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from lockstep.collectors.filesystem.mounts import unescape
+from lockstep.collectors.toolkit.mounts import unescape
 
 
 @dataclass

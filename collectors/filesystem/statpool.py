@@ -59,13 +59,11 @@ class StatPool:
         timeout: float,
         statvfs: Callable[[str], os.statvfs_result] = os.statvfs,
         timer: Callable[[], float] = time.perf_counter,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.workers = workers
         self.timeout = timeout
         self._statvfs = statvfs
         self._timer = timer  # times the call itself (the simulated node makes it deterministic)
-        self._clock = clock  # deadlines
         self._cond = threading.Condition()
         self._calls: dict[str, _Call] = {}  # key -> call that has not returned yet
 
@@ -82,7 +80,10 @@ class StatPool:
             # A mount whose earlier call is still stuck: no second call, reported unresponsive.
             queue = [key for key in paths if key not in self._calls]
             while True:
-                now = self._clock()
+                # Deadlines on the real clock, never the seam MONOTONIC_CLOCK: the pool waits for
+                # them in real time (Condition.wait), and the simulated node's clock stands still
+                # within a round, so a hung mount's deadline would never come.
+                now = time.monotonic()
                 running = [c for c in self._calls.values() if now - c.started < self.timeout]
                 while queue and len(running) < self.workers and cannot_start is None:
                     key = queue[0]

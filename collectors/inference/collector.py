@@ -15,9 +15,8 @@ from prometheus_client.core import Metric
 from prometheus_client.utils import floatToGoString
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
-from lockstep.agent.config import parse_bool, parse_duration
-from lockstep.agent.options import option
-from lockstep.agent.procs import Process, process_table, slurm_job
+from lockstep.agent.options import option, parse_bool, parse_duration
+from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.inference.discovery import (
     PROBE_TIMEOUT,
     LocalEngine,
@@ -57,6 +56,7 @@ from lockstep.collectors.inference.metrics import (
 )
 from lockstep.collectors.inference.readings import Reading, Samples, ScrapeError
 from lockstep.collectors.inference.targets import Target, parse_targets
+from lockstep.collectors.toolkit.procs import Process, process_table, slurm_job
 
 DEFAULT_TIMEOUT = 3.0
 MAX_SCRAPE_THREADS = 16
@@ -134,7 +134,9 @@ class InferenceCollector(Collector[InferenceOptions]):
         self._discovery_counts: dict[str, int] = {}  # lockstep_inference_discovered_processes
         self._silent_logged = 0  # silent candidates in the last summary line
         self._candidates: list[LocalEngine] = []  # the last round's discovered candidates
-        self.clock = time.monotonic  # tests replace it
+        # When a discovered engine was last served and probed (the simulated node and tests
+        # replace the clock through the seam, agent/seams.py).
+        self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self._quiet = False
         self.notes: list[str] = []  # what discovery could not do, for doctor
 
@@ -175,7 +177,7 @@ class InferenceCollector(Collector[InferenceOptions]):
         served = {(e.pid, e.port) for e in engines.values()}
         # Configured explicitly: not again under another name.
         candidates = [e for e in local if (e.pid, e.port) not in served]
-        now = self.clock()
+        now = self._clock()
         plan = self._rotation.plan(candidates, now)
         timeouts: dict[Target, float] = {}
         discovered: dict[Target, LocalEngine] = {}

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lockstep.agent.procs import (
+from lockstep.collectors.inference.engines import ENGINE_FORMATS
+from lockstep.collectors.toolkit.procs import (
     ListeningSocket,
     Process,
     cmdline,
@@ -38,7 +39,6 @@ from lockstep.agent.procs import (
     same_network_namespace,
     slurm_job_of_cgroup,
 )
-from lockstep.collectors.inference.engines import ENGINE_FORMATS
 
 # Discovered engines scraped and reported at most (configured targets are not counted): a
 # node runs one engine per GPU or fewer, and a few routers.

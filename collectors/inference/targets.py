@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from lockstep.agent.config import parse_string_list
+from lockstep.agent.options import parse_string_list
 from lockstep.collectors.inference.engines import ENGINE_FORMATS
 
 

@@ -37,8 +37,7 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_string_list
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_string_list
 from lockstep.collectors.infiniband.metrics import (
     EXT_COUNTERS,
     GENERIC_HW_STAT,
@@ -56,9 +55,7 @@ from lockstep.collectors.infiniband.metrics import (
     UNPARSEABLE,
 )
 from lockstep.collectors.infiniband.sysfs import (
-    COUNTER_MAX,
     DENIED_ERRNOS,
-    INFINIBAND_CLASS,
     UNAVAILABLE_ERRNOS,
     CounterFile,
     Discovery,
@@ -67,9 +64,8 @@ from lockstep.collectors.infiniband.sysfs import (
     parse_rate,
     parse_state,
     read_at,
-    read_line,
-    resolve_netdev,
 )
+from lockstep.collectors.toolkit.sysfs import COUNTER_MAX, INFINIBAND_CLASS, read_line, resolve_netdev
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """The NCCL Inspector collector: follows the dump files NCCL's Inspector profiler plugin writes
 (inspector_records.py has the format) and turns each rank's records into counters.
 
-Files are found by the configured globs and followed with the training collector's tailer
-(collectors/training/tail.py: rotation, truncation, a partial last line, bounded bytes per
+Files are found by the configured globs and followed as the training logs are
+(collectors/toolkit/follow.py: rotation, truncation, a partial last line, bounded bytes per
 round and files).  A job that dumps only at communicator teardown (the plugin's default,
 ``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=-1``) writes its whole file at the end: its
 counters appear then, once, and are dropped after ``idle_timeout`` like any idle rank's.
@@ -11,7 +11,7 @@ Who a rank is:
 - the Slurm job: from the dump directory's name (``nccl-inspector-<jobid>``, the plugin's
   default, or a directory named by the bare job id, as NVIDIA's sbatch example does), else,
   when the writer runs on this node, from its process's cgroup or environment
-  (agent/procs.py), else ``unknown``;
+  (collectors/toolkit/procs.py), else ``unknown``;
 - the GPU: when the writer runs on this node (the record's hostname), the GPU whose compute
   processes include the record's pid (the GPU collector's inventory, NVML).  A process in a
   container with its own PID namespace writes a pid the host does not know: no GPU then.
@@ -29,9 +29,15 @@ from dataclasses import dataclass, field
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string, parse_string_list
-from lockstep.agent.options import option
-from lockstep.agent.procs import slurm_job
+from lockstep.agent.options import (
+    option,
+    parse_choice,
+    parse_duration,
+    parse_positive_int,
+    parse_string,
+    parse_string_list,
+)
+from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.nccl.inspector_metrics import (
     COLLECTIVE_BUS_BYTES,
     COLLECTIVE_BYTES,
@@ -45,7 +51,8 @@ from lockstep.collectors.nccl.inspector_metrics import (
     SKIPPED,
 )
 from lockstep.collectors.nccl.inspector_records import INVALID_REASONS, BadLine, InspectorRecord, parse_line
-from lockstep.collectors.training.tail import FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.follow import FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.procs import slurm_job
 
 SKIP_REASONS = (*INVALID_REASONS, "series_limit")
 # The plugin's default directory name (inspector.cc genDumpDir), or a bare job id.
@@ -138,7 +145,9 @@ class InspectorCollector(Collector[InspectorOptions]):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.clock = time.monotonic  # tests replace it
+        # When each rank last wrote, for idle_timeout (the simulated node and tests replace the
+        # clock through the seam, agent/seams.py).
+        self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self._follower: FileFollower | None = None
         self._ranks: dict[RankKey, _Rank] = {}
         self._skipped = dict.fromkeys(SKIP_REASONS, 0)
@@ -161,7 +170,7 @@ class InspectorCollector(Collector[InspectorOptions]):
         if self._follower is None:
             self._follower = self._new_follower(start_at_end=self.options.start_at == "end")
         self._ingest(self._follower.sweep())
-        now = self.clock()
+        now = self._clock()
         for key, rank in list(self._ranks.items()):
             if now - rank.last_record_at >= self.options.idle_timeout:
                 del self._ranks[key]  # the job ended (or the communicator was destroyed): its series go
@@ -190,7 +199,7 @@ class InspectorCollector(Collector[InspectorOptions]):
         )
 
     def _ingest(self, lines: Iterable[Line]) -> None:
-        now = self.clock()
+        now = self._clock()
         for line in lines:
             if line.context:
                 continue  # a record read before the agent started: already counted by no one, skipped

@@ -32,10 +32,16 @@ from pathlib import Path
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string, parse_string_list
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
-from lockstep.agent.procs import slurm_job
+from lockstep.agent.options import (
+    option,
+    parse_choice,
+    parse_duration,
+    parse_positive_int,
+    parse_string,
+    parse_string_list,
+)
+from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.nccl.ras_client import (
     DEFAULT_PORT,
     RAS_CONNECT,
@@ -61,6 +67,7 @@ from lockstep.collectors.nccl.ras_metrics import (
     RANK_BEHIND,
 )
 from lockstep.collectors.nccl.ras_status import COLLECTIVES, Communicator, Status, parse_status
+from lockstep.collectors.toolkit.procs import slurm_job
 
 QUERY_RESULTS = ("ok", "failed", "text_only")
 
@@ -135,7 +142,9 @@ class RasCollector(Collector[RasOptions]):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.clock = time.monotonic  # tests replace it
+        # When the last query was made, for recheck (the simulated node and tests replace the
+        # clock through the seam, agent/seams.py).
+        self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self._connect = context.seams.get(RAS_CONNECT) or connect_tcp
         self._queries = dict.fromkeys(QUERY_RESULTS, 0)
         self._leader = False
@@ -152,7 +161,7 @@ class RasCollector(Collector[RasOptions]):
 
     def collect(self) -> Iterator[Metric]:
         families = Families(self.metrics)
-        now = self.clock()
+        now = self._clock()
         due = (
             self._leader
             or self.options.role == "every-node"

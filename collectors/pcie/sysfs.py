@@ -22,18 +22,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockstep.agent.files import read_regular_file
+from lockstep.collectors.toolkit.sysfs import COUNTER_MAX, SYSFS_ATTRIBUTE_BYTES
+from lockstep.collectors.toolkit.sysfs import read_attribute as read_bounded_attribute
 
 # The classes whose devices are read, as (kind label, directory under sysfs).
 CLASSES = (("infiniband", Path("class") / "infiniband"), ("nvme", Path("class") / "nvme"))
-# A sysfs attribute is at most one page.
-SYSFS_ATTRIBUTE_BYTES = 4096
 # domain:bus:device.function, as sysfs names a PCI function's directory.
 PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
 # Transfer rate (GT/s) -> PCIe generation.
 GENERATIONS = {2.5: 1, 5.0: 2, 8.0: 3, 16.0: 4, 32.0: 5, 64.0: 6}
 # The link widths the PCIe specification defines.
 WIDTHS = frozenset({1, 2, 4, 8, 12, 16, 32})
-COUNTER_MAX = (1 << 64) - 1
 # The AER files, by the severity label they feed, with the name of their total line.
 AER_FILES = (
     ("correctable", "aer_dev_correctable", "TOTAL_ERR_COR"),
@@ -108,7 +107,7 @@ def find_devices(sysfs: Path) -> tuple[list[PcieDevice], list[str], bool]:
 def read_attribute(path: Path) -> str:
     """A sysfs attribute's text, stripped; Unreadable naming the file and why."""
     try:
-        return read_regular_file(path, SYSFS_ATTRIBUTE_BYTES).decode("utf-8", "replace").strip()
+        return read_bounded_attribute(path)
     except OSError as exc:
         reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
         raise Unreadable(path, reason) from None

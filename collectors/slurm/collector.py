@@ -31,9 +31,8 @@ from pathlib import Path
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
-from lockstep.agent.config import parse_duration, parse_string
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_duration, parse_string
 from lockstep.collectors.slurm.cgroups import LocalJob, cgroup_pids, cpu_seconds, job_dirs, memory_bytes, oom_kills
 from lockstep.collectors.slurm.gres import expand_ranges, parse_gres_conf
 from lockstep.collectors.slurm.metrics import (

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockstep.agent.collector import Families
-from lockstep.agent.command import run_command
 from lockstep.agent.seams import Seam
 from lockstep.collectors.slurm.gres import expand_ranges
 from lockstep.collectors.slurm.metrics import CONTROLLER_FAILURES, CONTROLLER_REQUESTS
+from lockstep.collectors.toolkit.command import run_command
 
 _IDX = re.compile(r"\(IDX:([0-9,\-]*)\)")
 

@@ -1,4 +1,4 @@
-"""The training collector: follows the ranks' logs (tail.py), turns their lines into records
+"""The training collector: follows the ranks' logs (collectors/toolkit/follow.py), turns their lines into records
 (records.py) and steps (steps.py), and exposes each rank's counters (metrics.py).  The
 package's __init__ describes the whole."""
 
@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.config import parse_choice, parse_duration, parse_positive_int, parse_string_list
-from lockstep.agent.options import option
-from lockstep.agent.seams import WALL_CLOCK
+from lockstep.agent.options import option, parse_choice, parse_duration, parse_positive_int, parse_string_list
+from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
+from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line
 from lockstep.collectors.training.metrics import (
     COMM_WAIT_SECONDS,
     COMPUTE_SECONDS,
@@ -32,7 +32,6 @@ from lockstep.collectors.training.metrics import (
 )
 from lockstep.collectors.training.records import BadLine, parse_record
 from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS, RankState
-from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, FileId, Line
 from lockstep.collectors.training.writers import scan_writers
 
 # How far ahead of this node's clock a record's ts may be.  A rank's last step time is the
@@ -102,8 +101,10 @@ class TrainingCollector(Collector[TrainingOptions]):
 
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
-        self.clock = time.monotonic  # tests replace it
-        self.wall_clock = context.seams.get(WALL_CLOCK) or time.time
+        # Idle and flush times on the monotonic clock, records' ts checked against the wall clock;
+        # the simulated node and tests replace them through the seams (agent/seams.py).
+        self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
+        self._wall_clock = context.seams.get(WALL_CLOCK) or time.time
         self._lock = threading.Lock()  # the watchdog thread and collect() both read files
         self._follower: FileFollower | None = None
         self._watcher: DirectoryWatcher | None = None
@@ -137,7 +138,7 @@ class TrainingCollector(Collector[TrainingOptions]):
                     self.options.logs, self.paths.rootfs, start_at_end=self.options.start_at == "end", log=self.log
                 )
             self._ingest(self._follower.sweep())
-            now = self.clock()
+            now = self._clock()
             self._count_writers(now)
             for key, rank in list(self._ranks.items()):
                 if rank.writers == 0:
@@ -204,8 +205,8 @@ class TrainingCollector(Collector[TrainingOptions]):
 
     def _ingest(self, lines: Iterable[Line]) -> None:
         """Parse each line as the follower hands it over: nothing holds the round's lines."""
-        now = self.clock()
-        latest_believable_ts = self.wall_clock() + MAX_FUTURE_SECONDS
+        now = self._clock()
+        latest_believable_ts = self._wall_clock() + MAX_FUTURE_SECONDS
         for line in lines:
             if not line.data.lstrip().startswith(b"{"):
                 # Not a JSON object: refused before any parsing, the cheapest way there is (a

@@ -25,12 +25,9 @@ from lockstep.agent.config import (
     ConfigError,
     Overrides,
     load_config,
-    parse_duration,
     parse_listen,
-    parse_string,
-    parse_string_list,
 )
-from lockstep.agent.options import NoOptions, declared_options, option
+from lockstep.agent.options import NoOptions, declared_options, option, parse_duration, parse_string, parse_string_list
 from lockstep.agent.registry import Discovery, Registered, discover
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
 from lockstep.collectors.host import HostCollector

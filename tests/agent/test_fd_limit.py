@@ -20,7 +20,7 @@ from tests.support import REPO, AgentProcess, free_port, http_get, samples, wait
 pytestmark = pytest.mark.real
 
 OPEN_FILES = 256  # the agent's RLIMIT_NOFILE here (the unit's LimitNOFILE=8192, scaled down)
-FILES_CAP = OPEN_FILES // 4  # the training collector's share (collectors/training/tail.py)
+FILES_CAP = OPEN_FILES // 4  # the training collector's share (collectors/toolkit/follow.py)
 LOG_FILES = 300  # more than the whole limit, as the 8,400 were above 8,192
 
 

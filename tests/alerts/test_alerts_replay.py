@@ -39,6 +39,7 @@ from lockstep import __version__
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.registry import discover
+from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.simulation import areas, temporary_node
 from lockstep.simulation.workloads import INFERENCE_ONSET
 from tests.support import REPO, require_promtool
@@ -68,6 +69,7 @@ def _collectors(scenario: str, wanted: tuple[str, ...] = COLLECTORS) -> tuple[li
     paths = {"sysfs": str(node.paths.sysfs), "procfs": str(node.paths.procfs), "rootfs": str(node.paths.rootfs)}
     config = load_config(None, available, Overrides(paths=paths, options=node.options))
     needed = {n for name in config.enabled_collectors for n in available[name].needs}
+    node.seams.replace(MONOTONIC_CLOCK.replaced_by(lambda: node.t))  # idle and flush times in simulated time
     collectors = []
     enabled = [name for name in config.enabled_collectors if name in wanted]
     for name in sorted(enabled, key=lambda n: (n not in needed, n)):
@@ -75,8 +77,6 @@ def _collectors(scenario: str, wanted: tuple[str, ...] = COLLECTORS) -> tuple[li
             config.paths, config.collectors[name].options, logging.getLogger(f"replay.{name}"), node.seams
         )
         collector = available[name](context)
-        if hasattr(collector, "clock"):
-            collector.clock = lambda: node.t  # idle and flush times in simulated time
         collectors.append((name, collector))
     return collectors, node, directory
 

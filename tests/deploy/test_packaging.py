@@ -48,7 +48,7 @@ def test_the_wheel_installs_one_top_level_package_lockstep(tmp_path: Path) -> No
     for module in (
         "lockstep/agent/cli.py",
         "lockstep/collectors/host.py",
-        "lockstep/collectors/podresources/api_pb2.py",
+        "lockstep/collectors/kubernetes/podresources/api_pb2.py",
         "lockstep/simulation/fake_nvml/__init__.py",
         "lockstep/emitter.py",
     ):

@@ -4,6 +4,11 @@
     lockstep.collectors   the collectors: import the agent's API, never the simulation
     lockstep.simulation   the simulated node, the fake NVML: may import both
 
+Within lockstep.collectors, each collector (a module or package under collectors/) imports
+no other collector: what two need lives in the toolkit (lockstep.collectors.toolkit), which
+imports no collector.  Of the agent, collectors import only the modules meant for them
+(COLLECTOR_API), never the daemon's configuration loader, CLI, scheduler or server.
+
 The one import from the daemon into the simulation is the demo's entry (``lockstep demo``):
 agent/cli.py -> simulation/demo.py, inside the functions that serve that command.  The graph is
 read from the source (every import statement, including those inside functions and under
@@ -165,6 +170,101 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def known_path(module: str) -> str:
     return str(modules()[module].relative_to(REPO))
+
+
+# --- inside lockstep.collectors: collectors apart, the toolkit below them, the agent's API ---
+
+COLLECTORS = "lockstep.collectors"
+TOOLKIT = "lockstep.collectors.toolkit"
+# The agent's modules a collector may import: what it declares and gets (collector), its options
+# and their parsers (options), its replaceable dependencies and clocks (seams), bounded reads of
+# untrusted files (files), the GPU inventory (gpus).  The rest is the daemon's: a collector
+# importing it would be tied to how the agent loads, schedules and serves (a plugin as well).
+COLLECTOR_API = frozenset(f"lockstep.agent.{name}" for name in ("collector", "options", "seams", "files", "gpus"))
+
+
+def collector_of(module: str) -> str | None:
+    """The collector a module belongs to (``gpu`` for lockstep.collectors.gpu.session), None for
+    the package lockstep.collectors itself and for modules outside it."""
+    if not module.startswith(f"{COLLECTORS}."):
+        return None
+    return module.removeprefix(f"{COLLECTORS}.").split(".")[0]
+
+
+def in_toolkit(module: str) -> bool:
+    return module == TOOLKIT or module.startswith(f"{TOOLKIT}.")
+
+
+def one_collector_imports_another(edges: list[Import]) -> list[Import]:
+    """Imports of one collector's module by another collector's (the toolkit is no collector)."""
+    return [
+        e
+        for e in edges
+        if not in_toolkit(e.importer)
+        and not in_toolkit(e.imported)
+        and collector_of(e.importer) is not None
+        and collector_of(e.imported) is not None
+        and collector_of(e.importer) != collector_of(e.imported)
+    ]
+
+
+def the_toolkit_imports_a_collector(edges: list[Import]) -> list[Import]:
+    return [e for e in edges if in_toolkit(e.importer) and collector_of(e.imported) and not in_toolkit(e.imported)]
+
+
+def collectors_import_the_daemon(edges: list[Import]) -> list[Import]:
+    """Imports of agent modules outside COLLECTOR_API by collectors and the toolkit."""
+    return [
+        e
+        for e in edges
+        if collector_of(e.importer) is not None and layer(e.imported) == "agent" and e.imported not in COLLECTOR_API
+    ]
+
+
+def shown(edges: list[Import], known: dict[str, Path]) -> list[str]:
+    """``file:line: importer imports imported``, once per import statement and module imported
+    (``from m import a, b`` is one edge per name)."""
+    lines = (f"{known[e.importer].relative_to(REPO)}:{e.line}: {e.importer} imports {e.imported}" for e in edges)
+    return list(dict.fromkeys(lines))
+
+
+def test_no_collector_imports_another() -> None:
+    known = modules()
+    assert shown(one_collector_imports_another(imports(known)), known) == []
+
+
+def test_the_toolkit_imports_no_collector() -> None:
+    known = modules()
+    assert shown(the_toolkit_imports_a_collector(imports(known)), known) == []
+
+
+def test_collectors_import_of_the_agent_only_its_api_for_collectors() -> None:
+    known = modules()
+    assert shown(collectors_import_the_daemon(imports(known)), known) == []
+    # The allow-list names modules that exist: a renamed one must not leave it allowing nothing.
+    assert COLLECTOR_API <= set(known)
+
+
+def test_the_collector_rules_catch_what_the_code_did_before_the_toolkit() -> None:
+    """Imports as they were before issue 33, each caught by its rule; and what is allowed."""
+    ethtool = Import("lockstep.collectors.ethtool", "lockstep.collectors.infiniband.sysfs", 44, False)
+    inspector = Import("lockstep.collectors.nccl.inspector", "lockstep.collectors.training.tail", 48, False)
+    kubernetes = Import("lockstep.collectors.kubernetes", "lockstep.collectors.containers", 47, False)
+    checkpoint = Import("lockstep.collectors.checkpoint.collector", "lockstep.collectors.filesystem", 104, True)
+    parsers = Import("lockstep.collectors.training.collector", "lockstep.agent.config", 15, False)
+    command = Import("lockstep.collectors.slurm.scontrol", "lockstep.agent.command", 14, False)
+    toolkit_up = Import("lockstep.collectors.toolkit.follow", "lockstep.collectors.training.records", 9, False)
+    allowed = [
+        Import("lockstep.collectors.nccl.inspector", "lockstep.collectors.toolkit.follow", 48, False),
+        Import("lockstep.collectors.nccl.inspector", "lockstep.collectors.nccl.inspector_records", 47, False),
+        Import("lockstep.collectors.toolkit.procs", "lockstep.agent.files", 21, False),
+        Import("lockstep.collectors.gpu.collector", "lockstep.agent.options", 40, False),
+        Import("lockstep.collectors.host", "lockstep.collectors", 1, False),
+    ]
+    edges = [ethtool, inspector, kubernetes, checkpoint, parsers, command, toolkit_up, *allowed]
+    assert one_collector_imports_another(edges) == [ethtool, inspector, kubernetes, checkpoint]
+    assert collectors_import_the_daemon(edges) == [parsers, command]
+    assert the_toolkit_imports_a_collector(edges) == [toolkit_up]
 
 
 @pytest.mark.real

@@ -25,6 +25,7 @@ from typing import Any
 
 from lockstep import __version__
 from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK, Seams
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.emitter import step_lines
 from tests.support import FIXTURES
@@ -123,11 +124,10 @@ def replay(case: Case, segments: list[Segment], after_minutes: float, directory:
         for rank in range(len(sources))
     ]
     options = TrainingOptions(logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning")
-    context = CollectorContext(Paths(), options, logging.getLogger("replay.training"))
-    collector = TrainingCollector(context)
     now = [0.0]
-    collector.clock = lambda: now[0]
-    collector.wall_clock = lambda: now[0]
+    seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: now[0]), WALL_CLOCK.replaced_by(lambda: now[0]))
+    context = CollectorContext(Paths(), options, logging.getLogger("replay.training"), seams)
+    collector = TrainingCollector(context)
     series: Series = {}
     index = 0
     ended_at_index = -1

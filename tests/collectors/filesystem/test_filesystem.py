@@ -20,9 +20,9 @@ from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.seams import Seams
 from lockstep.collectors.filesystem import FilesystemCollector, FilesystemOptions
 from lockstep.collectors.filesystem.lustre import parse_lustre_stats
-from lockstep.collectors.filesystem.mounts import parse_mountinfo, unescape
 from lockstep.collectors.filesystem.nfs import parse_mountstats
 from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
+from lockstep.collectors.toolkit.mounts import parse_mountinfo, unescape
 from tests.support import FIXTURES, collected, wait_until
 
 PROC = FIXTURES / "storage" / "proc"

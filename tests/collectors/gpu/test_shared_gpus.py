@@ -13,9 +13,9 @@ import pytest
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import Seams
-from lockstep.collectors.containers import Container, container_id, containers_by_id
 from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesCollector, KubernetesOptions
-from lockstep.collectors.podresources import api_pb2 as pb
+from lockstep.collectors.kubernetes.containers import Container, container_id, containers_by_id
+from lockstep.collectors.kubernetes.podresources import api_pb2 as pb
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
 from tests.support import collected, context
 from tests.support.scontrol import SLURM, fake_scontrol

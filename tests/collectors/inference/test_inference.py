@@ -26,7 +26,7 @@ import pytest
 from lockstep.agent.collector import NothingHere
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.samples import safe_label_value
-from lockstep.agent.seams import Seams
+from lockstep.agent.seams import MONOTONIC_CLOCK, Seams
 from lockstep.collectors.inference import InferenceCollector, InferenceOptions
 from lockstep.collectors.inference.discovery import engine_of
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP
@@ -502,11 +502,13 @@ def test_engine_found_from_its_process_and_tied_to_its_pids_and_job(tmp_path: Pa
     endpoint = f"http://127.0.0.1:{port}/metrics"
     up = ("lockstep_inference_up", frozenset({"engine": "vllm", "server": endpoint, "model": "llama"}.items()))
     gpu_inventory = GpuInventory()  # what the GPU collector publishes, filled in below
-    collector = InferenceCollector(
-        dataclasses.replace(context(proc=Path("/proc"), options=InferenceOptions()), gpu_inventory=gpu_inventory)
-    )
     clock = [1000.0]
-    collector.clock = lambda: clock[0]
+    seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: clock[0]))
+    collector = InferenceCollector(
+        dataclasses.replace(
+            context(proc=Path("/proc"), options=InferenceOptions()), gpu_inventory=gpu_inventory, seams=seams
+        )
+    )
 
     def ours(s: dict) -> dict:
         return {k: v for k, v in s.items() if dict(k[1]).get("server") == endpoint}

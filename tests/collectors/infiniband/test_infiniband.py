@@ -31,7 +31,8 @@ from lockstep.agent.daemon import Agent, Setup
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.collectors.infiniband import InfinibandCollector, InfinibandOptions
-from lockstep.collectors.infiniband.sysfs import parse_rate, parse_state, rdma_netdevs
+from lockstep.collectors.infiniband.sysfs import parse_rate, parse_state
+from lockstep.collectors.toolkit.sysfs import rdma_netdevs
 from tests.support import (
     FIXTURES,
     GENERATED,

@@ -23,9 +23,9 @@ import pytest
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.gpus import GpuInventory, PublishedGpu
 from lockstep.collectors.kubernetes import KubernetesCollector, KubernetesOptions, PodResourcesError
-from lockstep.collectors.podresources import api_pb2 as pb
-from lockstep.collectors.podresources import api_pb2_grpc
-from lockstep.collectors.podresources.generate import GENERATED, generate
+from lockstep.collectors.kubernetes.podresources import api_pb2 as pb
+from lockstep.collectors.kubernetes.podresources import api_pb2_grpc
+from lockstep.collectors.kubernetes.podresources.generate import GENERATED, generate
 from tests.support import FIXTURES, LOCKSTEP, REPO, context, lockstep, samples
 
 INFO = "lockstep_k8s_pod_gpu_info"
@@ -229,7 +229,7 @@ def test_permission_denied_says_who_may_connect() -> None:
         "import os, sys; from pathlib import Path; "
         "from lockstep.collectors.kubernetes import list_pod_resources, PodResourcesError\n"
         # Everything imported while still root: the interpreter's files need not be readable by nobody.
-        "import grpc, lockstep.collectors.podresources.api_pb2_grpc\n"
+        "import grpc, lockstep.collectors.kubernetes.podresources.api_pb2_grpc\n"
         "os.setgid(65534); os.setuid(65534)\n"
         "try: list_pod_resources(Path(sys.argv[1]), 5)\n"
         "except PodResourcesError as e: print(e)\n"
@@ -286,11 +286,11 @@ def test_a_hung_kubelet_does_not_hold_up_the_other_collectors(tmp_path: Path) ->
 
 def test_checked_in_generated_code_matches_the_proto(tmp_path: Path) -> None:
     generated = generate(tmp_path)
-    checked_in = REPO / "collectors" / "podresources"
+    checked_in = REPO / "collectors" / "kubernetes" / "podresources"
     for path in generated:
         assert path.read_text() == (checked_in / path.name).read_text(), (
-            f"collectors/podresources/{path.name} differs from what api.proto generates: "
-            "python -m lockstep.collectors.podresources.generate"
+            f"collectors/kubernetes/podresources/{path.name} differs from what api.proto generates: "
+            "python -m lockstep.collectors.kubernetes.podresources.generate"
         )
     assert sorted(p.name for p in generated) == sorted(GENERATED)
 

@@ -7,12 +7,14 @@ import json
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
+from lockstep.agent.seams import MONOTONIC_CLOCK, Seams
 from lockstep.collectors.nccl import InspectorCollector, InspectorOptions
 from lockstep.collectors.nccl.inspector_records import BadLine, parse_line
 from tests.support import FIXTURES, collected
@@ -55,13 +57,18 @@ def inventory(pids_on_gpus: dict[int, int]) -> GpuInventory:
 
 
 def make(
-    paths: Path | Paths, glob: str = "/scratch/run/*/*.log", gpus: GpuInventory | None = None, **options
+    paths: Path | Paths,
+    glob: str = "/scratch/run/*/*.log",
+    gpus: GpuInventory | None = None,
+    clock: Callable[[], float] | None = None,
+    **options,
 ) -> InspectorCollector:  # type: ignore[no-untyped-def]
     assert isinstance(paths, Paths)
     options.setdefault("node_name", "node001")
     opts = InspectorOptions(dumps=(glob,), start_at="beginning", **options)
+    seams = Seams() if clock is None else Seams(MONOTONIC_CLOCK.replaced_by(clock))
     return InspectorCollector(
-        CollectorContext(paths, opts, logging.getLogger("test"), gpu_inventory=gpus or GpuInventory())
+        CollectorContext(paths, opts, logging.getLogger("test"), seams, gpu_inventory=gpus or GpuInventory())
     )
 
 
@@ -206,8 +213,7 @@ def test_truncated_dump_of_a_reused_pid_is_read_from_its_start(tmp_path: Path) -
 def test_teardown_only_dump_appears_and_idle_ranks_go(tmp_path: Path) -> None:
     paths = node(tmp_path)
     now = [1000.0]
-    collector = make(paths, glob="/scratch/run/teardown/*.log", idle_timeout=600.0)
-    collector.clock = lambda: now[0]
+    collector = make(paths, glob="/scratch/run/teardown/*.log", idle_timeout=600.0, clock=lambda: now[0])
     (paths.rootfs / "scratch/run/teardown").mkdir()
     assert series(collected(collector), "lockstep_nccl_collectives_total") == {}
     # The whole file appears at communicator teardown.

@@ -7,13 +7,14 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from lockstep.agent.cli import probe
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
-from lockstep.agent.seams import Seams
+from lockstep.agent.seams import MONOTONIC_CLOCK, Seams
 from lockstep.collectors.nccl import RasCollector, RasOptions
 from lockstep.collectors.nccl.ras import local_addresses
 from lockstep.collectors.nccl.ras_client import RAS_CONNECT, RasError, TextOnly, connect_tcp, query_status
@@ -73,14 +74,17 @@ def procfs(tmp_path: Path) -> Paths:
     return Paths(sysfs=tmp_path / "sys", procfs=proc, rootfs=tmp_path)
 
 
-def make(tmp_path: Path, fake: FakeRas, **options) -> RasCollector:  # type: ignore[no-untyped-def]
+def make(tmp_path: Path, fake: FakeRas, clock: Callable[[], float] | None = None, **options) -> RasCollector:  # type: ignore[no-untyped-def]
     options.setdefault("node_addresses", ("10.0.0.1",))
+    seams = Seams(RAS_CONNECT.replaced_by(fake.connect))
+    if clock is not None:
+        seams.replace(MONOTONIC_CLOCK.replaced_by(clock))
     return RasCollector(
         CollectorContext(
             procfs(tmp_path),
             RasOptions(**options),
             logging.getLogger("test"),
-            seams=Seams(RAS_CONNECT.replaced_by(fake.connect)),
+            seams=seams,
         )
     )
 
@@ -131,8 +135,7 @@ def test_own_ranks_get_their_counts_and_status(tmp_path: Path) -> None:
 def test_a_follower_exports_its_own_ranks_and_queries_only_every_recheck(tmp_path: Path) -> None:
     fake = FakeRas(fixture_job)
     now = [0.0]
-    collector = make(tmp_path, fake, node_addresses=("10.0.0.2",), recheck=900.0)
-    collector.clock = lambda: now[0]
+    collector = make(tmp_path, fake, node_addresses=("10.0.0.2",), recheck=900.0, clock=lambda: now[0])
     s = collected(collector)
     assert by(s, "lockstep_nccl_ras_leader") == {(): 0}
     assert by(s, "lockstep_nccl_communicator_ranks", "comm") == {}  # the leader's to export

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.agent.command import CommandOutputError, run_command
+from lockstep.collectors.toolkit.command import CommandOutputError, run_command
 from tests.support import (
     alive,
     wait_until,

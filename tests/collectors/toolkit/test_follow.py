@@ -1,4 +1,4 @@
-"""collectors/training/tail.py: following files by glob, with watchdog events, on real files."""
+"""collectors/toolkit/follow.py: following files by glob, with watchdog events, on real files."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.collectors.training.tail import DirectoryWatcher, FileFollower, Line, _match, _parts
+from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, Line, _match, _parts
 from tests.support import wait_until
 
 

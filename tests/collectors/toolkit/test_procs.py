@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lockstep.agent.procs import ListeningSocket, listening_sockets, socket_inodes
+from lockstep.collectors.toolkit.procs import ListeningSocket, listening_sockets, socket_inodes
 
 _TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 

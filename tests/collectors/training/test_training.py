@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,11 +23,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
-from lockstep.agent.seams import WALL_CLOCK, Seams
+from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK, Seams
+from lockstep.collectors.toolkit.follow import _CHUNK, MAX_LINES, FileFollower
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.collectors.training.collector import DEFAULT_MAX_RANKS
 from lockstep.collectors.training.steps import PENDING_STEP_FLUSH_SECONDS
-from lockstep.collectors.training.tail import _CHUNK, MAX_LINES, FileFollower
 from lockstep.emitter import step_lines
 from tests.support import (
     GENERATED,
@@ -39,9 +40,15 @@ from tests.support import (
 from tests.support.served import of, self_metric, served
 
 
-def make(*globs: Path | str, start_at: str = "beginning", idle_timeout: float = 600.0) -> TrainingCollector:
+def make(
+    *globs: Path | str,
+    start_at: str = "beginning",
+    idle_timeout: float = 600.0,
+    clock: Callable[[], float] | None = None,
+) -> TrainingCollector:
     options = TrainingOptions(logs=tuple(str(g) for g in globs), start_at=start_at, idle_timeout=idle_timeout)
-    return TrainingCollector(context(options=options))
+    seams = Seams() if clock is None else Seams(MONOTONIC_CLOCK.replaced_by(clock))
+    return TrainingCollector(dataclasses.replace(context(options=options), seams=seams))
 
 
 def run(collector: TrainingCollector) -> dict:
@@ -296,13 +303,13 @@ def test_explicit_times_win_over_derived_ones(tmp_path: Path) -> None:
         for m, v in (("allreduce_time_pct", 50.0), ("comm_wait_time_sec", 0.25), ("step_time_sec", 1.0))
     ]
     log.write_text("".join(json.dumps(r) + "\n" for r in records))
-    collector = make(log)
+    t = [1000.0]
+    collector = make(log, clock=lambda: t[0])
     s = run(collector)
     # Not yet counted: nothing says the step is complete until the next one starts ...
     assert rank(s, "steps_total", 0) == 0
     # ... or the rank has been quiet for a while.
-    now = collector.clock()
-    collector.clock = lambda: now + PENDING_STEP_FLUSH_SECONDS
+    t[0] += PENDING_STEP_FLUSH_SECONDS
     s = run(collector)
     collector.close()
     assert rank(s, "steps_total", 0) == 1
@@ -326,9 +333,8 @@ def test_a_repeated_metric_starts_a_new_step(tmp_path: Path) -> None:
 def test_finished_jobs_ranks_disappear_after_the_idle_time(tmp_path: Path) -> None:
     (tmp_path / "rank-000.metrics.jsonl").write_text("".join(step(k, rank=0) for k in range(3)))
     (tmp_path / "rank-001.metrics.jsonl").write_text("".join(step(k, rank=1, job="8") for k in range(3)))
-    collector = make(tmp_path / "rank-*.metrics.jsonl", idle_timeout=60)
     t = [1000.0]
-    collector.clock = lambda: t[0]
+    collector = make(tmp_path / "rank-*.metrics.jsonl", idle_timeout=60, clock=lambda: t[0])
     assert ranks(run(collector)) == [("7", "0"), ("8", "1")]
     t[0] += 30
     append(tmp_path / "rank-001.metrics.jsonl", step(3, rank=1, job="8"))
@@ -406,9 +412,9 @@ def own_procfs(tmp_path: Path) -> Path:
 
 def idle_collector(log: Path, procfs: Path, idle_timeout: float = 600.0) -> tuple[TrainingCollector, list[float]]:
     options = TrainingOptions(logs=(str(log),), start_at="beginning", idle_timeout=idle_timeout)
-    collector = TrainingCollector(context(proc=procfs, options=options))
     t = [1000.0]
-    collector.clock = lambda: t[0]
+    seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: t[0]))
+    collector = TrainingCollector(dataclasses.replace(context(proc=procfs, options=options), seams=seams))
     return collector, t
 
 

@@ -1,30 +1,6 @@
-"""Kubernetes collector: which pod and container hold which GPU.
-
-Asks the kubelet's pod-resources API (gRPC, ``v1.PodResourcesLister/List``) on its unix
-socket, ``/var/lib/kubelet/pod-resources/kubelet.sock``, and exports one
-``lockstep_k8s_pod_gpu_info{k8s_namespace,k8s_pod,k8s_container,resource,gpu,uuid} 1`` per GPU held by a
-container, so any per-GPU series can be attributed to a pod by a join on ``uuid``.
-
-On a GPU shared by several pods that join gives each pod the whole GPU's utilisation, so each
-container's own share is exported too: ``lockstep_k8s_container_gpu_sm_utilization_ratio`` and
-``..._memory_utilization_ratio``, summed over its processes' NVML per-process samples (published
-by the GPU collector), each host PID mapped to its container through ``/proc/<pid>/cgroup`` and
-the kubelet's log links (collectors/containers.py).  Series are per container and GPU, never per
-PID, so they are bounded by the containers running on the node's GPUs.
-
-The kubelet names devices as the device plugin does.  NVIDIA's plugin uses GPU UUIDs
-(``GPU-...``), MIG device UUIDs (``MIG-...``) and, with time-slicing, a UUID plus ``::N``
-for the replica; GKE's plugin uses device file names (``nvidia0``), which are mapped to UUIDs
-through the driver's ``/proc/driver/nvidia/gpus/*/information``.  GPUs allocated through
-Dynamic Resource Allocation come in the same answer (``dynamic_resources``, collectors/dra.py),
-with the DRA driver (``gpu.nvidia.com``) as ``resource``.  ``gpu`` is the NVML index
-when the GPU collector has published it (the GPU inventory, agent/gpus.py), else empty.
-
-The kubelet is asked at most every ``refresh`` (30 s); rounds in between re-serve that
-answer.  Each call has its own deadline (``timeout``, 5 s) well inside the collector's, and
-goes over a fresh channel: a missing, dead or hung kubelet costs one bounded call, never a
-stuck worker or a background reconnect loop.
-"""
+"""The Kubernetes collector: asks the kubelet which container holds which GPU (the call, its
+deadline and its errors), attributes the GPU collector's per-process samples to containers
+(containers.py) and DRA claims to GPUs (dra.py).  The package's __init__ describes the whole."""
 
 from __future__ import annotations
 
@@ -40,15 +16,14 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
-from lockstep.agent.config import parse_duration, parse_path, parse_string_list
 from lockstep.agent.files import read_text
-from lockstep.agent.options import option
+from lockstep.agent.options import option, parse_duration, parse_path, parse_string_list
 from lockstep.agent.seams import Seam
-from lockstep.collectors.containers import LOG_LINKS, Container, containers_by_id, process_container_id
-from lockstep.collectors.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device
+from lockstep.collectors.kubernetes.containers import LOG_LINKS, Container, containers_by_id, process_container_id
+from lockstep.collectors.kubernetes.dra import DEFAULT_DRA_DRIVERS, DraDevice, dra_devices, uuid_of_dra_device
 
 if TYPE_CHECKING:
-    from lockstep.collectors.podresources.api_pb2 import ListPodResourcesResponse
+    from lockstep.collectors.kubernetes.podresources.api_pb2 import ListPodResourcesResponse
 
 # The kubelet's pod-resources List call with a timeout in seconds (the simulated node's pods).
 # The type is quoted: the generated gRPC code is loaded only when the collector runs.
@@ -113,7 +88,7 @@ def list_pod_resources(socket: Path, timeout: float) -> ListPodResourcesResponse
     """One List call to the kubelet on ``socket``, bounded by ``timeout`` seconds."""
     import grpc  # imported here: a tenth of a second that `lockstep --help` need not pay
 
-    from lockstep.collectors.podresources import api_pb2, api_pb2_grpc
+    from lockstep.collectors.kubernetes.podresources import api_pb2, api_pb2_grpc
 
     options = [("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)]
     # A fresh channel per call: nothing keeps reconnecting in the background between calls.
@@ -220,7 +195,7 @@ class KubernetesCollector(Collector[KubernetesOptions]):
             uuid = uuid_of(a.device_id, uuid_by_minor)
             series.add((a.namespace, a.pod, a.container, a.resource, inventory.index_of(uuid) or "", uuid))
         uuid_by_index = {gpu.index: gpu.uuid for gpu in inventory.published() if gpu.uuid}
-        for d in claimed:  # DRA (collectors/dra.py): resource is the DRA driver
+        for d in claimed:  # DRA (dra.py): resource is the DRA driver
             dra_uuid = uuid_of_dra_device(d.device, uuid_by_index)
             if dra_uuid is not None:  # an index the GPU collector has not published, a MIG placement
                 series.add((d.namespace, d.pod, d.container, d.driver, inventory.index_of(dra_uuid) or "", dra_uuid))
@@ -235,7 +210,7 @@ class KubernetesCollector(Collector[KubernetesOptions]):
     def _utilization_by_container(self) -> dict[tuple[Container, str, str], tuple[float, float]]:
         """(container, gpu, uuid) -> the SM and memory-bandwidth shares of its processes on that
         GPU, summed: per-process samples from the GPU collector (agent/gpus.py), each PID mapped
-        to its container through its cgroup (collectors/containers.py).  No PID is exported."""
+        to its container through its cgroup (containers.py).  No PID is exported."""
         measured = [
             (gpu, p)
             for gpu in self.context.gpu_inventory.published()

@@ -1,8 +1,9 @@
 """Following growing line-oriented files matched by globs, as ``tail -F`` does.
 
-Used by the training collector for per-rank JSON-lines logs; nothing in here knows the
-record format.  A ``FileFollower`` returns the complete lines appended since the last
-call, and survives what log files go through:
+Used by the training collector for per-rank JSON-lines logs and by the NCCL Inspector
+collector for its dump files; nothing in here knows a record format.  A ``FileFollower``
+returns the complete lines appended since the last call, and survives what log files go
+through:
 
 - files appearing later (new ranks, a restarted job): read from their first byte;
 - growth: read from where the last read stopped, at most ``read_budget`` bytes per file
