@@ -38,6 +38,19 @@ def _open_descriptors(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def _open_files_under(pid: int, directory: Path) -> int:
+    """The process's descriptors open on files in ``directory`` (exact, unlike a difference of
+    totals, which a scrape's socket opening or closing in between moves by one)."""
+    count = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue  # closed since the listing
+        count += Path(target).parent == directory
+    return count
+
+
 def _training(text: str) -> dict[str, float]:
     s = samples(text)
     steps = [v for (name, _), v in s.items() if name == "lockstep_training_steps_total"]
@@ -78,7 +91,8 @@ def test_more_log_files_than_the_open_file_limit_cost_the_endpoint_nothing(tmp_p
         )
         assert held == {"files": FILES_CAP, "skipped": LOG_FILES - FILES_CAP, "ranks": 64, "steps": 128, "up": 1}
         assert http_get(agent.url + "/healthz")[0] == 200
-        assert FILES_CAP <= _open_descriptors(pid) - baseline <= FILES_CAP + 8  # + the scrape's, inotify's
+        assert _open_files_under(pid, logs) == FILES_CAP
+        assert _open_descriptors(pid) - baseline <= FILES_CAP + 8  # + the scrape's, inotify's
 
         for path in logs.iterdir():
             path.unlink()
@@ -86,6 +100,7 @@ def test_more_log_files_than_the_open_file_limit_cost_the_endpoint_nothing(tmp_p
             lambda: (t := _training(agent.metrics()))["files"] == 0 and t, timeout=30, what="the files closed"
         )
         assert (gone["skipped"], gone["up"]) == (0, 1)
+        assert _open_files_under(pid, logs) == 0
         assert _open_descriptors(pid) - baseline <= 8
 
         (logs / "rank-900.jsonl").write_text(_two_steps(900))  # and new files are followed again
