@@ -19,15 +19,22 @@ from lockstep.agent import cli, config_example
 from lockstep.agent.cli import build_parser, overrides_from
 from lockstep.agent.collector import Collector, CollectorContext, Paths
 from lockstep.agent.config import (
-    MAX_DURATION,
-    MIN_DURATION,
     Config,
     ConfigError,
     Overrides,
     load_config,
     parse_listen,
 )
-from lockstep.agent.options import NoOptions, declared_options, option, parse_duration, parse_string, parse_string_list
+from lockstep.agent.options import (
+    MAX_DURATION,
+    MIN_DURATION,
+    NoOptions,
+    declared_options,
+    option,
+    parse_duration,
+    parse_string,
+    parse_string_list,
+)
 from lockstep.agent.registry import Discovery, Registered, discover
 from lockstep.agent.yamlfile import MAX_FILE_BYTES, YamlFileError, load_yaml_text
 from lockstep.collectors.host import HostCollector
