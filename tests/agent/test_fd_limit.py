@@ -5,7 +5,6 @@ out of descriptors for whatever reason, the endpoint still answers."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import REPO, AgentProcess, free_port, http_get, samples, wait_until
+from tests.support.training_logs import log_steps
 
 # Tier: real processes and tools (tests/conftest.py).
 pytestmark = pytest.mark.real
@@ -22,16 +22,6 @@ pytestmark = pytest.mark.real
 OPEN_FILES = 256  # the agent's RLIMIT_NOFILE here (the unit's LimitNOFILE=8192, scaled down)
 FILES_CAP = OPEN_FILES // 4  # the training collector's share (collectors/toolkit/follow.py)
 LOG_FILES = 300  # more than the whole limit, as the issue's 8,400 were above 8,192
-
-
-def _record(rank: int, step: int, metric: str, value: float) -> str:
-    fields = {"ts": 1_767_312_000 + step, "job_id": "5", "rank": rank, "host": "h", "step": step}
-    return json.dumps({**fields, "metric": metric, "value": value}) + "\n"
-
-
-def _two_steps(rank: int) -> str:
-    metrics = (("step_time_sec", 1.0), ("compute_time_sec", 0.5))
-    return "".join(_record(rank, step, metric, value) for step in (0, 1) for metric, value in metrics)
 
 
 def _open_descriptors(pid: int) -> int:
@@ -82,7 +72,7 @@ def test_more_log_files_than_the_open_file_limit_cost_the_endpoint_nothing(tmp_p
         baseline = _open_descriptors(pid)
         for rank in range(LOG_FILES):
             # Each file appears with its content in one event: its two steps are read at once.
-            (logs / f".rank-{rank:03d}.tmp").write_text(_two_steps(rank))
+            (logs / f".rank-{rank:03d}.tmp").write_text(log_steps(0, 2, job="5", rank=rank))
             os.rename(logs / f".rank-{rank:03d}.tmp", logs / f"rank-{rank:03d}.jsonl")
         held = wait_until(
             lambda: (t := _training(agent.metrics()))["skipped"] == LOG_FILES - FILES_CAP and t,
@@ -103,7 +93,7 @@ def test_more_log_files_than_the_open_file_limit_cost_the_endpoint_nothing(tmp_p
         assert _open_files_under(pid, logs) == 0
         assert _open_descriptors(pid) - baseline <= 8
 
-        (logs / "rank-900.jsonl").write_text(_two_steps(900))  # and new files are followed again
+        (logs / "rank-900.jsonl").write_text(log_steps(0, 2, job="5", rank=900))  # and new files are followed again
         back = wait_until(lambda: (t := _training(agent.metrics()))["files"] == 1 and t, timeout=30, what="a new file")
         assert back["skipped"] == 0
         returncode, stderr = agent.stop()

@@ -38,6 +38,7 @@ from tests.support import (
     samples,
 )
 from tests.support.served import of, self_metric, served
+from tests.support.training_logs import log_record, log_steps
 
 
 def make(
@@ -477,30 +478,6 @@ def test_a_finished_rank_is_dropped_a_minute_after_its_last_step(tmp_path: Path)
 # --- training logs ---
 
 
-def _record(step: int, metric: str, value: object, rank: int = 0) -> str:
-    return (
-        json.dumps(
-            {
-                "ts": 1_767_312_000 + step,
-                "job_id": "7",
-                "rank": rank,
-                "host": "h",
-                "step": step,
-                "metric": metric,
-                "value": value,
-            }
-        )
-        + "\n"
-    )
-
-
-def _good_steps(first: int, count: int, rank: int = 0) -> str:
-    return "".join(
-        _record(n, "step_time_sec", 1.0, rank) + _record(n, "compute_time_sec", 0.5, rank)
-        for n in range(first, first + count)
-    )
-
-
 def _rank_value(values: dict, name: str, rank: int = 0) -> float:
     return values[(f"lockstep_training_{name}", frozenset({("job_id", "7"), ("rank", str(rank)), ("host", "h")}))]
 
@@ -509,7 +486,7 @@ def _rank_value(values: dict, name: str, rank: int = 0) -> float:
 def test_a_bad_training_value_is_counted_and_costs_nothing_else(tmp_path: Path, bad: object) -> None:
     log = tmp_path / "rank-0.jsonl"
     # A bad value, then ten good steps in the same read: all ten are counted.
-    log.write_text(_good_steps(0, 2) + _record(2, "step_time_sec", bad) + _good_steps(3, 10))
+    log.write_text(log_steps(0, 2) + log_record(2, "step_time_sec", bad) + log_steps(3, 10))
     collector = _training(tmp_path / "*.jsonl")
     values = collected(collector)
     assert _rank_value(values, "steps_total") == 12
@@ -522,9 +499,9 @@ def test_a_bad_training_value_is_counted_and_costs_nothing_else(tmp_path: Path, 
 @pytest.mark.parametrize("field,bad", [("ts", 10**400), ("ts", 1e308), ("rank", 10**400)])
 def test_a_bad_timestamp_or_rank_is_counted_as_a_bad_record(tmp_path: Path, field: str, bad: object) -> None:
     log = tmp_path / "rank-0.jsonl"
-    record = json.loads(_record(2, "step_time_sec", 1.0))
+    record = json.loads(log_record(2, "step_time_sec", 1.0))
     record[field] = bad
-    log.write_text(_good_steps(0, 2) + json.dumps(record) + "\n" + _good_steps(3, 10))
+    log.write_text(log_steps(0, 2) + json.dumps(record) + "\n" + log_steps(3, 10))
     values = collected(_training(tmp_path / "*.jsonl"))
     assert _rank_value(values, "steps_total") == 12
     assert values[("lockstep_training_log_lines_invalid_total", frozenset({("reason", "bad_record")}))] == 1
@@ -538,10 +515,10 @@ def test_a_record_stamped_in_the_future_is_refused_and_never_pins_the_last_step(
     rank could never be seen as hung.  The agent's wall clock is the last good step's ts + 2 s;
     past it by more than the tolerance (60 s) a record is refused."""
     log = tmp_path / "rank-0.jsonl"
-    future = json.loads(_record(2, "step_time_sec", 1.0))
+    future = json.loads(log_record(2, "step_time_sec", 1.0))
     future["ts"] = future_ts
     # Steps 0 and 1 good, step 2's step time from the future, steps 3..12 good (ts up to +12).
-    log.write_text(_good_steps(0, 2) + json.dumps(future) + "\n" + _good_steps(3, 10))
+    log.write_text(log_steps(0, 2) + json.dumps(future) + "\n" + log_steps(3, 10))
     collector = TrainingCollector(
         dataclasses.replace(
             context(options=TrainingOptions(logs=(str(tmp_path / "*.jsonl"),), start_at="beginning")),
@@ -559,7 +536,7 @@ def test_a_double_star_glob_over_symlink_loops_ends(tmp_path: Path) -> None:
     (logs / "a" / "b").mkdir(parents=True)
     (logs / "a" / "b" / "up").symlink_to("../..")  # a loop
     (logs / "self").symlink_to(".")  # another
-    (logs / "a" / "b" / "rank-0.jsonl").write_text(_good_steps(0, 3))
+    (logs / "a" / "b" / "rank-0.jsonl").write_text(log_steps(0, 3))
     collector = _training(tmp_path / "logs" / "**" / "*.jsonl")
     result: list[dict] = []
     thread = threading.Thread(target=lambda: result.append(collected(collector)), daemon=True)
@@ -577,7 +554,7 @@ def test_the_files_followed_stay_within_a_quarter_of_the_descriptor_limit(tmp_pa
     once that the others are left unread, and the ones followed are never closed and read again
     from the start (the issue saw steps_total 4 for ranks that logged one step)."""
     for rank in range(200):
-        (tmp_path / f"rank-{rank}.jsonl").write_text(_good_steps(0, 2, rank))
+        (tmp_path / f"rank-{rank}.jsonl").write_text(log_steps(0, 2, rank=rank))
     script = (
         "import json, logging, resource, sys\n"
         "from pathlib import Path\n"
@@ -612,7 +589,7 @@ def test_running_out_of_file_descriptors_is_loud_and_never_rereads(tmp_path: Pat
     followed are never closed and read again from the start (the issue saw steps_total 4 for
     ranks that logged one step)."""
     for rank in range(200):
-        (tmp_path / f"rank-{rank}.jsonl").write_text(_good_steps(0, 2, rank))
+        (tmp_path / f"rank-{rank}.jsonl").write_text(log_steps(0, 2, rank=rank))
     script = (
         "import json, logging, os, resource, sys\n"
         "from pathlib import Path\n"
@@ -649,7 +626,7 @@ def test_running_out_of_file_descriptors_is_loud_and_never_rereads(tmp_path: Pat
 
 def test_more_matching_files_than_max_files_are_reported_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     for rank in range(8):
-        (tmp_path / f"rank-{rank}.jsonl").write_text(_good_steps(0, 1, rank))
+        (tmp_path / f"rank-{rank}.jsonl").write_text(log_steps(0, 1, rank=rank))
     follower = FileFollower([str(tmp_path / "*.jsonl")], start_at_end=False, max_files=5, log=logging.getLogger("t"))
     with caplog.at_level(logging.ERROR, logger="t"):
         for _ in range(3):
@@ -675,13 +652,13 @@ def test_any_training_record_costs_only_itself(tmp_path_factory: pytest.TempPath
     for record in bad:
         full = {"job_id": "7", "host": "h", "step": 1000, "metric": "step_time_sec", **record}
         lines.append(json.dumps(full) + "\n")
-    (directory / "rank-0.jsonl").write_text(_good_steps(0, 3) + "".join(lines) + _good_steps(2000, 3))
+    (directory / "rank-0.jsonl").write_text(log_steps(0, 3) + "".join(lines) + log_steps(2000, 3))
     collector = _training(directory / "*.jsonl")
     first = collected(collector)
     assert _rank_value(first, "steps_total") >= 5  # the good steps around the generated ones
     assert all(math.isfinite(v) for v in first.values())
     with open(directory / "rank-0.jsonl", "a") as log:
-        log.write(_good_steps(3000, 2))
+        log.write(log_steps(3000, 2))
     second = collected(collector)
     for key, value in first.items():
         if key[0].endswith("_total") and key in second:
@@ -692,14 +669,8 @@ def test_any_training_record_costs_only_itself(tmp_path_factory: pytest.TempPath
 # --- item 4: characters UTF-8 cannot encode ---
 
 
-def _record_of_job(job_id: str, step: int, metric: str, value: float) -> str:
-    # json.dumps writes a lone surrogate as the escape "\ud800", which json.loads reads back as one.
-    record = {"ts": 1_767_312_000 + step, "job_id": job_id, "rank": 0, "host": "h", "step": step}
-    return json.dumps({**record, "metric": metric, "value": value}) + "\n"
-
-
 def test_a_surrogate_job_id_costs_nothing_of_a_healthy_job(tmp_path: Path) -> None:
-    lines = [_record_of_job(job, n, "step_time_sec", 2.0) for n in range(3) for job in ("7", "\ud800")]
+    lines = [log_record(n, "step_time_sec", 2.0, job=job) for n in range(3) for job in ("7", "\ud800")]
     (tmp_path / "ranks.jsonl").write_text("".join(lines))
     opts = TrainingOptions(logs=(str(tmp_path / "*.jsonl"),), start_at="beginning")
     result = served(TrainingCollector(context(options=opts)))
@@ -724,16 +695,6 @@ def _training(*globs: Path | str, **options: object) -> TrainingCollector:
 
 def _invalid(values: dict, reason: str) -> float:
     return values[("lockstep_training_log_lines_invalid_total", frozenset({("reason", reason)}))]
-
-
-def _step_lines(job: str, rank: int, host: str, first: int, count: int) -> str:
-    """``count`` complete steps of one rank: two records each (step and compute time)."""
-    out = []
-    for step in range(first, first + count):
-        for metric, value in (("step_time_sec", 1.0), ("compute_time_sec", 0.5)):
-            record = {"ts": 1_767_312_000 + step, "job_id": job, "rank": rank, "host": host}
-            out.append(json.dumps({**record, "step": step, "metric": metric, "value": value}) + "\n")
-    return "".join(out)
 
 
 def _steps(values: dict, job: str, rank: int, host: str) -> float | None:
@@ -787,7 +748,7 @@ def test_a_log_of_one_byte_lines_is_read_at_most_max_lines_a_round(
             for n in (200_000, 200_000, 124_288)
         ]
         with log.open("a") as f:
-            f.write(_step_lines("7", 0, "h", 0, 3))
+            f.write(log_steps(0, 3))
         values = collected(collector)
         assert _steps(values, "7", 0, "h") == 3
         assert _invalid(values, "not_json") == 524_288
@@ -806,7 +767,7 @@ def test_ranks_beyond_max_ranks_are_refused_and_counted_and_the_others_keep_thei
     a rank already held keeps counting its steps.  The issue's 150,000 made 750,000 series."""
     assert DEFAULT_MAX_RANKS == 1024
     log = tmp_path / "ranks.jsonl"
-    log.write_text("".join(_step_lines("9", 0, f"host{i:04d}", 0, 2) for i in range(1100)))
+    log.write_text("".join(log_steps(0, 2, job="9", rank=0, host=f"host{i:04d}") for i in range(1100)))
     collector = _training(tmp_path / "*.jsonl")
     try:
         with caplog.at_level(logging.WARNING, logger="test"):
@@ -821,7 +782,7 @@ def test_ranks_beyond_max_ranks_are_refused_and_counted_and_the_others_keep_thei
             "log lines skipped since the last round: too_many_ranks 304; 1024 ranks held (max_ranks 1024)"
         ]
         with log.open("a") as f:
-            f.write(_step_lines("9", 0, "host0000", 2, 4) + _step_lines("9", 0, "host5000", 0, 1))
+            f.write(log_steps(2, 4, job="9", host="host0000") + log_steps(0, 1, job="9", host="host5000"))
         values = collected(collector)
         assert _steps(values, "9", 0, "host0000") == 6  # held ranks keep their data
         assert _invalid(values, "too_many_ranks") == 76 * 4 + 2
@@ -832,7 +793,7 @@ def test_ranks_beyond_max_ranks_are_refused_and_counted_and_the_others_keep_thei
 
 def test_max_ranks_is_an_option(tmp_path: Path) -> None:
     log = tmp_path / "ranks.jsonl"
-    log.write_text("".join(_step_lines("9", rank, "h", 0, 2) for rank in range(5)))
+    log.write_text("".join(log_steps(0, 2, job="9", rank=rank, host="h") for rank in range(5)))
     collector = _training(tmp_path / "*.jsonl", max_ranks=3)
     try:
         values = collected(collector)
