@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.options import NoOptions
+from lockstep.agent.seams import Seams
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
@@ -130,10 +131,13 @@ def require_promtool() -> str:
     return promtool  # type: ignore[return-value]
 
 
-def context(proc: Path | None = None, sys_: Path | None = None, options: object = NoOptions()) -> CollectorContext:
-    """A context on the given trees; ``options`` is the collector's options dataclass, e.g. ``SlurmOptions(...)``."""
+def context(
+    proc: Path | None = None, sys_: Path | None = None, options: object = NoOptions(), seams: Seams | None = None
+) -> CollectorContext:
+    """A context on the given trees; ``options`` is the collector's options dataclass, e.g.
+    ``SlurmOptions(...)``; ``seams`` the replaced dependencies (a clock, a captured scontrol)."""
     paths = Paths(sysfs=sys_ or Path("/sys"), procfs=proc or Path("/proc"))
-    return CollectorContext(paths=paths, options=options, log=logging.getLogger("test"))
+    return CollectorContext(paths=paths, options=options, log=logging.getLogger("test"), seams=seams or Seams())
 
 
 def free_port() -> int:

@@ -17,8 +17,9 @@ from lockstep.collectors.kubernetes import KUBELET_POD_RESOURCES, KubernetesColl
 from lockstep.collectors.kubernetes.containers import Container, container_id, containers_by_id
 from lockstep.collectors.kubernetes.podresources import api_pb2 as pb
 from lockstep.collectors.slurm import SlurmCollector, SlurmOptions
+from lockstep.collectors.slurm.scontrol import SCONTROL
 from tests.support import collected, context
-from tests.support.scontrol import SLURM, fake_scontrol
+from tests.support.scontrol import SLURM, captured_scontrol
 
 ID_A, ID_B, ID_C, ID_D = (f"{n}" * 64 for n in "abcd")
 UUID = "GPU-0a1b2c3d-0000-4000-8000-000000000007"
@@ -170,7 +171,6 @@ def job_share(name: str, job_id: str, gpu: str = "7", uuid: str = UUID) -> tuple
 
 def test_each_slurm_job_sharing_a_gpu_gets_its_own_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The v2 fixture: job 101 runs pids 5001-5003, job 102 pid 6001 (their cgroups)."""
-    fake_scontrol(tmp_path, monkeypatch)
     inventory = inventory_of(
         PublishedGpu(
             0,
@@ -190,7 +190,10 @@ def test_each_slurm_job_sharing_a_gpu_gets_its_own_share(tmp_path: Path, monkeyp
         PublishedGpu(1, UUID_MIG_GPU, "", 1, "", True, (process(5001, None, None),), ()),
     )
     slurm_context = context(
-        proc=SLURM / "v2" / "proc", sys_=SLURM / "v2" / "sys", options=SlurmOptions(node_name="node07")
+        proc=SLURM / "v2" / "proc",
+        sys_=SLURM / "v2" / "sys",
+        options=SlurmOptions(node_name="node07"),
+        seams=Seams(SCONTROL.replaced_by(captured_scontrol())),
     )
     collector = SlurmCollector(dataclasses.replace(slurm_context, gpu_inventory=inventory))
     values = collected(collector)

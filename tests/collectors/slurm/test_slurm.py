@@ -28,18 +28,26 @@ from tests.support import (
     context,
     wait_until,
 )
-from tests.support.scontrol import SLURM, fake_scontrol
+from tests.support.scontrol import SLURM, captured_scontrol, fake_scontrol
 from tests.support.served import of, self_metric, served
 
 SLURM_FIXTURES = FIXTURES / "slurm"
 
 
-def collect(layout: str, **options: Any) -> dict:
+def captured() -> Seams:
+    """scontrol answered in-process from captured output (tests/support/scontrol.py)."""
+    return Seams(SCONTROL.replaced_by(captured_scontrol()))
+
+
+def collect(layout: str, seams: Seams | None = None, **options: Any) -> dict:
+    """One round on a fixture tree; scontrol is the captured one unless ``seams`` says otherwise
+    (``Seams()``: the program on PATH, for the tests that run it)."""
     collector = SlurmCollector(
         context(
             proc=SLURM / layout / "proc",
             sys_=SLURM / layout / "sys",
             options=SlurmOptions(node_name="node07", **options),
+            seams=captured() if seams is None else seams,
         )
     )
     return collected(collector)
@@ -65,7 +73,7 @@ def job(name: str, job_id: str) -> tuple:
 @pytest.mark.real
 def test_cgroup_v2_environ_and_controller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = fake_scontrol(tmp_path, monkeypatch)
-    s = collect("v2")
+    s = collect("v2", seams=Seams())
     # Job 101's processes' environment is readable: no controller call for it.
     assert s[info("101", "alice", "llm", "gpu", "pretrain 70b")] == 1
     # Job 102 has no readable environment: one `scontrol show job` (captured real output).
@@ -96,7 +104,6 @@ def test_cgroup_v2_environ_and_controller(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_multiple_slurmd_scope_and_array_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_scontrol(tmp_path, monkeypatch)
     s = collect("multi")
     assert s[info("201", "bob", "", "debug", "sweep", "200", "3")] == 1
     assert s[job("lockstep_slurm_job_cpu_seconds_total", "201")] == 2.5
@@ -104,7 +111,6 @@ def test_multiple_slurmd_scope_and_array_job(tmp_path: Path, monkeypatch: pytest
 
 
 def test_cgroup_v1_hierarchies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_scontrol(tmp_path, monkeypatch)
     s = collect("v1")
     assert s[info("301", "carol", "vision", "gpu", "resnet")] == 1
     assert s[job("lockstep_slurm_job_cpu_seconds_total", "301")] == 42.0  # cpuacct.usage is ns
@@ -114,7 +120,6 @@ def test_cgroup_v1_hierarchies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_sluid_named_job_directory_reports_the_job_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_scontrol(tmp_path, monkeypatch)
     s = collect("sluid")
     assert s[info("401", "dave", "rl", "gpu", "ppo")] == 1
     assert s[job("lockstep_slurm_job_cpu_seconds_total", "401")] == 1.0
@@ -226,12 +231,13 @@ def test_a_bad_or_huge_gpu_list_skips_that_jobs_gpus_only(
 ) -> None:
     """Issue 29 item 10: a job's user sets SLURM_JOB_GPUS.  '-' failed the whole collector every
     round; '0-30000000' was expanded into a 30-million-entry list held for the job's life."""
-    fake_scontrol(tmp_path, monkeypatch)
     tree = tmp_path / "v2"
     shutil.copytree(SLURM / "v2", tree, symlinks=True)
     environ = tree / "proc" / "5001" / "environ"
     environ.write_bytes(environ.read_bytes().replace(b"SLURM_JOB_GPUS=0,2", b"SLURM_JOB_GPUS=" + gpus.encode()))
-    collector = SlurmCollector(context(proc=tree / "proc", sys_=tree / "sys", options=SlurmOptions(node_name="node07")))
+    collector = SlurmCollector(
+        context(proc=tree / "proc", sys_=tree / "sys", options=SlurmOptions(node_name="node07"), seams=captured())
+    )
     with caplog.at_level(logging.WARNING):
         collected(collector)
         s = collected(collector)
@@ -303,7 +309,6 @@ def test_a_hung_scontrol_wrapper_leaves_nothing_running_after_once(
 
 
 def test_a_job_name_over_the_cap_keeps_its_job_info(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    fake_scontrol(tmp_path, monkeypatch)
     tree = tmp_path / "v2"
     shutil.copytree(FIXTURES / "slurm" / "v2", tree, symlinks=True)
     environ = tree / "proc" / "5001" / "environ"
@@ -311,7 +316,9 @@ def test_a_job_name_over_the_cap_keeps_its_job_info(tmp_path: Path, monkeypatch:
     environ.write_bytes(
         environ.read_bytes().replace(b"SLURM_JOB_NAME=pretrain 70b", b"SLURM_JOB_NAME=" + name.encode())
     )
-    collector = SlurmCollector(context(proc=tree / "proc", sys_=tree / "sys", options=SlurmOptions(node_name="node07")))
+    collector = SlurmCollector(
+        context(proc=tree / "proc", sys_=tree / "sys", options=SlurmOptions(node_name="node07"), seams=captured())
+    )
     result = served(collector)
     labels = {
         "job_id": "101",
