@@ -35,8 +35,13 @@ from typing import Any
 # The format versions this reader understands: the major version of
 # metadata.inspector_output_format_version ("v4.0" from NCCL 2.28.3 to 2.30.7).
 SUPPORTED_FORMAT_MAJOR = "v4"
-# Longest accepted string field used as a label (communicator id, name, host, operation).
+# Longest accepted string field used as a label (communicator id, host, operation).
 MAX_LABEL_LENGTH = 128
+# Longest accepted communicator name: the plugin copies the name the job gave NCCL (NCCL itself
+# passes the pointer on unbounded) into ``char commNameStr[NCCL_COMM_NAME_MAX]`` with snprintf,
+# NCCL_COMM_NAME_MAX = 256 (NVIDIA/nccl v2.30.7-1, plugins/profiler/inspector/inspector.h and
+# inspector.cc inspectorFillCommInfo): at most 255 bytes, so at most 255 characters decoded.
+MAX_COMM_NAME_LENGTH = 255
 # Larger than any real collective (bytes) or kernel time (microseconds): beyond is garbage.
 MAX_MESSAGE_BYTES = 1 << 50
 MAX_EXEC_TIME_US = 24 * 3600 * 1_000_000
@@ -98,7 +103,7 @@ def parse_line(data: bytes) -> InspectorRecord:
     exec_us = _int(perf.get(f"{prefix}_exec_time_us"), 0, MAX_EXEC_TIME_US)
     return InspectorRecord(
         comm=_label(header.get("id")),
-        comm_name=_label(header.get("comm_name", "unknown")),
+        comm_name=_label(header.get("comm_name", "unknown"), MAX_COMM_NAME_LENGTH),
         rank=rank,
         n_ranks=n_ranks,
         nnodes=_int(header.get("nnodes"), 0, 1 << 31),
@@ -118,8 +123,8 @@ def _int(value: Any, low: int, high: int) -> int:
     return value
 
 
-def _label(value: Any) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_LABEL_LENGTH:
+def _label(value: Any, longest: int = MAX_LABEL_LENGTH) -> str:
+    if not isinstance(value, str) or not value or len(value) > longest:
         raise BadLine("bad_record")
     return value
 

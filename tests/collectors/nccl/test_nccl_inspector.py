@@ -290,3 +290,26 @@ def test_a_backlog_is_read_within_the_bytes_per_round_over_several_rounds(tmp_pa
         )
     assert len(line) == 457
     assert totals == [2, 4, 6, 8, 10]  # 1000 bytes a round: the lines complete in each
+
+
+def test_a_communicator_name_up_to_255_characters_is_read(tmp_path: Path) -> None:
+    """The plugin writes names of up to 255 bytes (NVIDIA/nccl v2.30.7-1,
+    plugins/profiler/inspector/inspector.h: ``char commNameStr[NCCL_COMM_NAME_MAX]``, 256, filled
+    by snprintf in inspector.cc inspectorFillCommInfo); 128 used to make every record of such a
+    communicator a bad_record."""
+    paths = node(tmp_path)
+    record = json.loads((DUMPS / "nccl-inspector-4242/node001-pid2201.log").read_text())
+    name = "pipeline-stage-3/" + "x" * 238
+    assert len(name) == 255
+    record["header"]["comm_name"] = name
+    dump = paths.rootfs / "scratch/run/long-name/node001-pid2201.log"
+    dump.parent.mkdir()
+    dump.write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    s = collected(make(paths, glob="/scratch/run/long-name/*.log"))
+    assert skipped(s)["bad_record"] == 0
+    info = [dict(k[1]) for k, v in s.items() if k[0] == "lockstep_nccl_rank_info"]
+    assert [i["comm_name"] for i in info] == [name]
+    record["header"]["comm_name"] = name + "x"  # longer than the plugin ever writes: garbage
+    with pytest.raises(BadLine) as raised:
+        parse_line(json.dumps(record).encode())
+    assert raised.value.reason == "bad_record"
