@@ -146,7 +146,7 @@ def test_job_from_the_writers_cgroup_when_the_directory_does_not_name_it(tmp_pat
     paths = node(tmp_path, cgroups={2300: "0::/system.slice/slurmstepd.scope/job_5151/step_0/user/task_0\n"})
     s = collected(make(paths))
     assert (
-        series(s, "lockstep_nccl_collectives_total")[("5151", "0x1c2d3e4f5a6b7c8d", "0", "node001", "Broadcast")] == 1
+        series(s, "lockstep_nccl_collectives_total")[("5151", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")] == 1
     )
 
 
@@ -154,7 +154,7 @@ def test_job_unknown_when_the_writer_is_on_another_node(tmp_path: Path) -> None:
     paths = node(tmp_path)
     s = collected(make(paths, node_name="node002"))
     assert (
-        series(s, "lockstep_nccl_collectives_total")[("unknown", "0x1c2d3e4f5a6b7c8d", "0", "node001", "Broadcast")]
+        series(s, "lockstep_nccl_collectives_total")[("unknown", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")]
         == 1
     )
 
