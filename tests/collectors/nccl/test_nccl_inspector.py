@@ -145,17 +145,14 @@ def test_rank_info_names_the_gpu_of_the_writing_process_and_the_communicator(tmp
 def test_job_from_the_writers_cgroup_when_the_directory_does_not_name_it(tmp_path: Path) -> None:
     paths = node(tmp_path, cgroups={2300: "0::/system.slice/slurmstepd.scope/job_5151/step_0/user/task_0\n"})
     s = collected(make(paths))
-    assert (
-        series(s, "lockstep_nccl_collectives_total")[("5151", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")] == 1
-    )
+    assert series(s, "lockstep_nccl_collectives_total")[("5151", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")] == 1
 
 
 def test_job_unknown_when_the_writer_is_on_another_node(tmp_path: Path) -> None:
     paths = node(tmp_path)
     s = collected(make(paths, node_name="node002"))
     assert (
-        series(s, "lockstep_nccl_collectives_total")[("unknown", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")]
-        == 1
+        series(s, "lockstep_nccl_collectives_total")[("unknown", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")] == 1
     )
 
 
