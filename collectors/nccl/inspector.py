@@ -106,6 +106,7 @@ class _Counters:
     seconds: float = 0.0
     message_bytes: int = 0
     bus_bytes: float = 0.0
+    last_sn: int | None = None  # of the last sampled record (plugins before 2.30.3)
 
 
 @dataclass
@@ -115,6 +116,7 @@ class _Rank:
     nnodes: int
     pid: int
     last_record_at: float
+    sampled: bool  # its plugin writes samples (before 2.30.3), not every operation
     gpu: tuple[str, str] = ("", "")  # (NVML index, UUID), empty when not known
     collectives: dict[str, _Counters] = field(default_factory=dict)
     p2p: dict[str, _Counters] = field(default_factory=dict)
@@ -212,7 +214,9 @@ class InspectorCollector(Collector[InspectorOptions]):
             key = (job_id, record.comm, record.rank, record.hostname)
             rank = self._ranks.get(key)
             if rank is None:
-                rank = self._ranks[key] = _Rank(record.comm_name, record.n_ranks, record.nnodes, record.pid, now)
+                rank = self._ranks[key] = _Rank(
+                    record.comm_name, record.n_ranks, record.nnodes, record.pid, now, record.sampled
+                )
             by_operation = rank.p2p if record.p2p else rank.collectives
             counters = by_operation.get(record.operation)
             if counters is None:
@@ -222,13 +226,15 @@ class InspectorCollector(Collector[InspectorOptions]):
                         del self._ranks[key]
                     continue
                 counters = by_operation[record.operation] = _Counters()
-            counters.operations += 1
-            counters.seconds += record.exec_seconds
-            counters.message_bytes += record.message_bytes
+            stands_for = _operations_represented(record, counters)
+            counters.operations += stands_for
+            counters.seconds += record.exec_seconds * stands_for
+            counters.message_bytes += record.message_bytes * stands_for
             if record.bus_bytes_per_second is not None:
-                counters.bus_bytes += record.bus_bytes_per_second * record.exec_seconds
+                counters.bus_bytes += record.bus_bytes_per_second * record.exec_seconds * stands_for
             rank.last_record_at = now
             rank.pid = record.pid
+            rank.sampled = record.sampled
 
     def _series(self) -> int:
         return sum(rank.series for rank in self._ranks.values())
@@ -271,7 +277,10 @@ class InspectorCollector(Collector[InspectorOptions]):
             rank = self._ranks[key]
             job_id, comm, rank_number, host = key
             labels = [job_id, comm, str(rank_number), host]
-            families[RANK_INFO].add_metric([*labels, rank.comm_name, str(rank.n_ranks), str(rank.nnodes), *rank.gpu], 1)
+            records = "sampled" if rank.sampled else "all"
+            families[RANK_INFO].add_metric(
+                [*labels, rank.comm_name, str(rank.n_ranks), str(rank.nnodes), *rank.gpu, records], 1
+            )
             for operation, counters in sorted(rank.collectives.items()):
                 families[COLLECTIVES].add_metric([*labels, operation], counters.operations)
                 families[COLLECTIVE_SECONDS].add_metric([*labels, operation], round(counters.seconds, 6))
@@ -292,3 +301,24 @@ class InspectorCollector(Collector[InspectorOptions]):
         return (
             "no NCCL Inspector dump globs configured (--nccl-inspector.dumps GLOB or collectors.nccl_inspector.dumps)"
         )
+
+
+def _operations_represented(record: InspectorRecord, counters: _Counters) -> int:
+    """How many of the rank's operations of this type the record stands for.
+
+    A plugin from 2.30.3 writes one record per operation: 1.  An older one writes a sample, the
+    communicator's latest collective at each dump (inspector_records.py), whose coll_sn is
+    NCCL's count of the type's collectives before it: the sample stands for every collective
+    since the previous sample of its type, and for all sn + 1 of them when it is the first
+    one seen.  So the count is NCCL's own, exact up to the latest sample, and the seconds and
+    bytes are the sampled collectives' weighted by what each stands for: their rates still
+    give the time per collective, as an estimate.
+    """
+    if not record.sampled:
+        return 1
+    last, counters.last_sn = counters.last_sn, record.sn
+    if last is None or record.sn < last:
+        # First sample of the type, or the count started again (a new communicator with the same
+        # id and rank in a process with the same pid): every collective up to this one.
+        return record.sn + 1
+    return record.sn - last  # 0 for the same sample read twice

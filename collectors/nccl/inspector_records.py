@@ -13,6 +13,22 @@ communicator, written by the process's dump thread to ``<dump_dir>/<hostname>-pi
      "coll_busbw_gbs":485.119099}}
 
 - ``comm_name`` is in the header from 2.30.3 on (absent before; "unknown" when the job set none).
+- What a file holds depends on the plugin's version, and ``comm_name`` tells which (the format
+  version says "v4.0" in all of them):
+  - from 2.30.3 (``comm_name`` present), every operation the plugin recorded: each communicator
+    keeps its completed collectives and P2P operations in rings (``completedCollRing``,
+    ``completedP2pRing``, 1,024 entries by default) and each dump drains them (v2.30.7-1
+    ``inspector_json.cc``); a full ring overwrites its oldest entry (``inspector_ring.cc``), so
+    more than 1,024 operations of a communicator between two dumps lose the oldest;
+  - before 2.30.3 (no ``comm_name``: 2.28.3 to 2.29.7), one sample per communicator per dump:
+    each completed collective overwrites ``commInfo->completedCollInfo`` and a dump writes that
+    one, the latest, if a collective completed since the last dump (v2.28.3-1
+    ``ext-profiler/inspector/inspector.cc`` inspectorCommInfoDump, ``inspector_plugin.cc``
+    inspectorPluginStopEvent; the same in v2.29.7-1 ``plugins/profiler/inspector/``).  Its
+    ``coll_sn`` is NCCL's own count of the communicator's collectives of that type launched
+    before it, from 0 (``eDescr.coll.seqNumber = comm->seqNumber[func]`` before the increment,
+    v2.28.3-1 ``src/plugin/profiler.cc``; RAS's collective counts are the same counters), so
+    ``coll_sn + 1`` collectives of the type completed up to a sample.
 - From 2.30.3 a point-to-point operation (``NCCL_INSPECTOR_ENABLE_P2P=1``, the default) has ``p2p_perf``
   instead: ``p2p`` ("Send"/"Recv"), ``p2p_sn``, ``p2p_peer``, ``p2p_msg_size_bytes``,
   ``p2p_exec_time_us``, ``p2p_timing_source``, ``p2p_algobw_gbs``, ``p2p_busbw_gbs``.
@@ -45,6 +61,8 @@ MAX_COMM_NAME_LENGTH = 255
 # Larger than any real collective (bytes) or kernel time (microseconds): beyond is garbage.
 MAX_MESSAGE_BYTES = 1 << 50
 MAX_EXEC_TIME_US = 24 * 3600 * 1_000_000
+# coll_sn is a uint64_t printed with %lu.
+MAX_SEQUENCE_NUMBER = (1 << 64) - 1
 
 
 class BadLine(ValueError):
@@ -70,6 +88,11 @@ class InspectorRecord:
     pid: int
     p2p: bool  # a Send/Recv (p2p_perf) rather than a collective (coll_perf)
     operation: str  # "AllReduce", "ReduceScatter", ..., or "Send"/"Recv"
+    # True for a plugin before 2.30.3 (no comm_name): the record is the communicator's latest
+    # collective at a dump, a sample, not one of every collective (see the module's docstring).
+    sampled: bool
+    # coll_sn (or p2p_sn): the operations of this type the communicator launched before this one.
+    sn: int
     message_bytes: int
     exec_seconds: float
     # Bus bandwidth in bytes a second (NCCL's GB/s are 1e9 bytes); None when NCCL wrote "nan".
@@ -101,6 +124,7 @@ def parse_line(data: bytes) -> InspectorRecord:
     n_ranks = _int(header.get("n_ranks"), 1, 1 << 31)
     message_bytes = _int(perf.get(f"{prefix}_msg_size_bytes"), 0, MAX_MESSAGE_BYTES)
     exec_us = _int(perf.get(f"{prefix}_exec_time_us"), 0, MAX_EXEC_TIME_US)
+    sn = _int(perf.get(f"{prefix}_sn"), 0, MAX_SEQUENCE_NUMBER)
     return InspectorRecord(
         comm=_label(header.get("id")),
         comm_name=_label(header.get("comm_name", "unknown"), MAX_COMM_NAME_LENGTH),
@@ -111,6 +135,8 @@ def parse_line(data: bytes) -> InspectorRecord:
         pid=_int(metadata.get("pid"), 1, 1 << 32),
         p2p=p2p,
         operation=_label(perf.get(prefix)),
+        sampled="comm_name" not in header,
+        sn=sn,
         message_bytes=message_bytes,
         exec_seconds=exec_us / 1e6,
         bus_bytes_per_second=_bandwidth(perf.get(f"{prefix}_busbw_gbs")),

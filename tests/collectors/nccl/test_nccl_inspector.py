@@ -105,7 +105,6 @@ def test_collectives_p2p_and_verbose_records_become_counters_per_rank_and_operat
     assert series(s, "lockstep_nccl_p2p_operations_total") == {(*rank3, "Send"): 1, (*rank3, "Recv"): 1}
     assert series(s, "lockstep_nccl_p2p_seconds_total") == {(*rank3, "Send"): 0.0004, (*rank3, "Recv"): 0.0005}
     assert series(s, "lockstep_nccl_p2p_bytes_total") == {(*rank3, "Send"): 33554432, (*rank3, "Recv"): 33554432}
-    # NCCL 2.28 wrote no comm_name: rank 4's file is read all the same.
     assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 1
     assert skipped(s) == {"not_json": 0, "bad_record": 0, "unsupported_format": 0, "too_long": 0, "series_limit": 0}
 
@@ -138,8 +137,9 @@ def test_rank_info_names_the_gpu_of_the_writing_process_and_the_communicator(tmp
         "nnodes": "1",
         "gpu": "3",
         "uuid": "GPU-00000003-0000-0000-0000-000000000000",
+        "records": "all",
     }
-    assert (info["4"]["gpu"], info["4"]["comm_name"]) == ("4", "unknown")
+    assert (info["4"]["gpu"], info["4"]["comm_name"]) == ("4", "DP Group 0")
 
 
 def test_job_from_the_writers_cgroup_when_the_directory_does_not_name_it(tmp_path: Path) -> None:
@@ -254,6 +254,7 @@ def test_no_globs_is_nothing_here(tmp_path: Path) -> None:
         ("metadata", "hostname"),
         ("metadata", "pid"),
         ("coll_perf", "coll"),
+        ("coll_perf", "coll_sn"),
         ("coll_perf", "coll_exec_time_us"),
         ("coll_perf", "coll_msg_size_bytes"),
         ("coll_perf", "coll_busbw_gbs"),
@@ -285,7 +286,7 @@ def test_a_backlog_is_read_within_the_bytes_per_round_over_several_rounds(tmp_pa
         totals.append(
             series(collected(collector), "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")]
         )
-    assert len(line) == 457
+    assert len(line) == 482
     assert totals == [2, 4, 6, 8, 10]  # 1000 bytes a round: the lines complete in each
 
 
@@ -310,3 +311,49 @@ def test_a_communicator_name_up_to_255_characters_is_read(tmp_path: Path) -> Non
     with pytest.raises(BadLine) as raised:
         parse_line(json.dumps(record).encode())
     assert raised.value.reason == "bad_record"
+
+
+SAMPLED = FIXTURES / "nccl" / "inspector-2.28.3"
+SAMPLED_RANK = ("4343", "0x3e1f0a9b8c7d6e", "0", "node001", "AllReduce")
+
+
+def sampled_node(tmp_path: Path) -> Paths:
+    rootfs = tmp_path / "rootfs"
+    shutil.copytree(SAMPLED, rootfs / "scratch" / "run")
+    (tmp_path / "proc").mkdir()
+    return Paths(sysfs=tmp_path / "sys", procfs=tmp_path / "proc", rootfs=rootfs)
+
+
+def test_a_pre_2_30_3_dump_is_samples_counted_by_coll_sn_and_timed_by_the_samples(tmp_path: Path) -> None:
+    """NCCL 2.28.3's plugin writes, at each dump, only each communicator's latest collective
+    (v2.28.3-1 ext-profiler/inspector/inspector.cc inspectorCommInfoDump) and no comm_name
+    (tests/fixtures/nccl/README.md): 21 AllReduce ran (coll_sn 0-20), three dumps wrote
+    coll_sn 6, 13 and 20.  Counted as records they were 3 collectives."""
+    s = collected(make(sampled_node(tmp_path)))
+    assert series(s, "lockstep_nccl_collectives_total")[SAMPLED_RANK] == 21
+    # Each sample stands for the 7 collectives since the previous one: 7 x (1200 + 1300 + 1100) us.
+    assert series(s, "lockstep_nccl_collective_seconds_total")[SAMPLED_RANK] == 0.0252
+    assert series(s, "lockstep_nccl_collective_bytes_total")[SAMPLED_RANK] == 21 * 67108864
+    # 7 x (55.924053e9 x 0.0012 + 51.622203e9 x 0.0013 + 61.008058e9 x 0.0011) bytes
+    assert series(s, "lockstep_nccl_collective_bus_bytes_total")[SAMPLED_RANK] == pytest.approx(
+        7 * 3 * 67108864, rel=1e-6
+    )
+    info = [dict(k[1]) for k, v in s.items() if k[0] == "lockstep_nccl_rank_info"]
+    assert [(i["comm_name"], i["records"]) for i in info] == [("unknown", "sampled")]
+    assert skipped(s)["bad_record"] == 0
+
+
+def test_later_samples_add_the_coll_sn_advance_and_a_sample_read_twice_adds_nothing(tmp_path: Path) -> None:
+    paths = sampled_node(tmp_path)
+    collector = make(paths)
+    assert series(collected(collector), "lockstep_nccl_collectives_total")[SAMPLED_RANK] == 21
+    dump = paths.rootfs / "scratch/run/nccl-inspector-4343/node001-pid3300.log"
+    last = json.loads(dump.read_text().splitlines()[-1])
+    with open(dump, "a") as f:
+        f.write(json.dumps(last, separators=(",", ":")) + "\n")  # the same sample again
+        last["coll_perf"]["coll_sn"] = 29  # 9 more since the last dump
+        last["coll_perf"]["coll_exec_time_us"] = 2000
+        f.write(json.dumps(last, separators=(",", ":")) + "\n")
+    s = collected(collector)
+    assert series(s, "lockstep_nccl_collectives_total")[SAMPLED_RANK] == 30
+    assert series(s, "lockstep_nccl_collective_seconds_total")[SAMPLED_RANK] == 0.0252 + 0.018
