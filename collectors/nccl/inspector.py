@@ -57,6 +57,11 @@ from lockstep.collectors.toolkit.procs import slurm_job
 SKIP_REASONS = (*INVALID_REASONS, "series_limit")
 # The plugin's default directory name (inspector.cc genDumpDir), or a bare job id.
 _JOB_DIRECTORY = re.compile(r"^(?:nccl-inspector-)?(\d{1,20})$")
+# The files the plugin writes in its dump directory: "%s/%s-pid%d.log" (dump directory, host
+# name, pid; NVIDIA/nccl v2.30.7-1 plugins/profiler/inspector/inspector.cc inspectorStateDumpJSON,
+# the same in v2.28.3-1 ext-profiler/inspector/inspector.cc inspectorStateDump).  A glob matching a directory reads
+# these in it.
+DUMP_FILES = "*-pid*.log"
 
 RankKey = tuple[str, str, int, str]  # (job_id, comm, rank, host)
 
@@ -66,8 +71,8 @@ class InspectorOptions:
     dumps: tuple[str, ...] = option(
         (),
         parse_string_list,
-        "glob of NCCL Inspector dump files (<dump dir>/<host>-pid<pid>.log), on the host (under --path.rootfs), "
-        "** allowed",
+        "glob of NCCL Inspector dump files (<dump dir>/<host>-pid<pid>.log) or dump directories (their "
+        "*-pid*.log files are read), on the host (under --path.rootfs), ** allowed",
         flag="--nccl-inspector.dumps",
         repeatable=True,
     )
@@ -75,6 +80,7 @@ class InspectorOptions:
         "end",
         parse_choice(("end", "beginning")),
         "where to start reading the dump files present when the agent starts: end (skip their history) or beginning",
+        flag="--nccl-inspector.start-at",
     )
     idle_timeout: float = option(600.0, parse_duration, "a rank with no new record for this long is dropped")
     max_series: int = option(
@@ -161,7 +167,10 @@ class InspectorCollector(Collector[InspectorOptions]):
             raise NothingHere(self._nothing_configured())
         follower = self._new_follower(start_at_end=True)
         try:
-            follower.sweep()
+            for _line in follower.sweep():
+                pass  # files present now are followed from their end: nothing but context
+            if not follower.followed:
+                return f"0 Inspector dump files: {follower.why_no_files()}"
             return f"{follower.followed} Inspector dump file(s) match {', '.join(self.options.dumps)}"
         finally:
             follower.close()
@@ -198,6 +207,7 @@ class InspectorCollector(Collector[InspectorOptions]):
             max_files=min(self.options.max_files, default_max_files(share=8)),
             sweep_budget=self.options.max_bytes_per_round,
             log=self.log,
+            directory_files=DUMP_FILES,
         )
 
     def _ingest(self, lines: Iterable[Line]) -> None:

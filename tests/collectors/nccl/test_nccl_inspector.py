@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.agent import cli
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import MONOTONIC_CLOCK, Seams
 from lockstep.collectors.nccl import InspectorCollector, InspectorOptions
 from lockstep.collectors.nccl.inspector_records import BadLine, parse_line
-from tests.support import FIXTURES, collected
+from tests.support import FIXTURES, collected, samples
 
 DUMPS = FIXTURES / "nccl" / "inspector"
 COMM = "0x7f8c496ae9f661"
@@ -357,3 +358,30 @@ def test_later_samples_add_the_coll_sn_advance_and_a_sample_read_twice_adds_noth
     s = collected(collector)
     assert series(s, "lockstep_nccl_collectives_total")[SAMPLED_RANK] == 30
     assert series(s, "lockstep_nccl_collective_seconds_total")[SAMPLED_RANK] == 0.0252 + 0.018
+
+
+def test_once_reads_the_dump_files_of_a_directory_glob_from_their_start(tmp_path: Path) -> None:
+    """`lockstep once --nccl-inspector.dumps DIR_GLOB` read nothing: the directory was taken for
+    a file that is not regular, and the files present were read from their end with no flag to
+    say otherwise.  A matched directory stands for its <host>-pid<pid>.log files (the plugin's
+    names, inspector.cc inspectorStateDumpJSON)."""
+    paths = sampled_node(tmp_path)
+    argv = ["once", "--collector.disable-defaults", "--collector.nccl_inspector", "--path.rootfs", str(paths.rootfs)]
+    argv += ["--nccl-inspector.dumps", "/scratch/run/nccl-inspector-*", "--nccl-inspector.start-at", "beginning"]
+    body, failures = cli.once(argv)
+    assert failures == []
+    assert series(samples(body.decode()), "lockstep_nccl_collectives_total") == {SAMPLED_RANK: 21}
+
+
+def test_check_says_how_many_dump_files_there_are_and_why_none(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    assert make(paths).check() == "3 Inspector dump file(s) match /scratch/run/*/*.log"
+    (paths.rootfs / "scratch/run/empty").mkdir()
+    root = paths.rootfs
+    assert make(paths, glob="/scratch/run/nothing-*").check() == (
+        f"0 Inspector dump files: nothing matches {root}/scratch/run/nothing-*"
+    )
+    assert make(paths, glob="/scratch/run/empty").check() == (
+        f"0 Inspector dump files: {root}/scratch/run/empty matches directories holding no file named "
+        f"*-pid*.log: 1 directory ({root}/scratch/run/empty)"
+    )
