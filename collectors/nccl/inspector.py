@@ -3,9 +3,12 @@
 
 Files are found by the configured globs and followed as the training logs are
 (collectors/toolkit/follow.py: rotation, truncation, a partial last line, bounded bytes per
-round and files).  A job that dumps only at communicator teardown (the plugin's default,
-``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=-1``) writes its whole file at the end: its
-counters appear then, once, and are dropped after ``idle_timeout`` like any idle rank's.
+round and files).  The plugin writes only from a periodic dump thread: with the default
+``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS`` (-1 in 2.30, 0 in 2.28) it writes nothing at
+all, and what a communicator completed after the last dump before it was destroyed is never
+written (docs/workloads.md, "What the Inspector's numbers cover").  A rank that stops writing is
+dropped after ``idle_timeout``.  A glob that matches a directory reads the dump files in it.
+Files of plugins before 2.30.3 hold samples, counted by ``coll_sn`` (``_operations_represented``).
 
 Who a rank is:
 - the Slurm job: from the dump directory's name (``nccl-inspector-<jobid>``, the plugin's

@@ -42,7 +42,8 @@ COLLECTIVE_BUS_BYTES = MetricSpec(
 P2P_OPERATIONS = MetricSpec(
     "lockstep_nccl_p2p_operations_total",
     "counter",
-    "Point-to-point operations (Send, Recv) the rank completed on the communicator.",
+    "Point-to-point operations (Send, Recv) the rank completed on the communicator, of those the plugin wrote "
+    "(2.30.3+; 2.30.7 drops most of them, docs/workloads.md).",
     P2P_LABELS,
 )
 P2P_SECONDS = MetricSpec(

@@ -2,8 +2,9 @@
 
 The format is NCCL's own (NVIDIA/nccl v2.30.7-1, commit 5067397c,
 ``plugins/profiler/inspector/inspector_json.cc`` and ``json.cc``; the plugin came in 2.28.3 in
-``ext-profiler/inspector`` and moved by 2.29): one compact JSON object per line, one line per completed operation per
-communicator, written by the process's dump thread to ``<dump_dir>/<hostname>-pid<pid>.log``::
+``ext-profiler/inspector`` and moved by 2.29): one compact JSON object per line, one line per
+recorded operation per communicator (before 2.30.3: per dump, below), written by the process's
+dump thread to ``<dump_dir>/<hostname>-pid<pid>.log``::
 
     {"header":{"id":"0x7f8c496ae9f661","comm_name":"DP Group 0","rank":2,"n_ranks":8,"nnodes":1},
      "metadata":{"inspector_output_format_version":"v4.0","git_rev":"","rec_mechanism":
@@ -31,7 +32,9 @@ communicator, written by the process's dump thread to ``<dump_dir>/<hostname>-pi
     ``coll_sn + 1`` collectives of the type completed up to a sample.
 - From 2.30.3 a point-to-point operation (``NCCL_INSPECTOR_ENABLE_P2P=1``, the default) has ``p2p_perf``
   instead: ``p2p`` ("Send"/"Recv"), ``p2p_sn``, ``p2p_peer``, ``p2p_msg_size_bytes``,
-  ``p2p_exec_time_us``, ``p2p_timing_source``, ``p2p_algobw_gbs``, ``p2p_busbw_gbs``.
+  ``p2p_exec_time_us``, ``p2p_timing_source``, ``p2p_algobw_gbs``, ``p2p_busbw_gbs``.  Run for
+  real, 2.30.7 writes few of them: it waits for kernel events on channels NCCL does not run the
+  Send/Recv on, so most never complete (docs/workloads.md).
 - ``NCCL_INSPECTOR_DUMP_VERBOSE=1`` adds ``event_trace_sn`` and ``event_trace_ts`` (per-channel
   kernel events) to the perf object: read past, not needed here.
 - Bandwidths are printed with ``%lf``; NaN is written as the string ``"nan"``.

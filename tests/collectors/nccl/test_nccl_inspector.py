@@ -208,13 +208,13 @@ def test_truncated_dump_of_a_reused_pid_is_read_from_its_start(tmp_path: Path) -
     assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 3
 
 
-def test_teardown_only_dump_appears_and_idle_ranks_go(tmp_path: Path) -> None:
+def test_a_dump_file_appearing_whole_is_read_and_idle_ranks_go(tmp_path: Path) -> None:
     paths = node(tmp_path)
     now = [1000.0]
     collector = make(paths, glob="/scratch/run/teardown/*.log", idle_timeout=600.0, clock=lambda: now[0])
     (paths.rootfs / "scratch/run/teardown").mkdir()
     assert series(collected(collector), "lockstep_nccl_collectives_total") == {}
-    # The whole file appears at communicator teardown.
+    # A file appears whole (the plugin's first periodic dump; it never writes at teardown).
     shutil.copy(
         DUMPS / "nccl-inspector-4242/node001-pid2201.log",
         paths.rootfs / "scratch/run/teardown/node001-pid2201.log",
