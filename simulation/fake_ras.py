@@ -58,7 +58,7 @@ class FakeMissingRank:
 
 @dataclass
 class FakeCommunicator:
-    comm_hash: int
+    comm_hash: int  # written whole, "0x%lx", as RAS does (the Inspector plugin cuts it to 14 hex digits)
     size: int
     ranks: list[FakeRank]
     missing: list[FakeMissingRank] = field(default_factory=list)

@@ -6,11 +6,12 @@ node002, one training process per node, pid 2200) runs with NCCL 2.30.7's Inspec
 dumping into ``nccl-inspector-4242`` in each node's run directory on the shared /scratch (this
 node's agent reads its own, task 0's), and with RAS on (this node's RAS address 10.0.0.1, node002's 10.0.0.2).  Each
 training step ends with one 4 GiB gradient AllReduce on communicator ``0x5f4a2b1c9d8e7f60``
-(the world, 16 ranks on 2 nodes): a rank's kernel runs from its own arrival until the last
-rank's, plus the transfer, so the rank every other rank waits for has the shortest time.  The
-steps are those of the healthy job (workloads.timeline): the NCCL area tells its own story in
-its own scenarios, whose step logs stay healthy as if the job wrote none (the point of NCCL's
-telemetry: jobs without the emitter).
+(the world, 16 ranks on 2 nodes; RAS prints that hash whole, the Inspector plugin its first 14
+hex digits, ``0x5f4a2b1c9d8e7f``, and both collectors export the latter in ``comm``): a rank's
+kernel runs from its own arrival until the last rank's, plus the transfer, so the rank every
+other rank waits for has the shortest time.  The steps are those of the healthy job
+(workloads.timeline): the NCCL area tells its own story in its own scenarios, whose step logs
+stay healthy as if the job wrote none (the point of NCCL's telemetry: jobs without the emitter).
 
 ``nccl-straggler``: rank 5 (node001, GPU 5) computes 1.3x as long as its peers: its AllReduce
 time is the transfer alone, its peers' the transfer plus the wait for it; RAS finds it one
@@ -74,8 +75,10 @@ SCENARIOS = (
 )
 
 NCCL_SCENARIOS = tuple(scenario.name for scenario in SCENARIOS)
-COMM_HASH = 0x5F4A2B1C9D8E7F60
-COMM = f"0x{COMM_HASH:x}"
+COMM_HASH = 0x5F4A2B1C9D8E7F60  # what RAS prints whole ("0x%lx")
+# What the Inspector plugin writes as header.id: snprintf(buf, NCCL_COMM_HASH_LENGTH = 17, "0x%lx", hash)
+# (NVIDIA/nccl v2.30.7-1, plugins/profiler/inspector/inspector.cc inspectorCommGetHashStr): cut to 14 hex digits.
+COMM = f"0x{COMM_HASH:x}"[:16]
 COMM_NAME = "world"
 PID = 2200
 ADDRESSES = ("10.0.0.1", "10.0.0.2")

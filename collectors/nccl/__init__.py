@@ -1,7 +1,8 @@
 """NCCL's own telemetry, for jobs whose code reports nothing: two collectors.
 
 - ``nccl_inspector`` (inspector.py): follows the dump files of NCCL's Inspector profiler plugin
-  (NCCL 2.28.3+, one JSON line per completed collective per communicator per process) and
+  (NCCL 2.28.3+, JSON lines per process: from 2.30.3 one per recorded operation, before it the
+  latest collective of each communicator at each dump) and
   exports per job, communicator, rank and collective the counts, execution seconds and bytes
   from which rates give the time per collective (the straggler is the rank with the shortest)
   and the bus bandwidth.

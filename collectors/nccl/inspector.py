@@ -3,9 +3,12 @@
 
 Files are found by the configured globs and followed as the training logs are
 (collectors/toolkit/follow.py: rotation, truncation, a partial last line, bounded bytes per
-round and files).  A job that dumps only at communicator teardown (the plugin's default,
-``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS=-1``) writes its whole file at the end: its
-counters appear then, once, and are dropped after ``idle_timeout`` like any idle rank's.
+round and files).  The plugin writes only from a periodic dump thread: with the default
+``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS`` (-1 in 2.30, 0 in 2.28) it writes nothing at
+all, and what a communicator completed after the last dump before it was destroyed is never
+written (docs/workloads.md, "What the Inspector's numbers cover").  A rank that stops writing is
+dropped after ``idle_timeout``.  A glob that matches a directory reads the dump files in it.
+Files of plugins before 2.30.3 hold samples, counted by ``coll_sn`` (``_operations_represented``).
 
 Who a rank is:
 - the Slurm job: from the dump directory's name (``nccl-inspector-<jobid>``, the plugin's
@@ -57,6 +60,11 @@ from lockstep.collectors.toolkit.procs import slurm_job
 SKIP_REASONS = (*INVALID_REASONS, "series_limit")
 # The plugin's default directory name (inspector.cc genDumpDir), or a bare job id.
 _JOB_DIRECTORY = re.compile(r"^(?:nccl-inspector-)?(\d{1,20})$")
+# The files the plugin writes in its dump directory: "%s/%s-pid%d.log" (dump directory, host
+# name, pid; NVIDIA/nccl v2.30.7-1 plugins/profiler/inspector/inspector.cc inspectorStateDumpJSON,
+# the same in v2.28.3-1 ext-profiler/inspector/inspector.cc inspectorStateDump).  A glob matching a directory reads
+# these in it.
+DUMP_FILES = "*-pid*.log"
 
 RankKey = tuple[str, str, int, str]  # (job_id, comm, rank, host)
 
@@ -66,8 +74,8 @@ class InspectorOptions:
     dumps: tuple[str, ...] = option(
         (),
         parse_string_list,
-        "glob of NCCL Inspector dump files (<dump dir>/<host>-pid<pid>.log), on the host (under --path.rootfs), "
-        "** allowed",
+        "glob of NCCL Inspector dump files (<dump dir>/<host>-pid<pid>.log) or dump directories (their "
+        "*-pid*.log files are read), on the host (under --path.rootfs), ** allowed",
         flag="--nccl-inspector.dumps",
         repeatable=True,
     )
@@ -75,6 +83,7 @@ class InspectorOptions:
         "end",
         parse_choice(("end", "beginning")),
         "where to start reading the dump files present when the agent starts: end (skip their history) or beginning",
+        flag="--nccl-inspector.start-at",
     )
     idle_timeout: float = option(600.0, parse_duration, "a rank with no new record for this long is dropped")
     max_series: int = option(
@@ -106,6 +115,7 @@ class _Counters:
     seconds: float = 0.0
     message_bytes: int = 0
     bus_bytes: float = 0.0
+    last_sn: int | None = None  # of the last sampled record (plugins before 2.30.3)
 
 
 @dataclass
@@ -115,6 +125,7 @@ class _Rank:
     nnodes: int
     pid: int
     last_record_at: float
+    sampled: bool  # its plugin writes samples (before 2.30.3), not every operation
     gpu: tuple[str, str] = ("", "")  # (NVML index, UUID), empty when not known
     collectives: dict[str, _Counters] = field(default_factory=dict)
     p2p: dict[str, _Counters] = field(default_factory=dict)
@@ -159,7 +170,10 @@ class InspectorCollector(Collector[InspectorOptions]):
             raise NothingHere(self._nothing_configured())
         follower = self._new_follower(start_at_end=True)
         try:
-            follower.sweep()
+            for _line in follower.sweep():
+                pass  # files present now are followed from their end: nothing but context
+            if not follower.followed:
+                return f"0 Inspector dump files: {follower.why_no_files()}"
             return f"{follower.followed} Inspector dump file(s) match {', '.join(self.options.dumps)}"
         finally:
             follower.close()
@@ -196,6 +210,7 @@ class InspectorCollector(Collector[InspectorOptions]):
             max_files=min(self.options.max_files, default_max_files(share=8)),
             sweep_budget=self.options.max_bytes_per_round,
             log=self.log,
+            directory_files=DUMP_FILES,
         )
 
     def _ingest(self, lines: Iterable[Line]) -> None:
@@ -212,7 +227,9 @@ class InspectorCollector(Collector[InspectorOptions]):
             key = (job_id, record.comm, record.rank, record.hostname)
             rank = self._ranks.get(key)
             if rank is None:
-                rank = self._ranks[key] = _Rank(record.comm_name, record.n_ranks, record.nnodes, record.pid, now)
+                rank = self._ranks[key] = _Rank(
+                    record.comm_name, record.n_ranks, record.nnodes, record.pid, now, record.sampled
+                )
             by_operation = rank.p2p if record.p2p else rank.collectives
             counters = by_operation.get(record.operation)
             if counters is None:
@@ -222,13 +239,15 @@ class InspectorCollector(Collector[InspectorOptions]):
                         del self._ranks[key]
                     continue
                 counters = by_operation[record.operation] = _Counters()
-            counters.operations += 1
-            counters.seconds += record.exec_seconds
-            counters.message_bytes += record.message_bytes
+            stands_for = _operations_represented(record, counters)
+            counters.operations += stands_for
+            counters.seconds += record.exec_seconds * stands_for
+            counters.message_bytes += record.message_bytes * stands_for
             if record.bus_bytes_per_second is not None:
-                counters.bus_bytes += record.bus_bytes_per_second * record.exec_seconds
+                counters.bus_bytes += record.bus_bytes_per_second * record.exec_seconds * stands_for
             rank.last_record_at = now
             rank.pid = record.pid
+            rank.sampled = record.sampled
 
     def _series(self) -> int:
         return sum(rank.series for rank in self._ranks.values())
@@ -271,7 +290,10 @@ class InspectorCollector(Collector[InspectorOptions]):
             rank = self._ranks[key]
             job_id, comm, rank_number, host = key
             labels = [job_id, comm, str(rank_number), host]
-            families[RANK_INFO].add_metric([*labels, rank.comm_name, str(rank.n_ranks), str(rank.nnodes), *rank.gpu], 1)
+            records = "sampled" if rank.sampled else "all"
+            families[RANK_INFO].add_metric(
+                [*labels, rank.comm_name, str(rank.n_ranks), str(rank.nnodes), *rank.gpu, records], 1
+            )
             for operation, counters in sorted(rank.collectives.items()):
                 families[COLLECTIVES].add_metric([*labels, operation], counters.operations)
                 families[COLLECTIVE_SECONDS].add_metric([*labels, operation], round(counters.seconds, 6))
@@ -292,3 +314,24 @@ class InspectorCollector(Collector[InspectorOptions]):
         return (
             "no NCCL Inspector dump globs configured (--nccl-inspector.dumps GLOB or collectors.nccl_inspector.dumps)"
         )
+
+
+def _operations_represented(record: InspectorRecord, counters: _Counters) -> int:
+    """How many of the rank's operations of this type the record stands for.
+
+    A plugin from 2.30.3 writes one record per operation: 1.  An older one writes a sample, the
+    communicator's latest collective at each dump (inspector_records.py), whose coll_sn is
+    NCCL's count of the type's collectives before it: the sample stands for every collective
+    since the previous sample of its type, and for all sn + 1 of them when it is the first
+    one seen.  So the count is NCCL's own, exact up to the latest sample, and the seconds and
+    bytes are the sampled collectives' weighted by what each stands for: their rates still
+    give the time per collective, as an estimate.
+    """
+    if not record.sampled:
+        return 1
+    last, counters.last_sn = counters.last_sn, record.sn
+    if last is None or record.sn < last:
+        # First sample of the type, or the count started again (a new communicator with the same
+        # id and rank in a process with the same pid): every collective up to this one.
+        return record.sn + 1
+    return record.sn - last  # 0 for the same sample read twice

@@ -12,7 +12,8 @@ P2P_LABELS = (*RANK_LABELS, "operation")
 COLLECTIVES = MetricSpec(
     "lockstep_nccl_collectives_total",
     "counter",
-    "Collectives the rank completed on the communicator (NCCL Inspector records).",
+    "Collectives the rank completed on the communicator (NCCL Inspector records; from a plugin before 2.30.3, "
+    "which writes samples, NCCL's own count from coll_sn).",
     COLLECTIVE_LABELS,
 )
 COLLECTIVE_SECONDS = MetricSpec(
@@ -41,7 +42,8 @@ COLLECTIVE_BUS_BYTES = MetricSpec(
 P2P_OPERATIONS = MetricSpec(
     "lockstep_nccl_p2p_operations_total",
     "counter",
-    "Point-to-point operations (Send, Recv) the rank completed on the communicator.",
+    "Point-to-point operations (Send, Recv) the rank completed on the communicator, of those the plugin wrote "
+    "(2.30.3+; 2.30.7 drops most of them, docs/workloads.md).",
     P2P_LABELS,
 )
 P2P_SECONDS = MetricSpec(
@@ -62,8 +64,10 @@ RANK_INFO = MetricSpec(
     "lockstep_nccl_rank_info",
     "gauge",
     "A rank of a communicator seen in NCCL Inspector dumps, valued 1: the communicator's name, size and node "
-    "count, and the GPU (NVML index and UUID, from the writing process) when it runs on this node.",
-    (*RANK_LABELS, "comm_name", "n_ranks", "nnodes", "gpu", "uuid"),
+    "count, the GPU (NVML index and UUID, from the writing process) when it runs on this node, and records: "
+    "all (plugin 2.30.3+, one record per operation) or sampled (before 2.30.3, the latest collective per "
+    "communicator at each dump: counts exact from coll_sn, seconds and bytes estimated from the samples).",
+    (*RANK_LABELS, "comm_name", "n_ranks", "nnodes", "gpu", "uuid", "records"),
 )
 FILES = MetricSpec("lockstep_nccl_inspector_files", "gauge", "NCCL Inspector dump files being followed.")
 SKIPPED = MetricSpec(

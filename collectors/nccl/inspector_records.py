@@ -2,8 +2,9 @@
 
 The format is NCCL's own (NVIDIA/nccl v2.30.7-1, commit 5067397c,
 ``plugins/profiler/inspector/inspector_json.cc`` and ``json.cc``; the plugin came in 2.28.3 in
-``ext-profiler/inspector`` and moved by 2.29): one compact JSON object per line, one line per completed operation per
-communicator, written by the process's dump thread to ``<dump_dir>/<hostname>-pid<pid>.log``::
+``ext-profiler/inspector`` and moved by 2.29): one compact JSON object per line, one line per
+recorded operation per communicator (before 2.30.3: per dump, below), written by the process's
+dump thread to ``<dump_dir>/<hostname>-pid<pid>.log``::
 
     {"header":{"id":"0x7f8c496ae9f661","comm_name":"DP Group 0","rank":2,"n_ranks":8,"nnodes":1},
      "metadata":{"inspector_output_format_version":"v4.0","git_rev":"","rec_mechanism":
@@ -13,9 +14,27 @@ communicator, written by the process's dump thread to ``<dump_dir>/<hostname>-pi
      "coll_busbw_gbs":485.119099}}
 
 - ``comm_name`` is in the header from 2.30.3 on (absent before; "unknown" when the job set none).
+- What a file holds depends on the plugin's version, and ``comm_name`` tells which (the format
+  version says "v4.0" in all of them):
+  - from 2.30.3 (``comm_name`` present), every operation the plugin recorded: each communicator
+    keeps its completed collectives and P2P operations in rings (``completedCollRing``,
+    ``completedP2pRing``, 1,024 entries by default) and each dump drains them (v2.30.7-1
+    ``inspector_json.cc``); a full ring overwrites its oldest entry (``inspector_ring.cc``), so
+    more than 1,024 operations of a communicator between two dumps lose the oldest;
+  - before 2.30.3 (no ``comm_name``: 2.28.3 to 2.29.7), one sample per communicator per dump:
+    each completed collective overwrites ``commInfo->completedCollInfo`` and a dump writes that
+    one, the latest, if a collective completed since the last dump (v2.28.3-1
+    ``ext-profiler/inspector/inspector.cc`` inspectorCommInfoDump, ``inspector_plugin.cc``
+    inspectorPluginStopEvent; the same in v2.29.7-1 ``plugins/profiler/inspector/``).  Its
+    ``coll_sn`` is NCCL's own count of the communicator's collectives of that type launched
+    before it, from 0 (``eDescr.coll.seqNumber = comm->seqNumber[func]`` before the increment,
+    v2.28.3-1 ``src/plugin/profiler.cc``; RAS's collective counts are the same counters), so
+    ``coll_sn + 1`` collectives of the type completed up to a sample.
 - From 2.30.3 a point-to-point operation (``NCCL_INSPECTOR_ENABLE_P2P=1``, the default) has ``p2p_perf``
   instead: ``p2p`` ("Send"/"Recv"), ``p2p_sn``, ``p2p_peer``, ``p2p_msg_size_bytes``,
-  ``p2p_exec_time_us``, ``p2p_timing_source``, ``p2p_algobw_gbs``, ``p2p_busbw_gbs``.
+  ``p2p_exec_time_us``, ``p2p_timing_source``, ``p2p_algobw_gbs``, ``p2p_busbw_gbs``.  Run for
+  real, 2.30.7 writes few of them: it waits for kernel events on channels NCCL does not run the
+  Send/Recv on, so most never complete (docs/workloads.md).
 - ``NCCL_INSPECTOR_DUMP_VERBOSE=1`` adds ``event_trace_sn`` and ``event_trace_ts`` (per-channel
   kernel events) to the perf object: read past, not needed here.
 - Bandwidths are printed with ``%lf``; NaN is written as the string ``"nan"``.
@@ -35,11 +54,18 @@ from typing import Any
 # The format versions this reader understands: the major version of
 # metadata.inspector_output_format_version ("v4.0" from NCCL 2.28.3 to 2.30.7).
 SUPPORTED_FORMAT_MAJOR = "v4"
-# Longest accepted string field used as a label (communicator id, name, host, operation).
+# Longest accepted string field used as a label (communicator id, host, operation).
 MAX_LABEL_LENGTH = 128
+# Longest accepted communicator name: the plugin copies the name the job gave NCCL (NCCL itself
+# passes the pointer on unbounded) into ``char commNameStr[NCCL_COMM_NAME_MAX]`` with snprintf,
+# NCCL_COMM_NAME_MAX = 256 (NVIDIA/nccl v2.30.7-1, plugins/profiler/inspector/inspector.h and
+# inspector.cc inspectorFillCommInfo): at most 255 bytes, so at most 255 characters decoded.
+MAX_COMM_NAME_LENGTH = 255
 # Larger than any real collective (bytes) or kernel time (microseconds): beyond is garbage.
 MAX_MESSAGE_BYTES = 1 << 50
 MAX_EXEC_TIME_US = 24 * 3600 * 1_000_000
+# coll_sn is a uint64_t printed with %lu.
+MAX_SEQUENCE_NUMBER = (1 << 64) - 1
 
 
 class BadLine(ValueError):
@@ -65,6 +91,11 @@ class InspectorRecord:
     pid: int
     p2p: bool  # a Send/Recv (p2p_perf) rather than a collective (coll_perf)
     operation: str  # "AllReduce", "ReduceScatter", ..., or "Send"/"Recv"
+    # True for a plugin before 2.30.3 (no comm_name): the record is the communicator's latest
+    # collective at a dump, a sample, not one of every collective (see the module's docstring).
+    sampled: bool
+    # coll_sn (or p2p_sn): the operations of this type the communicator launched before this one.
+    sn: int
     message_bytes: int
     exec_seconds: float
     # Bus bandwidth in bytes a second (NCCL's GB/s are 1e9 bytes); None when NCCL wrote "nan".
@@ -96,9 +127,10 @@ def parse_line(data: bytes) -> InspectorRecord:
     n_ranks = _int(header.get("n_ranks"), 1, 1 << 31)
     message_bytes = _int(perf.get(f"{prefix}_msg_size_bytes"), 0, MAX_MESSAGE_BYTES)
     exec_us = _int(perf.get(f"{prefix}_exec_time_us"), 0, MAX_EXEC_TIME_US)
+    sn = _int(perf.get(f"{prefix}_sn"), 0, MAX_SEQUENCE_NUMBER)
     return InspectorRecord(
         comm=_label(header.get("id")),
-        comm_name=_label(header.get("comm_name", "unknown")),
+        comm_name=_label(header.get("comm_name", "unknown"), MAX_COMM_NAME_LENGTH),
         rank=rank,
         n_ranks=n_ranks,
         nnodes=_int(header.get("nnodes"), 0, 1 << 31),
@@ -106,6 +138,8 @@ def parse_line(data: bytes) -> InspectorRecord:
         pid=_int(metadata.get("pid"), 1, 1 << 32),
         p2p=p2p,
         operation=_label(perf.get(prefix)),
+        sampled="comm_name" not in header,
+        sn=sn,
         message_bytes=message_bytes,
         exec_seconds=exec_us / 1e6,
         bus_bytes_per_second=_bandwidth(perf.get(f"{prefix}_busbw_gbs")),
@@ -118,8 +152,8 @@ def _int(value: Any, low: int, high: int) -> int:
     return value
 
 
-def _label(value: Any) -> str:
-    if not isinstance(value, str) or not value or len(value) > MAX_LABEL_LENGTH:
+def _label(value: Any, longest: int = MAX_LABEL_LENGTH) -> str:
+    if not isinstance(value, str) or not value or len(value) > longest:
         raise BadLine("bad_record")
     return value
 

@@ -231,18 +231,18 @@ class RasCollector(Collector[RasOptions]):
         self._leader = _leads(communicators, local)
         families[INFO].add_metric([status.nccl_version], 1)
         families[COLLECTION_SECONDS].add_metric([], status.collection_seconds)
-        for comm, rank in sorted(own, key=lambda cr: (cr[0].hash, cr[1].rank)):
-            labels = [job_id, comm.hash, str(rank.rank)]
+        for comm, rank in sorted(own, key=lambda cr: (cr[0].comm, cr[1].rank)):
+            labels = [job_id, comm.comm, str(rank.rank)]
             families[OWN_RANK].add_metric([*labels, str(rank.nvml_dev), rank.status], 1)
             for collective in COLLECTIVES:
                 families[OWN_COLLECTIVES].add_metric([*labels, collective], rank.counts[collective])
         if not (self._leader or self.options.role == "every-node"):
             return  # the leader exports the job's view; one copy of it is enough
-        for comm in sorted(communicators, key=lambda c: c.hash):
+        for comm in sorted(communicators, key=lambda c: c.comm):
             self._export_communicator(job_id, comm, families)
 
     def _export_communicator(self, job_id: str, comm: Communicator, families: Families) -> None:
-        labels = [job_id, comm.hash]
+        labels = [job_id, comm.comm]
         families[COMM_RANKS].add_metric(labels, comm.size)
         families[COMM_MISSING].add_metric(labels, len(comm.missing))
         families[COMM_DEAD].add_metric(labels, sum(1 for m in comm.missing if m.dead))

@@ -33,6 +33,20 @@ from lockstep.collectors.nccl.ras_client import RasError
 COLLECTIVES = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 INIT_IN_PROGRESS = 7  # ncclInProgress
 MAX_LABEL_LENGTH = 128
+# How long the Inspector plugin's communicator id is: it prints the same 64-bit hash as RAS
+# ("0x%lx", client_support.cc jsonStartCommunicator) into a buffer of NCCL_COMM_HASH_LENGTH = 17
+# (snprintf in inspectorCommGetHashStr: NVIDIA/nccl v2.28.3-1 ext-profiler/inspector/inspector.cc
+# and inspector.h, unchanged in v2.30.7-1 plugins/profiler/inspector/): "0x" and at most 14 hex
+# digits.  So the first 16 characters of RAS's hash are the Inspector's id.
+INSPECTOR_ID_LENGTH = 16
+
+
+def comm_id(hash_text: str) -> str:
+    """The communicator as both NCCL collectors name it in their ``comm`` label: RAS's hash cut
+    as the Inspector plugin cuts it, so that ``on (job_id, comm)`` joins the two sources with no
+    relabelling.  Two communicators of one job alike in their first 56 bits would share it: a
+    chance of 1 in 2^56 per pair."""
+    return hash_text[:INSPECTOR_ID_LENGTH]
 
 
 @dataclass(frozen=True)
@@ -84,10 +98,15 @@ class MissingRank:
 
 @dataclass(frozen=True)
 class Communicator:
-    hash: str
+    hash: str  # as RAS prints it, whole: "0x5f4a2b1c9d8e7f60"
     size: int
     ranks: tuple[Rank, ...]
     missing: tuple[MissingRank, ...]
+
+    @property
+    def comm(self) -> str:
+        """The ``comm`` label: the Inspector's form of the hash ("0x5f4a2b1c9d8e7f")."""
+        return comm_id(self.hash)
 
 
 @dataclass(frozen=True)

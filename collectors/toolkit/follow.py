@@ -122,6 +122,9 @@ class FileFollower:
     ``truncations``, ``rotations``, ``skipped`` (matching files not followed at the last
     sweep: over ``max_files``).  At most ``max_files`` files are followed (each holds a
     descriptor open): more matching files are reported, never followed by closing others.
+    ``directory_files`` (a name pattern, e.g. ``*-pid*.log``): a directory a pattern matches
+    stands for its files of that name, for formats whose writer owns a directory (NCCL's
+    Inspector); without it (None) a directory is nothing to read.
     """
 
     # An orphan (rotated away or deleted) is closed after this many sweeps without new
@@ -140,8 +143,10 @@ class FileFollower:
         max_lines: int = MAX_LINES,
         max_files: int | None = None,
         log: logging.Logger | None = None,
+        directory_files: str | None = None,
     ) -> None:
         self.patterns = tuple(_under(root, p) for p in patterns)
+        self.directory_files = directory_files
         self.start_at_end = start_at_end
         self.max_line_bytes = max_line_bytes
         self.read_budget = read_budget
@@ -164,9 +169,16 @@ class FileFollower:
         return len(self._files)
 
     def matches(self, path: str) -> bool:
-        """Whether ``path`` matches one of the patterns, with glob's rules."""
+        """Whether ``path`` matches one of the patterns, with glob's rules, or is a file named
+        ``directory_files`` in a directory that does."""
         parts = _parts(path)
-        return any(_match(_parts(pattern), parts) for pattern in self.patterns)
+        if any(_match(_parts(pattern), parts) for pattern in self.patterns):
+            return True
+        return (
+            self.directory_files is not None
+            and fnmatch.fnmatchcase(os.path.basename(path), self.directory_files)
+            and any(_match(_parts(pattern), parts[:-1]) for pattern in self.patterns)
+        )
 
     def directories(self) -> set[str]:
         """Directories worth watching: those of followed files, and each pattern's
@@ -198,16 +210,19 @@ class FileFollower:
             if globbed.truncated:
                 problems.append(f"{pattern}: stopped after listing {MAX_GLOB_DIRECTORIES} directories")
             complete = complete and not globbed.errors and not globbed.truncated
+            known_problems = len(problems)
             for path in globbed.paths:
-                try:
-                    st = os.stat(path)
-                except OSError as exc:
-                    if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
-                        problems.append(f"{path}: {os.strerror(exc.errno).lower()}")
-                        complete = False
-                    continue  # vanished between glob and stat
-                if stat.S_ISREG(st.st_mode):
+                st = self._stat(path, problems)
+                if st is not None and stat.S_ISREG(st.st_mode):
                     found.setdefault((st.st_dev, st.st_ino), path)
+                elif st is not None and stat.S_ISDIR(st.st_mode) and self.directory_files is not None:
+                    inner = glob_files(os.path.join(glob.escape(path), self.directory_files))
+                    problems += inner.errors
+                    for inner_path in inner.paths:
+                        inner_st = self._stat(inner_path, problems)
+                        if inner_st is not None and stat.S_ISREG(inner_st.st_mode):
+                            found.setdefault((inner_st.st_dev, inner_st.st_ino), inner_path)
+            complete = complete and len(problems) == known_problems
         budget = _Budget(self.sweep_budget, self.max_lines)
         # Files that no longer match (rotated out of the pattern, deleted) first: what was
         # written to them came before what is in the files that took their place.
@@ -287,7 +302,55 @@ class FileFollower:
             os.close(followed.fd)
         self._files.clear()
 
+    def why_no_files(self) -> str:
+        """Why nothing is followed, in words for an operator (``lockstep doctor``), pattern by
+        pattern: it matches nothing; it matches directories (holding no file named
+        ``directory_files``, or, without it, which are not read) or other things that are
+        not regular files; the files it matches cannot be opened (with the error); a
+        directory on the way cannot be listed.  Looks again (globs, opens and closes): for
+        a check, not for every round."""
+        reasons = []
+        for pattern in self.patterns:
+            globbed = glob_files(pattern)
+            reasons += [f"cannot list {error}" for error in globbed.errors]
+            if not globbed.paths:
+                if not globbed.errors:
+                    reasons.append(f"nothing matches {pattern}")
+                continue
+            directories, files, others = _kinds(globbed.paths)
+            if directories and self.directory_files is None:
+                reasons.append(f"{pattern} matches only directories: {_some(directories, 'directory', 'directories')}")
+            elif directories:
+                assert self.directory_files is not None
+                inner: list[str] = []
+                for directory in directories:
+                    globbed_inner = glob_files(os.path.join(glob.escape(directory), self.directory_files))
+                    reasons += [f"cannot list {error}" for error in globbed_inner.errors]
+                    inner += globbed_inner.paths
+                if not inner:
+                    reasons.append(
+                        f"{pattern} matches directories holding no file named {self.directory_files}: "
+                        f"{_some(directories, 'directory', 'directories')}"
+                    )
+                files += _kinds(inner)[1]
+            if others:
+                reasons.append(f"{pattern} matches what is not a regular file: {_some(others, 'path', 'paths')}")
+            unreadable = [f"{path}: {error}" for path in files if (error := _open_error(path))]
+            if unreadable:
+                reasons.append(f"{pattern} matches files that cannot be opened: {_some(unreadable, 'file', 'files')}")
+        return "; ".join(reasons) or "every matching file is followed"
+
     # --- internals ---
+
+    def _stat(self, path: str, problems: list[str]) -> os.stat_result | None:
+        """``path``'s status, or None: vanished between glob and stat (nothing to say), or out of
+        descriptors or memory (added to ``problems``, ending with ``path``)."""
+        try:
+            return os.stat(path)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                problems.append(f"{path}: {os.strerror(exc.errno).lower()}")
+            return None
 
     def _report(self, problems: list[str]) -> None:
         """Log what the sweep could not do, once per change (the same problem every round is
@@ -522,6 +585,39 @@ def _under(root: Path, pattern: str) -> str:
     if str(root) == "/":
         return os.path.normpath(pattern)
     return os.path.normpath(os.path.join(str(root), pattern.lstrip("/")))
+
+
+def _kinds(paths: Iterable[str]) -> tuple[list[str], list[str], list[str]]:
+    """``paths`` sorted into (directories, regular files, anything else), symlinks followed;
+    what vanished meanwhile is left out."""
+    directories, files, others = [], [], []
+    for path in paths:
+        try:
+            mode = os.stat(path).st_mode
+        except OSError:
+            continue
+        if stat.S_ISDIR(mode):
+            directories.append(path)
+        elif stat.S_ISREG(mode):
+            files.append(path)
+        else:
+            others.append(path)
+    return directories, files, others
+
+
+def _open_error(path: str) -> str:
+    """Why ``path`` cannot be opened for reading, as the follower opens it ("" when it can)."""
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY))
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    return ""
+
+
+def _some(items: Sequence[str], one: str, many: str, shown: int = 3) -> str:
+    """'2 directories (/a, /b)', at most ``shown`` of them named."""
+    named = ", ".join(items[:shown]) + (", ..." if len(items) > shown else "")
+    return f"{len(items)} {one if len(items) == 1 else many} ({named})"
 
 
 def _parts(path: str) -> list[str]:

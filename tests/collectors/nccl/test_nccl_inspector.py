@@ -12,12 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from lockstep.agent import cli
 from lockstep.agent.collector import CollectorContext, NothingHere, Paths
 from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import MONOTONIC_CLOCK, Seams
 from lockstep.collectors.nccl import InspectorCollector, InspectorOptions
 from lockstep.collectors.nccl.inspector_records import BadLine, parse_line
-from tests.support import FIXTURES, collected
+from tests.support import FIXTURES, collected, samples
 
 DUMPS = FIXTURES / "nccl" / "inspector"
 COMM = "0x7f8c496ae9f661"
@@ -105,7 +106,6 @@ def test_collectives_p2p_and_verbose_records_become_counters_per_rank_and_operat
     assert series(s, "lockstep_nccl_p2p_operations_total") == {(*rank3, "Send"): 1, (*rank3, "Recv"): 1}
     assert series(s, "lockstep_nccl_p2p_seconds_total") == {(*rank3, "Send"): 0.0004, (*rank3, "Recv"): 0.0005}
     assert series(s, "lockstep_nccl_p2p_bytes_total") == {(*rank3, "Send"): 33554432, (*rank3, "Recv"): 33554432}
-    # NCCL 2.28 wrote no comm_name: rank 4's file is read all the same.
     assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 1
     assert skipped(s) == {"not_json": 0, "bad_record": 0, "unsupported_format": 0, "too_long": 0, "series_limit": 0}
 
@@ -138,24 +138,22 @@ def test_rank_info_names_the_gpu_of_the_writing_process_and_the_communicator(tmp
         "nnodes": "1",
         "gpu": "3",
         "uuid": "GPU-00000003-0000-0000-0000-000000000000",
+        "records": "all",
     }
-    assert (info["4"]["gpu"], info["4"]["comm_name"]) == ("4", "unknown")
+    assert (info["4"]["gpu"], info["4"]["comm_name"]) == ("4", "DP Group 0")
 
 
 def test_job_from_the_writers_cgroup_when_the_directory_does_not_name_it(tmp_path: Path) -> None:
     paths = node(tmp_path, cgroups={2300: "0::/system.slice/slurmstepd.scope/job_5151/step_0/user/task_0\n"})
     s = collected(make(paths))
-    assert (
-        series(s, "lockstep_nccl_collectives_total")[("5151", "0x1c2d3e4f5a6b7c8d", "0", "node001", "Broadcast")] == 1
-    )
+    assert series(s, "lockstep_nccl_collectives_total")[("5151", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")] == 1
 
 
 def test_job_unknown_when_the_writer_is_on_another_node(tmp_path: Path) -> None:
     paths = node(tmp_path)
     s = collected(make(paths, node_name="node002"))
     assert (
-        series(s, "lockstep_nccl_collectives_total")[("unknown", "0x1c2d3e4f5a6b7c8d", "0", "node001", "Broadcast")]
-        == 1
+        series(s, "lockstep_nccl_collectives_total")[("unknown", "0x1c2d3e4f5a6b7c", "0", "node001", "Broadcast")] == 1
     )
 
 
@@ -210,13 +208,13 @@ def test_truncated_dump_of_a_reused_pid_is_read_from_its_start(tmp_path: Path) -
     assert series(s, "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")] == 3
 
 
-def test_teardown_only_dump_appears_and_idle_ranks_go(tmp_path: Path) -> None:
+def test_a_dump_file_appearing_whole_is_read_and_idle_ranks_go(tmp_path: Path) -> None:
     paths = node(tmp_path)
     now = [1000.0]
     collector = make(paths, glob="/scratch/run/teardown/*.log", idle_timeout=600.0, clock=lambda: now[0])
     (paths.rootfs / "scratch/run/teardown").mkdir()
     assert series(collected(collector), "lockstep_nccl_collectives_total") == {}
-    # The whole file appears at communicator teardown.
+    # A file appears whole (the plugin's first periodic dump; it never writes at teardown).
     shutil.copy(
         DUMPS / "nccl-inspector-4242/node001-pid2201.log",
         paths.rootfs / "scratch/run/teardown/node001-pid2201.log",
@@ -257,6 +255,7 @@ def test_no_globs_is_nothing_here(tmp_path: Path) -> None:
         ("metadata", "hostname"),
         ("metadata", "pid"),
         ("coll_perf", "coll"),
+        ("coll_perf", "coll_sn"),
         ("coll_perf", "coll_exec_time_us"),
         ("coll_perf", "coll_msg_size_bytes"),
         ("coll_perf", "coll_busbw_gbs"),
@@ -288,5 +287,101 @@ def test_a_backlog_is_read_within_the_bytes_per_round_over_several_rounds(tmp_pa
         totals.append(
             series(collected(collector), "lockstep_nccl_collectives_total")[("4242", COMM, "4", "node001", "AllReduce")]
         )
-    assert len(line) == 457
+    assert len(line) == 482
     assert totals == [2, 4, 6, 8, 10]  # 1000 bytes a round: the lines complete in each
+
+
+def test_a_communicator_name_up_to_255_characters_is_read(tmp_path: Path) -> None:
+    """The plugin writes names of up to 255 bytes (NVIDIA/nccl v2.30.7-1,
+    plugins/profiler/inspector/inspector.h: ``char commNameStr[NCCL_COMM_NAME_MAX]``, 256, filled
+    by snprintf in inspector.cc inspectorFillCommInfo); 128 used to make every record of such a
+    communicator a bad_record."""
+    paths = node(tmp_path)
+    record = json.loads((DUMPS / "nccl-inspector-4242/node001-pid2201.log").read_text())
+    name = "pipeline-stage-3/" + "x" * 238
+    assert len(name) == 255
+    record["header"]["comm_name"] = name
+    dump = paths.rootfs / "scratch/run/long-name/node001-pid2201.log"
+    dump.parent.mkdir()
+    dump.write_text(json.dumps(record, separators=(",", ":")) + "\n")
+    s = collected(make(paths, glob="/scratch/run/long-name/*.log"))
+    assert skipped(s)["bad_record"] == 0
+    info = [dict(k[1]) for k, v in s.items() if k[0] == "lockstep_nccl_rank_info"]
+    assert [i["comm_name"] for i in info] == [name]
+    record["header"]["comm_name"] = name + "x"  # longer than the plugin ever writes: garbage
+    with pytest.raises(BadLine) as raised:
+        parse_line(json.dumps(record).encode())
+    assert raised.value.reason == "bad_record"
+
+
+SAMPLED = FIXTURES / "nccl" / "inspector-2.28.3"
+SAMPLED_RANK = ("4343", "0x3e1f0a9b8c7d6e", "0", "node001", "AllReduce")
+
+
+def sampled_node(tmp_path: Path) -> Paths:
+    rootfs = tmp_path / "rootfs"
+    shutil.copytree(SAMPLED, rootfs / "scratch" / "run")
+    (tmp_path / "proc").mkdir()
+    return Paths(sysfs=tmp_path / "sys", procfs=tmp_path / "proc", rootfs=rootfs)
+
+
+def test_a_pre_2_30_3_dump_is_samples_counted_by_coll_sn_and_timed_by_the_samples(tmp_path: Path) -> None:
+    """NCCL 2.28.3's plugin writes, at each dump, only each communicator's latest collective
+    (v2.28.3-1 ext-profiler/inspector/inspector.cc inspectorCommInfoDump) and no comm_name
+    (tests/fixtures/nccl/README.md): 21 AllReduce ran (coll_sn 0-20), three dumps wrote
+    coll_sn 6, 13 and 20.  Counted as records they were 3 collectives."""
+    s = collected(make(sampled_node(tmp_path)))
+    assert series(s, "lockstep_nccl_collectives_total")[SAMPLED_RANK] == 21
+    # Each sample stands for the 7 collectives since the previous one: 7 x (1200 + 1300 + 1100) us.
+    assert series(s, "lockstep_nccl_collective_seconds_total")[SAMPLED_RANK] == 0.0252
+    assert series(s, "lockstep_nccl_collective_bytes_total")[SAMPLED_RANK] == 21 * 67108864
+    # 7 x (55.924053e9 x 0.0012 + 51.622203e9 x 0.0013 + 61.008058e9 x 0.0011) bytes
+    assert series(s, "lockstep_nccl_collective_bus_bytes_total")[SAMPLED_RANK] == pytest.approx(
+        7 * 3 * 67108864, rel=1e-6
+    )
+    info = [dict(k[1]) for k, v in s.items() if k[0] == "lockstep_nccl_rank_info"]
+    assert [(i["comm_name"], i["records"]) for i in info] == [("unknown", "sampled")]
+    assert skipped(s)["bad_record"] == 0
+
+
+def test_later_samples_add_the_coll_sn_advance_and_a_sample_read_twice_adds_nothing(tmp_path: Path) -> None:
+    paths = sampled_node(tmp_path)
+    collector = make(paths)
+    assert series(collected(collector), "lockstep_nccl_collectives_total")[SAMPLED_RANK] == 21
+    dump = paths.rootfs / "scratch/run/nccl-inspector-4343/node001-pid3300.log"
+    last = json.loads(dump.read_text().splitlines()[-1])
+    with open(dump, "a") as f:
+        f.write(json.dumps(last, separators=(",", ":")) + "\n")  # the same sample again
+        last["coll_perf"]["coll_sn"] = 29  # 9 more since the last dump
+        last["coll_perf"]["coll_exec_time_us"] = 2000
+        f.write(json.dumps(last, separators=(",", ":")) + "\n")
+    s = collected(collector)
+    assert series(s, "lockstep_nccl_collectives_total")[SAMPLED_RANK] == 30
+    assert series(s, "lockstep_nccl_collective_seconds_total")[SAMPLED_RANK] == 0.0252 + 0.018
+
+
+def test_once_reads_the_dump_files_of_a_directory_glob_from_their_start(tmp_path: Path) -> None:
+    """`lockstep once --nccl-inspector.dumps DIR_GLOB` read nothing: the directory was taken for
+    a file that is not regular, and the files present were read from their end with no flag to
+    say otherwise.  A matched directory stands for its <host>-pid<pid>.log files (the plugin's
+    names, inspector.cc inspectorStateDumpJSON)."""
+    paths = sampled_node(tmp_path)
+    argv = ["once", "--collector.disable-defaults", "--collector.nccl_inspector", "--path.rootfs", str(paths.rootfs)]
+    argv += ["--nccl-inspector.dumps", "/scratch/run/nccl-inspector-*", "--nccl-inspector.start-at", "beginning"]
+    body, failures = cli.once(argv)
+    assert failures == []
+    assert series(samples(body.decode()), "lockstep_nccl_collectives_total") == {SAMPLED_RANK: 21}
+
+
+def test_check_says_how_many_dump_files_there_are_and_why_none(tmp_path: Path) -> None:
+    paths = node(tmp_path)
+    assert make(paths).check() == "3 Inspector dump file(s) match /scratch/run/*/*.log"
+    (paths.rootfs / "scratch/run/empty").mkdir()
+    root = paths.rootfs
+    assert make(paths, glob="/scratch/run/nothing-*").check() == (
+        f"0 Inspector dump files: nothing matches {root}/scratch/run/nothing-*"
+    )
+    assert make(paths, glob="/scratch/run/empty").check() == (
+        f"0 Inspector dump files: {root}/scratch/run/empty matches directories holding no file named "
+        f"*-pid*.log: 1 directory ({root}/scratch/run/empty)"
+    )

@@ -31,8 +31,9 @@ from lockstep.simulation.fake_ras import (
 from tests.support import FIXTURES, collected
 
 FIXTURE = FIXTURES / "nccl" / "ras" / "status-2.30.7.json"
-COMM = "0x5f4a2b1c9d8e7f60"
-SMALL = "0xa1b2c3d4e5f60718"
+# The `comm` label: RAS's hash ("0x5f4a2b1c9d8e7f60") cut to the Inspector plugin's 14 hex digits.
+COMM = "0x5f4a2b1c9d8e7f"
+SMALL = "0xa1b2c3d4e5f607"
 
 
 def counts(all_reduce: int) -> dict[str, int]:

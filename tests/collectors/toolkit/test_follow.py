@@ -103,3 +103,48 @@ def test_watchdog_events_read_growth_new_files_and_truncation_without_a_sweep(tm
         watcher.stop()
         follower.close()
     assert received == ["a1", "a2", "b1", "a3 after truncation", "a4 in the new file"]
+
+
+def test_a_directory_a_pattern_matches_is_read_for_its_directory_files_when_asked(tmp_path: Path) -> None:
+    dump_dir = tmp_path / "nccl-inspector-4242"
+    dump_dir.mkdir()
+    (dump_dir / "node001-pid2200.log").write_text("a\nb\n")
+    (dump_dir / "notes.txt").write_text("not a dump\n")
+    pattern = str(tmp_path / "nccl-inspector-*")
+    follower = FileFollower([pattern], start_at_end=False, directory_files="*-pid*.log")
+    assert texts(list(follower.sweep())) == ["a", "b"]
+    assert follower.matches(str(dump_dir / "node001-pid2201.log"))
+    assert not follower.matches(str(dump_dir / "notes.txt"))
+    # Without directory_files (the training logs) a directory is nothing to read, as before.
+    plain = FileFollower([pattern], start_at_end=False)
+    assert list(plain.sweep()) == []
+    assert not plain.matches(str(dump_dir / "node001-pid2201.log"))
+
+
+def test_why_no_files_says_what_each_pattern_matched(tmp_path: Path) -> None:
+    (tmp_path / "empty-dump-dir").mkdir()
+    os.mkfifo(tmp_path / "fifo.log")
+    patterns = [str(tmp_path / "none" / "*.log"), str(tmp_path / "empty-*"), str(tmp_path / "fifo.log")]
+    follower = FileFollower(patterns, start_at_end=True, directory_files="*-pid*.log")
+    assert list(follower.sweep()) == []
+    assert follower.why_no_files() == (
+        f"nothing matches {tmp_path}/none/*.log; "
+        f"{tmp_path}/empty-* matches directories holding no file named *-pid*.log: "
+        f"1 directory ({tmp_path}/empty-dump-dir); "
+        f"{tmp_path}/fifo.log matches what is not a regular file: 1 path ({tmp_path}/fifo.log)"
+    )
+    plain = FileFollower([str(tmp_path / "empty-*")], start_at_end=True)
+    assert (
+        plain.why_no_files() == f"{tmp_path}/empty-* matches only directories: 1 directory ({tmp_path}/empty-dump-dir)"
+    )
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root opens a file whatever its mode")
+def test_why_no_files_names_a_file_that_cannot_be_opened(tmp_path: Path) -> None:
+    (tmp_path / "node001-pid1.log").write_text("x\n")
+    (tmp_path / "node001-pid1.log").chmod(0)
+    follower = FileFollower([str(tmp_path / "*.log")], start_at_end=True)
+    assert list(follower.sweep()) == []
+    assert follower.why_no_files() == (
+        f"{tmp_path}/*.log matches files that cannot be opened: 1 file ({tmp_path}/node001-pid1.log: permission denied)"
+    )
