@@ -62,7 +62,7 @@ ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 LONG = os.environ.get("LOCKSTEP_E2E_SHORT") != "1"
 DETECTION_LIMIT = 35 * 60  # simulated seconds from the onset within which the sustained alert must fire
 DEADLINE = 150  # real seconds for every expected alert to fire
-SETTLE = 8  # real seconds to go on after that, for late alerts and notifications
+SETTLE = 8  # real seconds to go on once all fired and were notified, for late alerts and notifications
 
 # What the suspects are made from.  The filesystem collector runs only where a mount hangs: on a
 # loaded machine its 1 s statfs deadline (the simulated node's) can pass on a healthy mount.
@@ -264,7 +264,11 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 if cluster not in result.first_sample and (t := result.simulated_now(cluster)) is not None:
                     result.first_sample[cluster] = t
             all_fired = all(set(case.fires) <= set(result.fired.get(name, {})) for name, case in CASES.items())
-            if all_fired and settle_until is None:
+            # Settle once every case that notifies has been notified: the last alert's way to the
+            # webhook (Prometheus' next send, group_wait) is longer than SETTLE on a busy machine.
+            notified = {n["groupLabels"].get("cluster") for n in list(webhook.notifications)}
+            all_notified = all(name in notified for name, case in CASES.items() if case.notified is not None)
+            if all_fired and all_notified and settle_until is None:
                 settle_until = now + SETTLE
             if settle_until is not None and now >= settle_until:
                 break
