@@ -82,10 +82,14 @@ HANG_RECORDING = Group(
             f"  group by (cluster, instance, node) (\n  {_in_progress(OF_NO_JOB)}\n  )\n)",
         ),
         # Jobs whose ranks (step logs) completed no step in the window, having stepped before it.
+        # The last value seen (last_over_time), not the series: the agent drops a rank idle for
+        # a minute whose log no process on its node holds open (another node's rank on a shared
+        # filesystem), as TrainingStalled reads it.
         Recording(
             STEPS_STOPPED,
-            f"max by {JOB} (changes(lockstep_training_last_step_timestamp_seconds[{HW}])) == 0\n"
-            f"and on {JOB}\ngroup by {JOB} (lockstep_training_last_step_timestamp_seconds offset {HW})",
+            f"group by {JOB} (last_over_time(lockstep_training_last_step_timestamp_seconds[{T.HANG_STEPS_LOOKBACK}]"
+            f" offset {HW}))\n"
+            f"unless on {JOB}\nmax by {JOB} (changes(lockstep_training_last_step_timestamp_seconds[{HW}])) > 0",
         ),
         # Communicators (RAS) whose furthest rank launched no collective in the window, having
         # launched some before it.

@@ -297,6 +297,9 @@ HANG_WINDOW = "2m"
 # ... and the evidence held for this long: 2m + 1m, plus a RAS query (30 s), a scrape (15 s) and
 # an evaluation, is under 4 minutes from the stop.
 HANG_FOR = "1m"
+# The step-log alert looks this far back (before the window) for the job's last step: a rank
+# series the agent dropped is still seen, and a job that ended this long ago is forgotten.
+HANG_STEPS_LOOKBACK = "10m"
 # A GPU spins (an NCCL kernel polling for a peer that never comes) when a kernel runs at every
 # sample of the window (utilization at least this) ...
 GPU_SPIN_UTILIZATION = 0.95
