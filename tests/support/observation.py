@@ -207,22 +207,38 @@ CASES: dict[str, Case] = {
     # Issue 35: hangs named within minutes (a minute in, HANG_AT), from RAS or from step logs and
     # spinning GPUs; their near misses: a synchronous save, an evaluation, the job's end.
     # hang-killed's watchdog ends the job 10 minutes after the stop, after this run: its record
-    # (LockstepJobEndedHung) is proven by tests/alerts/test_alerts_replay.py and alerts/tests/.
-    "hang-nccl": case("hang-nccl", expect("LockstepNCCLRankStuck", job_id="4242", rank="6", gpu="6"), onset=HANG_AT),
-    "hang-killed": case(
-        "hang-killed", expect("LockstepNCCLRankStuck", job_id="4242", rank="6", gpu="6"), onset=HANG_AT
+    # (LockstepJobEndedHung) is proven by tests/alerts/test_hangs_e2e.py.
+    # The stopped rank's GPU idles: LockstepGPUIdleWhileAllocated's hour is 30 s here (its 'for'
+    # compressed), so it fires too; at production timing the job's watchdog ends the job long
+    # before (the replay shows it silent).
+    "hang-nccl": case(
+        "hang-nccl",
+        expect("LockstepNCCLRankStuck", job_id="4242", rank="6", gpu="6"),
+        expect("LockstepGPUIdleWhileAllocated", job_id="4242", gpu="6"),
+        onset=HANG_AT,
     ),
-    "hang-steps": case("hang-steps", expect("LockstepTrainingHung", job_id="4242", gpu="6"), onset=HANG_AT),
-    "hang-save": case("hang-save"),
-    "hang-eval": case("hang-eval"),
-    "hang-end": case("hang-end"),
+    "hang-killed": case(
+        "hang-killed",
+        expect("LockstepNCCLRankStuck", job_id="4242", rank="6", gpu="6"),
+        expect("LockstepGPUIdleWhileAllocated", job_id="4242", gpu="6"),
+        onset=HANG_AT,
+    ),
+    "hang-steps": case(
+        "hang-steps",
+        expect("LockstepTrainingHung", job_id="4242", gpu="6"),
+        expect("LockstepGPUIdleWhileAllocated", job_id="4242", gpu="6"),
+        onset=HANG_AT,
+    ),
+    # The twins (hang-save, hang-eval, hang-end) last minutes: this run's 30-s windows and
+    # compressed 'for' would turn a 6-minute save into LockstepTrainingStalled.  They are proven
+    # silent at their own timing by tests/alerts/test_hangs_e2e.py.
 }
 
 # Alerts no case of this run can reach, and the tests that prove them on the real agent instead.
 PROVEN_ELSEWHERE = {
     # Fires after the hung job's end, 10 minutes after the stop (PyTorch's watchdog): longer than
-    # this run.  The replay runs the real collectors through it under the production rules.
-    "LockstepJobEndedHung": "tests/alerts/test_alerts_replay.py (hang-killed)",
+    # this run.  Proven at the workload's own timing, as are the hangs' twins.
+    "LockstepJobEndedHung": "tests/alerts/test_hangs_e2e.py, tests/alerts/test_alerts_replay.py (hang-killed)",
 }
 
 
