@@ -312,7 +312,9 @@ def hang_gpus(gpus: list[GpuSpec], phase: str) -> list[GpuSpec]:
     if phase == "hang":
         return [stopped(g) if i == HANG_RANK else spinning(g) for i, g in enumerate(gpus)]
     if phase == "save":  # rank 0, the coordinator, writes; the others wait in a collective
-        writing = dataclasses.replace(stopped(gpus[0]), utilization_gpu_percent=8, power_watts=110.0)
+        writing = dataclasses.replace(
+            stopped(gpus[0]), utilization_gpu_percent=8, power_watts=110.0, sm_active_percent=6.25
+        )
         return [writing, *(spinning(g) for g in gpus[1:])]
     if phase == "evaluate":
         return [evaluating(g) for g in gpus]
