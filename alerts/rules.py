@@ -14,6 +14,7 @@ Where the rules are written:
     alerts/straggler_recording.py   recording rules: sustained stragglers and their suspects
     alerts/training.py              straggler and stalled-training alerts
     alerts/nccl.py                  NCCL collective straggler and hang (Inspector, RAS): rules and alerts
+    alerts/hang.py                  hangs named within minutes (RAS, spinning GPUs, steps), and jobs that ended hung
     alerts/inference.py             inference endpoint alerts
     alerts/storage.py               checkpoint and filesystem alerts
     alerts/gpu.py                   GPU, NVLink and GPU verdict alerts
@@ -29,6 +30,7 @@ from __future__ import annotations
 from alerts.agent import AGENT_ALERTS
 from alerts.fabric import FABRIC_ALERTS
 from alerts.gpu import GPU_ALERTS, GPU_VERDICT_ALERTS, NVLINK_ALERTS
+from alerts.hang import HANG_ALERTS, HANG_RECORDING
 from alerts.inference import INFERENCE_ALERTS
 from alerts.model import Alert, Group, Recording
 from alerts.nccl import NCCL_ALERTS, NCCL_RECORDING
@@ -50,6 +52,7 @@ RECORDING_GROUPS = (
     GPU_RECORDING,
     STRAGGLER_RECORDING,
     NCCL_RECORDING,
+    HANG_RECORDING,
     INFERENCE_RECORDING,
     STORAGE_RECORDING,
     FABRIC_RECORDING,
@@ -62,6 +65,7 @@ WORKLOAD_ALERTS = Group("lockstep-workloads.alerts", (*TRAINING_ALERTS, *INFEREN
 ALERT_GROUPS = (
     WORKLOAD_ALERTS,
     Group("lockstep-nccl.alerts", NCCL_ALERTS),
+    Group("lockstep-hang.alerts", HANG_ALERTS),
     GPU_ALERTS,
     GPU_VERDICT_ALERTS,
     NVLINK_ALERTS,

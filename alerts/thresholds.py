@@ -286,3 +286,30 @@ NCCL_HANG_WINDOW = "15m"
 NCCL_HANG_FOR = "2m"
 # Dead ranks (RAS: a process unreachable for 60 s) for this long.
 NCCL_DEAD_RANKS_FOR = "2m"
+
+# --- Hangs named before the job's own watchdog ends it (issue 35) -------------------------------
+
+# PyTorch's ProcessGroupNCCL aborts a job whose collective has not completed in 10 minutes
+# (kProcessGroupNCCLDefaultTimeout; Megatron-LM's distributed_timeout_minutes is 10 too), and sites
+# that raise it burn every GPU of a hung job until it fires: a hang is to be named within 5
+# minutes of the stop.  No step (step logs) or no collective launched (RAS) for this long ...
+HANG_WINDOW = "2m"
+# ... and the evidence held for this long: 2m + 1m, plus a RAS query (30 s), a scrape (15 s) and
+# an evaluation, is under 4 minutes from the stop.
+HANG_FOR = "1m"
+# The step-log alert looks this far back (before the window) for the job's last step: a rank
+# series the agent dropped is still seen, and a job that ended this long ago is forgotten.
+HANG_STEPS_LOOKBACK = "10m"
+# A GPU spins (an NCCL kernel polling for a peer that never comes) when a kernel runs at every
+# sample of the window (utilization at least this) ...
+GPU_SPIN_UTILIZATION = 0.95
+# ... at near-idle power: below this share of its power limit at every sample.  An H100 (700 W
+# limit) idles at ~70 W and spins in NCCL at ~100-200 W; training and evaluation draw 50-90 % of
+# the limit.  A GPU of the job at or above it at any sample of the window does real work (an
+# evaluation, a slow rank computing): the job is not hung.
+GPU_SPIN_POWER_RATIO = 0.35
+# A hung job that ended (PyTorch's watchdog, scancel) is recorded when its hang alert fired within
+# this window before the job's series went: long enough for the job's end to reach every series
+# (a scrape, a RAS round, Slurm's cgroup removal), short enough that a job that recovered from
+# a hang and ended normally later is not recorded as ended hung.
+HANG_ENDED_WITHIN = "5m"

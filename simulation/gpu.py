@@ -24,6 +24,11 @@ Scenarios:
 - ``gpu-recovery``: after an error, the driver asks for GPU 4 to be drained and reset.
 - ``gpu-fabric-degraded``: GPU 2's NVSwitch fabric runs at degraded bandwidth; GPU 5 has a route
   recovery in progress (the driver repairing itself: no alert).
+- the hang scenarios (timeline.py, issue 35) and ``nccl-hang`` (nccl.py): the ranks that wait in
+  a collective leave their GPUs spinning (a kernel at every sample at near-idle power), the rank
+  that stopped leaves its GPU idle (its context still open); a save's coordinator (GPU 0) writes
+  at low power while the others spin; an evaluation keeps every GPU at work; an ended job idles
+  them all.
 
 Other areas can name the GPUs with ``GPU_UUIDS`` and ``PCI_BUS_IDS`` (index i is
 /dev/nvidia<i>, minor number i).
@@ -48,7 +53,7 @@ from lockstep.simulation.fake_nvml import (
     default_uuid,
     with_defaults,
 )
-from lockstep.simulation.timeline import INFERENCE_SCENARIOS, slow
+from lockstep.simulation.timeline import HANG_RANK, HANG_SCENARIOS, INFERENCE_SCENARIOS, hang_phase, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -273,6 +278,51 @@ def idle(gpu: GpuSpec) -> GpuSpec:
     )
 
 
+def spinning(gpu: GpuSpec) -> GpuSpec:
+    """A rank waiting in a collective: NCCL's kernel polls for its peers on a few SMs, so a
+    kernel runs at every sample (utilization 100 %) at near-idle power."""
+    return dataclasses.replace(
+        gpu,
+        utilization_gpu_percent=100,
+        utilization_memory_percent=1,
+        power_watts=128.0 + (gpu.minor_number or 0),
+        processes=tuple(dataclasses.replace(p, sm_util_percent=100, memory_util_percent=1) for p in gpu.processes),
+        sm_active_percent=12.5,
+        sm_occupancy_percent=1.5625,
+        dram_bandwidth_used_percent=0.0,
+        pipe_active_percent={"integer": 1.5625},
+        nvlink_transmitted_bytes_per_second=0.0,
+        nvlink_received_bytes_per_second=0.0,
+    )
+
+
+def stopped(gpu: GpuSpec) -> GpuSpec:
+    """A rank that stopped (hung on its CPU, in a data loader, a deadlock): its process keeps its
+    context and memory, and its GPU idles."""
+    return dataclasses.replace(idle(gpu), processes=gpu.processes, memory_used_bytes=gpu.memory_used_bytes)
+
+
+def evaluating(gpu: GpuSpec) -> GpuSpec:
+    """An evaluation pass: forward only, real work at high power."""
+    return dataclasses.replace(gpu, utilization_gpu_percent=92, power_watts=540.0 + (gpu.minor_number or 0))
+
+
+def hang_gpus(gpus: list[GpuSpec], phase: str) -> list[GpuSpec]:
+    """The GPUs of job 4242 in a hang scenario's phase (timeline.hang_phase)."""
+    if phase == "hang":
+        return [stopped(g) if i == HANG_RANK else spinning(g) for i, g in enumerate(gpus)]
+    if phase == "save":  # rank 0, the coordinator, writes; the others wait in a collective
+        writing = dataclasses.replace(
+            stopped(gpus[0]), utilization_gpu_percent=8, power_watts=110.0, sm_active_percent=6.25
+        )
+        return [writing, *(spinning(g) for g in gpus[1:])]
+    if phase == "evaluate":
+        return [evaluating(g) for g in gpus]
+    if phase == "ended":
+        return [idle(g) for g in gpus]
+    return gpus
+
+
 IDLE_GPUS = (6, 7)  # idle-gpu, idle-gpu-free
 RECOVERY_GPU = 4  # gpu-recovery
 FABRIC_DEGRADED_GPU = 2  # gpu-fabric-degraded
@@ -338,6 +388,10 @@ def node_spec(scenario: str, t: float = 0.0) -> FakeSpec:
         )
     elif scenario == "pcie-degraded":
         gpus[PCIE_NARROW_GPU] = dataclasses.replace(gpus[PCIE_NARROW_GPU], pcie_link_width=8)
+    elif scenario in HANG_SCENARIOS:
+        gpus = hang_gpus(gpus, hang_phase(scenario, t))
+    elif scenario == "nccl-hang":
+        gpus = [spinning(g) for g in gpus]  # this node's 8 ranks wait for rank 13 (node002), dead
     elif scenario == "training-finished":
         gpus = [idle(g) for g in gpus]  # the job ended: every GPU idles, its link at Gen1
     elif scenario in ("kv-pressure", *INFERENCE_SCENARIOS):
@@ -398,6 +452,6 @@ def build(node: SimulatedNode, t: float) -> None:
         # (a round asked for at once after an XID is then never 100 ms after the last one, however
         # slow the machine running the node), idle training and NCCL ranks, inference probes.
         node.seams.replace(MONOTONIC_CLOCK.replaced_by(lambda: node.t))
-    if node.scenario == "gpu-faults":
-        fake.spec = node_spec(node.scenario, t)  # its counters change with t
+    if node.scenario == "gpu-faults" or node.scenario in HANG_SCENARIOS:
+        fake.spec = node_spec(node.scenario, t)  # its counters (gpu-faults) or its job's phase change with t
     fake.set_time(t)

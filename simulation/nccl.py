@@ -25,6 +25,12 @@ is 20 %, held for 10 minutes), over minutes all ranks wait alike.
 60 s on, dead.  No step completes and no Inspector record is written after it.
 ``nccl-finished`` (its twin): the job ended 2 minutes before the demo: its communicators were
 destroyed and nothing listens on the RAS port.
+The hang scenarios of issue 35 (timeline.py) with NCCL's telemetry: ``hang-nccl`` and
+``hang-killed`` (rank 6, on this node's GPU 6, stops one AllReduce behind the other 15 and the
+counts stop; hang-killed's communicators are gone from KILLED_AT), ``hang-save`` (the coordinator,
+rank 0, is behind while the others wait in the save's collective), ``hang-eval`` (no collective,
+every rank equal) and ``hang-end`` (nothing listens from HANG_AT).  In the hang scenarios,
+this node's agent reads its ranks' dumps and RAS as in the others.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ from typing import TYPE_CHECKING
 from lockstep.collectors.nccl.ras_client import RAS_CONNECT
 from lockstep.simulation import Scenario
 from lockstep.simulation.fake_ras import FakeCommunicator, FakeJob, FakeMissingRank, FakeRank, FakeRas
+from lockstep.simulation.timeline import HANG_NCCL, HANG_SCENARIOS, hang_phase
+from lockstep.simulation.timeline import HANG_RANK as STOPPED_RANK
 from lockstep.simulation.workloads import (
     COMPUTE,
     DATA_WAIT,
@@ -75,6 +83,8 @@ SCENARIOS = (
 )
 
 NCCL_SCENARIOS = tuple(scenario.name for scenario in SCENARIOS)
+# Every scenario in which job 4242 runs with NCCL's telemetry (Inspector dumps, RAS answering).
+WITH_TELEMETRY = (*NCCL_SCENARIOS, *HANG_NCCL)
 COMM_HASH = 0x5F4A2B1C9D8E7F60  # what RAS prints whole ("0x%lx")
 # What the Inspector plugin writes as header.id: snprintf(buf, NCCL_COMM_HASH_LENGTH = 17, "0x%lx", hash)
 # (NVIDIA/nccl v2.30.7-1, plugins/profiler/inspector/inspector.cc inspectorCommGetHashStr): cut to 14 hex digits.
@@ -100,7 +110,7 @@ def build(node: SimulatedNode, t: float) -> None:
     if node.seams.get(RAS_CONNECT) is None:  # one for the node's life, like every seam; it reads the node's time
         ras = FakeRas(lambda: ras_job(node.scenario, node.t))
         node.seams.replace(RAS_CONNECT.replaced_by(ras.connect))
-    if node.scenario not in NCCL_SCENARIOS:
+    if node.scenario not in WITH_TELEMETRY:
         return  # the job runs without NCCL's telemetry: no dumps to read, no RAS port answering
     node.options["nccl_inspector"] = {"dumps": [DUMP_GLOB], "start_at": "beginning", "node_name": HOSTS[0]}
     node.options["nccl_ras"] = {"node_addresses": [ADDRESSES[0]]}
@@ -110,6 +120,8 @@ def build(node: SimulatedNode, t: float) -> None:
 
 
 def _steps(scenario: str, t: float) -> list[tuple[float, float]]:
+    if scenario in HANG_SCENARIOS:
+        return timeline(scenario, t)  # the job's own: stopped at the hang or its end, paused by a save or evaluation
     steps = timeline("healthy", t)
     if scenario == "nccl-hang":
         return [s for s in steps if s[1] <= HANG_AT]
@@ -188,9 +200,11 @@ def _dump(node: SimulatedNode, path: Path, scenario: str, task: int, steps: list
 
 def ras_job(scenario: str, t: float) -> FakeJob | None:
     """What the job's RAS service answers at time t (None: nothing listens)."""
-    if scenario not in NCCL_SCENARIOS or scenario == "nccl-finished":
+    if scenario not in WITH_TELEMETRY or scenario == "nccl-finished" or hang_phase(scenario, t) == "ended":
         return None
     launched = len(_steps(scenario, t))
+    # Issue 35: the rank the others wait for (they launched the next collective and wait in it).
+    behind = {"hang": STOPPED_RANK, "save": 0}.get(hang_phase(scenario, t))
     ranks, missing = [], []
     for rank in range(RANKS):
         node_index, local = divmod(rank, RANKS_PER_NODE)
@@ -204,5 +218,7 @@ def ras_job(scenario: str, t: float) -> FakeJob | None:
             counts["AllReduce"] = launched + 1  # launched the AllReduce rank 13 never joined
         elif scenario == "nccl-straggler" and rank != STRAGGLER_RANK:
             counts["AllReduce"] = launched + 1  # the peers wait in the next AllReduce, rank 5 is still computing
+        elif behind is not None and rank != behind:
+            counts["AllReduce"] = launched + 1  # they wait in a collective the stopped rank never joins
         ranks.append(FakeRank(rank, address, PID, local, local, counts))
     return FakeJob([FakeCommunicator(COMM_HASH, RANKS, ranks, missing)], timestamp="2026-11-25 19:00:00")

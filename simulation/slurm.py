@@ -3,7 +3,9 @@
 The job's processes' environment is readable (as for an agent running as root), so the
 collector needs slurmctld only for the node's state, which a fake ``scontrol`` answers.
 In ``training-finished`` (workloads.py) the job has ended: no job on the node.  In
-``idle-gpu-free`` (gpu.py) the job holds GPUs 0-5 only: GPUs 6 and 7 are free.
+``idle-gpu-free`` (gpu.py) the job holds GPUs 0-5 only: GPUs 6 and 7 are free.  In ``hang-end``
+and ``hang-killed`` (timeline.py) the job ends during the demo: its cgroup is left empty, as
+slurmd leaves it until it removes it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lockstep.collectors.slurm.scontrol import SCONTROL
+from lockstep.simulation.timeline import hang_phase
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -31,7 +34,8 @@ def build(node: SimulatedNode, t: float) -> None:
     node.write(job / "cpu.stat", f"usage_usec {int((3600 + t) * 8 * 0.92 * 1e6)}\n")
     node.write(job / "memory.current", f"{412 * 2**30 + int(t) * 4096}\n")
     node.write(job / "memory.events", "low 0\nhigh 0\nmax 0\noom 0\noom_kill 0\n")
-    node.write(job / "step_batch" / "user" / "task_0" / "cgroup.procs", f"{TRAINING_PID}\n")
+    ended = hang_phase(node.scenario, t) == "ended"
+    node.write(job / "step_batch" / "user" / "task_0" / "cgroup.procs", "" if ended else f"{TRAINING_PID}\n")
     environ = {
         "SLURM_JOB_ID": JOB_ID,
         "SLURM_JOB_USER": "alice",

@@ -18,6 +18,9 @@ Scenarios:
 - ``nfs-server-down``: the NFS server of /home stopped answering: statfs on /home blocks
   (the mount is reported unresponsive), and its RPCs time out and retransmit.
 - ``straggler-nfs`` (defined by the workloads area): the same, from that area's onset.
+- ``hang-save`` (defined by the workloads area, timeline.py): a synchronous save begins at HANG_AT
+  and completes PAUSE later (its shards one by one, .metadata last); no regular save begins
+  during it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
 from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
-from lockstep.simulation.timeline import SLOW_ONSET, slow
+from lockstep.simulation.timeline import HANG_AT, PAUSE, SLOW_ONSET, slow
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -259,23 +262,39 @@ def lustre_stats(scenario: str, t: float) -> str:
     )
 
 
+HANG_SAVE = 999  # hang-save: the long synchronous save's number (its directory step_999000)
+
+
 def save_begin(k: int) -> float:
+    if k == HANG_SAVE:
+        return EPOCH + HANG_AT
     return JOB_START + k * SAVE_INTERVAL + FIRST_SAVE_OFFSET
 
 
 def _shard_done(k: int, rank: int) -> float:
+    if k == HANG_SAVE:
+        return save_begin(k) + PAUSE * (rank + 1) / (RANKS + 1)
     return save_begin(k) + 5 + 5 * rank
 
 
 def metadata_done(k: int) -> float:
-    return save_begin(k) + 45
+    return save_begin(k) + (PAUSE if k == HANG_SAVE else 45)
+
+
+def _saves(scenario: str) -> list[int]:
+    """The saves of the job, in the order they begin."""
+    if scenario != "hang-save":
+        return list(range(1, 1000))
+    during = range(int(EPOCH + HANG_AT), int(EPOCH + HANG_AT + PAUSE) + 1)
+    regular = [k for k in range(1, 1000) if k != HANG_SAVE and int(save_begin(k)) not in during]
+    return sorted([*regular, HANG_SAVE], key=save_begin)
 
 
 def checkpoints(root: Path, scenario: str, now: float) -> None:
     """The save directories as they are at ``now``: finished shards, .metadata once complete."""
     stalled = scenario == "checkpoint-stall"
     last = STALLED_SAVE if stalled else LAST_SAVE if scenario == "checkpoint-overdue" else 1000
-    begun = [k for k in range(1, 1000) if save_begin(k) <= now and k <= last]
+    begun = [k for k in _saves(scenario) if save_begin(k) <= now and k <= last]
     complete = [k for k in begun if metadata_done(k) <= now and not (stalled and k == STALLED_SAVE)]
     keep = set(complete[-KEEP:]) | (set(begun) - set(complete))
     root.mkdir(parents=True, exist_ok=True)

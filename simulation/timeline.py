@@ -20,3 +20,35 @@ INFERENCE_SCENARIOS = ("inference-slow", "inference-errors", "inference-quiet")
 def slow(scenario: str, t: float) -> bool:
     """Whether the straggler scenario's fault is on at time t."""
     return scenario in SLOW_SCENARIOS and t >= SLOW_ONSET
+
+
+# Issue 35's hangs and their twins: at HANG_AT job 4242 hangs (rank HANG_RANK, on this node's GPU
+# HANG_RANK, stops before a collective the other 15 ranks launch and spin in), or saves a
+# checkpoint synchronously for PAUSE seconds (its coordinator, rank 0, writes while the others
+# wait in a collective and spin), or evaluates for PAUSE seconds (every GPU at work, no step, no
+# collective), or ends.  hang-killed hangs as hang-nccl and its watchdog (PyTorch's NCCL timeout,
+# 10 minutes) ends the job at KILLED_AT.  hang-nccl and hang-killed write no step logs (NCCL's
+# telemetry alone), hang-steps no NCCL telemetry (step logs alone); the twins have both.
+HANG_AT = 60.0
+HANG_RANK = 6
+PAUSE = 360.0
+KILLED_AT = HANG_AT + 600.0
+HANGS = ("hang-nccl", "hang-steps", "hang-killed")
+HANG_TWINS = ("hang-save", "hang-eval", "hang-end")
+HANG_SCENARIOS = (*HANGS, *HANG_TWINS)
+# Who writes what: step logs, NCCL's Inspector dumps and RAS.
+HANG_STEP_LOGS = ("hang-steps", *HANG_TWINS)
+HANG_NCCL = ("hang-nccl", "hang-killed", *HANG_TWINS)
+
+
+def hang_phase(scenario: str, t: float) -> str:
+    """What job 4242 does at time t in a hang scenario: run, hang, save, evaluate or ended."""
+    if scenario not in HANG_SCENARIOS or t < HANG_AT:
+        return "run"
+    if scenario == "hang-killed" and t >= KILLED_AT or scenario == "hang-end":
+        return "ended"
+    if scenario in HANGS:
+        return "hang"
+    if t >= HANG_AT + PAUSE:
+        return "run"
+    return "save" if scenario == "hang-save" else "evaluate"

@@ -49,7 +49,11 @@ from lockstep.simulation import Scenario, kubernetes
 from lockstep.simulation.host import BOOT_TIME
 from lockstep.simulation.timeline import (
     DATA_SCENARIOS,
+    HANG_AT,
+    HANG_NCCL,
+    HANG_STEP_LOGS,
     INFERENCE_SCENARIOS,
+    PAUSE,
     SLOW_FACTOR,
     slow,
 )
@@ -111,6 +115,37 @@ SCENARIOS = (
     Scenario(
         "training-finished",
         "Job 4242 ended normally 9.5 minutes ago: its ranks stopped logging and Slurm no longer runs it.",
+    ),
+    # Issue 35's hangs and their twins (simulation/timeline.py has the story; the GPU, NCCL,
+    # storage and Slurm areas follow it).
+    Scenario(
+        "hang-steps",
+        "A minute in, job 4242 (step logs, no NCCL telemetry) hangs: rank 6 stops before the AllReduce, its GPU 6 "
+        "idles, the other ranks wait and their GPUs spin; no step completes.",
+        starts_healthy=True,
+    ),
+    Scenario(
+        "hang-nccl",
+        "A minute in, job 4242 (NCCL Inspector and RAS, no step logs) hangs: rank 6 (GPU 6) stops one AllReduce "
+        "behind the other 15, which wait in it and spin; RAS counts stop.",
+    ),
+    Scenario(
+        "hang-killed",
+        "hang-nccl, and 10 minutes after the stop PyTorch's watchdog ends the job: RAS, Slurm and the GPUs forget it.",
+    ),
+    Scenario(
+        "hang-save",
+        "A minute in, job 4242 saves a checkpoint synchronously for 6 minutes: rank 0 writes, the others wait in a "
+        "collective and spin, RAS counts stop with rank 0 behind (a near miss: no alert).",
+    ),
+    Scenario(
+        "hang-eval",
+        "A minute in, job 4242 evaluates for 6 minutes: no step, no collective, every GPU at work (a near miss: "
+        "no alert).",
+    ),
+    Scenario(
+        "hang-end",
+        "A minute in, job 4242 ends normally: no step, its GPUs idle, RAS and Slurm forget it (a near miss: no alert).",
     ),
     Scenario(
         "straggler",
@@ -248,10 +283,19 @@ def timeline(scenario: str, t: float) -> list[tuple[float, float]]:
         index = len(steps)
         slowest = max(sum(rank_times(scenario, rank, index, start)) for rank in range(RANKS))
         end = round(start + slowest + TRANSFER, 6)
-        if end > t or (stopped and end > STOP_AT):
+        if scenario in HANG_PAUSES and end > HANG_AT and start < HANG_AT + PAUSE:
+            start = HANG_AT + PAUSE  # a save or an evaluation: the next step begins after it
+            slowest = max(sum(rank_times(scenario, rank, index, start)) for rank in range(RANKS))
+            end = round(start + slowest + TRANSFER, 6)
+        if end > t or (stopped and end > STOP_AT) or (scenario in HANG_STOPS and end > HANG_AT):
             break
         steps.append((start, end))
     return [step for step in steps if step[1] <= t]
+
+
+# Issue 35: where job 4242 stops at HANG_AT for good (a hang, its end), and where it pauses for PAUSE.
+HANG_STOPS = ("hang-steps", "hang-nccl", "hang-killed", "hang-end")
+HANG_PAUSES = ("hang-save", "hang-eval")
 
 
 def rank_step_text(scenario: str, rank: int, step: int, start: float, end: float) -> str:
@@ -299,6 +343,8 @@ def log_path(node: SimulatedNode, rank: int) -> Path:
 
 
 def _training_logs(node: SimulatedNode, t: float) -> None:
+    if node.scenario in HANG_NCCL and node.scenario not in HANG_STEP_LOGS:
+        return  # a job seen through NCCL's telemetry alone: it writes no step logs
     steps = timeline(node.scenario, t)
     for rank in range(RANKS):
         path = log_path(node, rank)

@@ -34,6 +34,9 @@ PRODUCT_ALERTS = {
     "LockstepTrainingStalled",
     "LockstepNCCLStraggler",
     "LockstepNCCLHang",
+    "LockstepTrainingHung",
+    "LockstepNCCLRankStuck",
+    "LockstepJobEndedHung",
     "LockstepKVCachePressure",
     "LockstepKVCachePreemptions",
     "LockstepInferenceThroughputDrop",
@@ -73,6 +76,8 @@ STRAGGLER_ALERTS = {
     "LockstepGPUStragglerSustained",
     "LockstepNCCLStraggler",
     "LockstepNCCLHang",
+    "LockstepTrainingHung",
+    "LockstepNCCLRankStuck",
 }
 
 RUNBOOKS = REPO / "docs" / "runbooks.md"
@@ -257,6 +262,36 @@ def test_the_alertmanager_configuration_is_valid() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "5 inhibit rules" in result.stdout and "2 receivers" in result.stdout, result.stdout
+
+
+def _matches(matcher: str, alertname: str) -> bool:
+    """Whether an Alertmanager matcher on alertname (=, =~; anchored as Alertmanager anchors) matches."""
+    match = re.fullmatch(r'alertname(=~|=)"(.*)"', matcher.strip())
+    assert match, matcher
+    operator, value = match.groups()
+    return alertname == value if operator == "=" else re.fullmatch(value, alertname) is not None
+
+
+def test_a_lost_gpu_inhibits_its_jobs_hang_alerts() -> None:
+    """Issue 35 item 6: LockstepGPUFellOffBus (which carries the job_id of its node's Slurm job)
+    inhibits every hang alert of that job, as it does the job's stall: the lost GPU is the page."""
+    config = yaml.safe_load((REPO / "alerts" / "alertmanager.yml").read_text())
+    inhibited_by_job = set()
+    for rule in config["inhibit_rules"]:
+        source = rule["source_matchers"]
+        if any(_matches(m, "LockstepGPUFellOffBus") for m in source) and rule["equal"] == ["cluster", "job_id"]:
+            inhibited_by_job |= {
+                name
+                for name in PRODUCT_ALERTS
+                if all(_matches(m, name) for m in rule["target_matchers"] if m.strip().startswith("alertname"))
+            }
+    hangs = {"LockstepTrainingStalled", "LockstepNCCLHang", "LockstepTrainingHung", "LockstepNCCLRankStuck"}
+    assert hangs - inhibited_by_job == set()
+    assert "LockstepGPUFellOffBus" not in inhibited_by_job
+    # The hang alerts carry the job_id the inhibition is equal on.
+    for alert in rules.alerts():
+        if alert.name in hangs:
+            assert "job_id" in alert.expr, alert.name
 
 
 @pytest.mark.real

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -38,6 +39,7 @@ from alerts import render
 from lockstep import __version__
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere
 from lockstep.agent.config import Overrides, load_config
+from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.registry import discover
 from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.simulation import areas, temporary_node
@@ -72,9 +74,14 @@ def _collectors(scenario: str, wanted: tuple[str, ...] = COLLECTORS) -> tuple[li
     node.seams.replace(MONOTONIC_CLOCK.replaced_by(lambda: node.t))  # idle and flush times in simulated time
     collectors = []
     enabled = [name for name in config.enabled_collectors if name in wanted]
+    inventory = GpuInventory()  # one per agent, as the daemon's: the GPU collector fills it, Slurm reads it
     for name in sorted(enabled, key=lambda n: (n not in needed, n)):
         context = CollectorContext(
-            config.paths, config.collectors[name].options, logging.getLogger(f"replay.{name}"), node.seams
+            config.paths,
+            config.collectors[name].options,
+            logging.getLogger(f"replay.{name}"),
+            node.seams,
+            gpu_inventory=inventory,
         )
         collector = available[name](context)
         collectors.append((name, collector))
@@ -240,7 +247,10 @@ NCCL_MINUTES = 25
 NCCL_FIRES = {
     "nccl-straggler": ['alertname="LockstepNCCLStraggler", job_id="4242", rank="5"'],
     "nccl-jitter": [],
-    "nccl-hang": ['alertname="LockstepNCCLHang", job_id="4242"'],
+    "nccl-hang": [
+        'alertname="LockstepNCCLHang", job_id="4242"',
+        'alertname="LockstepNCCLRankStuck", job_id="4242", rank="13"',  # issue 35: within minutes
+    ],
     "nccl-finished": [],
 }
 
@@ -260,3 +270,88 @@ def test_the_nccl_scenarios_fire_their_alerts_under_the_production_rules(scenari
     path = promtool_test(series, tmp_path, checks, NCCL_MINUTES)
     result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+
+
+# --- Issue 35's hangs and their twins under the production rules -------------------------------
+# The real collectors of the job's evidence (GPUs, Slurm, step logs, NCCL Inspector and RAS,
+# checkpoints) read the simulated node at its own timing (simulation/timeline.py: the event at
+# HANG_AT, a minute in), scraped every STEP seconds, with the production rules: each hang is
+# named within 5 minutes of the stop (the job's last step before it), and nothing else fires;
+# the twins (a 6-minute synchronous save, a 6-minute evaluation, the job's end) fire nothing.
+# hang-killed's job is ended by its watchdog 10 minutes after the stop: LockstepJobEndedHung
+# names the rank, node and GPU that stopped first.
+HANG_MINUTES = 20
+HANG_AREAS = ("gpu", "slurm", "workloads", "nccl", "storage")
+HANG_COLLECTORS = ("gpu", "slurm", "training", "nccl_inspector", "nccl_ras", "checkpoint")
+HANG_DEADLINE = 300  # seconds from the stop: PyTorch's watchdog comes at 600
+NODE = {"instance": TARGET["instance"], "job_id": "4242"}
+HANG_FIRES: dict[str, list[dict[str, str]]] = {
+    # The 15-minute LockstepTrainingStalled follows (the same hang, paged late).
+    "hang-steps": [
+        {"alertname": "LockstepTrainingHung", "gpu": "6", **NODE},
+        {"alertname": "LockstepTrainingStalled", "job_id": "4242"},
+    ],
+    # The 15-minute LockstepNCCLHang follows, 17 minutes after the stop (the same hang, paged late).
+    "hang-nccl": [
+        {"alertname": "LockstepNCCLRankStuck", "rank": "6", "gpu": "6", **NODE},
+        {"alertname": "LockstepNCCLHang", "job_id": "4242"},
+    ],
+    "hang-killed": [
+        {"alertname": "LockstepNCCLRankStuck", "rank": "6", "gpu": "6", **NODE},
+        {"alertname": "LockstepJobEndedHung", "hang_alert": "LockstepNCCLRankStuck", "rank": "6", "gpu": "6", **NODE},
+    ],
+    "hang-save": [],
+    "hang-eval": [],
+    "hang-end": [],
+}
+
+
+def _selector_of(labels: dict[str, str]) -> str:
+    return "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+
+
+def _stop() -> float:
+    """The stop: the end of the job's last step before the event."""
+    from lockstep.simulation.timeline import HANG_AT
+    from lockstep.simulation.workloads import timeline
+
+    return max(end for _, end in timeline("hang-steps", HANG_AT) if end <= HANG_AT)
+
+
+def first_firing(promtool: str, series: Series, tmp: Path, labels: dict[str, str]) -> float:
+    """Seconds from the start of the replay to the alert's first firing evaluation: promtool
+    prints the value of a check that expects none."""
+    end = f"{HANG_MINUTES * 60}s"
+    expr = f"min_over_time(timestamp(ALERTS{_selector_of({**labels, 'alertstate': 'firing'})})[{end}:{STEP}s])"
+    path = promtool_test(series, tmp, [{"expr": expr, "eval_time": end, "exp_samples": []}], HANG_MINUTES)
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    found = re.search(r"got: \{[^}]*\} ([0-9.eE+-]+)", result.stdout + result.stderr)
+    assert found, (result.stdout + result.stderr)[-3000:]
+    return float(found.group(1))
+
+
+@pytest.mark.parametrize("scenario", sorted(HANG_FIRES))
+def test_the_hangs_are_named_within_five_minutes_and_their_twins_stay_silent(scenario: str, tmp_path: Path) -> None:
+    promtool = require_promtool()
+    series = replay(scenario, HANG_AREAS, HANG_COLLECTORS, minutes=HANG_MINUTES)
+    end = f"{HANG_MINUTES * 60}s"
+    wanted = HANG_FIRES[scenario]
+    named = sorted({k for labels in wanted for k in labels})
+    checks = [
+        {
+            "expr": f"count by ({', '.join(named or ['alertname'])}) "
+            f'(max_over_time(ALERTS{{alertstate="firing"}}[{end}]))',
+            "eval_time": end,
+            "exp_samples": [{"labels": _selector_of(labels), "value": 1} for labels in wanted],
+        },
+    ]
+    path = promtool_test(series, tmp_path, checks, HANG_MINUTES)
+    result = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    stop = _stop()
+    for labels in wanted:
+        if labels["alertname"] not in ("LockstepTrainingHung", "LockstepNCCLRankStuck"):
+            continue  # the late hang alerts, and the record after the job's end: not against the deadline
+        fired = first_firing(promtool, series, tmp_path, labels)
+        print(f"replay-ttd: {scenario}: {labels['alertname']} firing {fired - stop:.0f} s after the stop")
+        assert fired - stop <= HANG_DEADLINE, (scenario, labels, fired, stop)

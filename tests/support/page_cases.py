@@ -78,7 +78,12 @@ ALL_CASES: dict[str, Case] = {
         collectors=NCCL_COLLECTORS,
         notified=ticket("LockstepNCCLStraggler"),
     ),
+    # Issue 35: rank 13 (dead, on node002 where no agent runs) is named within minutes, and the
+    # 15-minute hang alert follows; one page for the job holds both.
     "nccl-hang": Case(
-        "nccl-hang", {"LockstepNCCLHang": "none found"}, collectors=NCCL_COLLECTORS, notified=page("LockstepNCCLHang")
+        "nccl-hang",
+        {"LockstepNCCLHang": "none found", "LockstepNCCLRankStuck": "none found"},
+        collectors=NCCL_COLLECTORS,
+        notified=page("LockstepNCCLHang", "LockstepNCCLRankStuck"),
     ),
 }
