@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 import warnings
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # torch warns, once per process, that it found no NumPy: none is needed here.
@@ -57,13 +58,32 @@ HIDDEN = 768
 LAYERS = 4
 BATCH = 64
 
-# case name -> (ranks, mode, seconds of real time, fault)
+CHECK_EVERY = 25  # steps between the ranks' agreements on the time (onset, end) and re-sizings
+
+
+@dataclass(frozen=True)
+class Case:
+    ranks: int
+    mode: str  # "explicit" (no_sync + one all-reduce) or "overlap" (DDP's own hooks)
+    seconds: float  # real time the job runs
+    fault: str  # "straggler", "freeze" or "none"
+    onset_share: float | None = 0.5  # the straggler's onset, as a share of `seconds` (0: first step)
+    fast_rank: int | None = None  # a healthy rank given a smaller batch (FAST_BATCH_SHARE): persistently fast
+    batch: int = 64  # samples per step and rank
+
+
+FAST_BATCH_SHARE = 0.92  # the fast healthy rank's batch, as a share of BATCH
+
 CASES = {
-    "straggler-2": (2, "explicit", 180.0, "straggler"),
-    "straggler-4": (4, "explicit", 240.0, "straggler"),
-    "straggler-8": (8, "explicit", 240.0, "straggler"),
-    "freeze-4": (4, "explicit", 180.0, "freeze"),
-    "overlap-4": (4, "overlap", 180.0, "straggler"),
+    "straggler-2": Case(2, "explicit", 180.0, "straggler"),
+    "straggler-4": Case(4, "explicit", 240.0, "straggler"),
+    "straggler-8": Case(8, "explicit", 240.0, "straggler"),
+    "freeze-4": Case(4, "explicit", 180.0, "freeze", onset_share=None),
+    "overlap-4": Case(4, "overlap", 180.0, "straggler"),
+    # Issue 34: real runs long enough to be replayed at their own timestamps.
+    "hour-then-slow-8": Case(8, "explicit", 95 * 60.0, "straggler", onset_share=60 / 95, fast_rank=2, batch=1024),
+    "slow-from-start-4": Case(4, "explicit", 50 * 60.0, "straggler", onset_share=0.0, batch=1024),
+    "slow-from-start-2": Case(2, "explicit", 50 * 60.0, "straggler", onset_share=0.0, batch=1024),
 }
 
 
@@ -115,8 +135,8 @@ class ExtraWork:
             torch.mm(self.a, self.b)
 
 
-def rank_main(rank: int, ranks: int, mode: str, seconds: float, fault: str, directory: str, job_id: str,
-              port: int, share: float = EXTRA_COMPUTE) -> None:  # fmt: skip
+def rank_main(rank: int, case: Case, directory: str, job_id: str, port: int, share: float = EXTRA_COMPUTE) -> None:
+    ranks, mode = case.ranks, case.mode
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch.manual_seed(rank)
@@ -124,17 +144,22 @@ def rank_main(rank: int, ranks: int, mode: str, seconds: float, fault: str, dire
     model = DistributedDataParallel(build_model())
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     extra = ExtraWork(share)
-    straggler = fault == "straggler" and rank == STRAGGLER_RANK[ranks]
+    straggler = case.fault == "straggler" and rank == STRAGGLER_RANK[ranks]
+    batch = round(case.batch * FAST_BATCH_SHARE) if rank == case.fast_rank else case.batch
+    onset_seconds = None if case.onset_share is None else case.onset_share * case.seconds
     log = StepLog(directory, job_id=job_id, rank=rank, host=socket.gethostname().split(".")[0])
+    if straggler and onset_seconds == 0:
+        # Slow from the first step: size the extra work from a few untimed passes first.
+        extra.calibrate(measure_compute(model, batch))
     timer = StepTimer()
     started = time.perf_counter()
     compute: list[float] = []  # this rank's logged compute time per step
-    onset = total = None  # decided after the warm-up, the same on every rank
+    slow = straggler and onset_seconds == 0
+    onset_step = 0 if onset_seconds == 0 else None
     step = 0
-    while total is None or step < total:
-        slow = straggler and onset is not None and step >= onset
+    while True:
         with timer.phase("data"):
-            inputs, targets = torch.randn(BATCH, HIDDEN), torch.randn(BATCH, 1)
+            inputs, targets = torch.randn(batch, HIDDEN), torch.randn(batch, 1)
         if mode == "explicit":
             # docs/workloads.md, first loop: backward without DDP's hooks, then one all-reduce.
             with timer.phase("compute"):
@@ -167,32 +192,49 @@ def rank_main(rank: int, ranks: int, mode: str, seconds: float, fault: str, dire
                 optimizer.step()
                 optimizer.zero_grad(set_to_none=True)
         times = timer.finish()
-        log.step(**times, step=step, samples=BATCH)
+        log.step(**times, step=step, samples=batch)
         compute.append(times["compute_time"])
         step += 1
-        if straggler and step == onset:
-            extra.calibrate(statistics.median(compute[WARMUP_STEPS:]))
-        if onset is not None and fault == "straggler" and step > onset and (step - onset) % ADJUST_EVERY == 0:
-            # Every rank takes part (a collective); only the straggler uses the result.
-            mine = torch.tensor([statistics.fmean(compute[-ADJUST_EVERY:])])
-            everyone = [torch.zeros(1) for _ in range(ranks)]
-            dist.all_gather(everyone, mine)
+        if step % CHECK_EVERY:
+            continue
+        # Every CHECK_EVERY steps all ranks agree, in one collective, on the time (the onset and
+        # the end fall on the same step everywhere) and share their recent compute (the
+        # straggler re-sizes its extra work from it).  The collective is no step's: new timer.
+        mine = torch.tensor([time.perf_counter() - started, statistics.fmean(compute[-CHECK_EVERY:])])
+        everyone = [torch.zeros(2) for _ in range(ranks)]
+        dist.all_gather(everyone, mine)
+        timer = StepTimer()
+        elapsed = max(float(t[0]) for t in everyone)
+        if elapsed >= case.seconds:
+            break
+        if straggler and slow:
+            peers = [float(t[1]) for r, t in enumerate(everyone) if r != rank]
+            extra.adjust(float(mine[1]), statistics.median(peers))
+        if onset_step is None and onset_seconds is not None and elapsed >= onset_seconds:
+            onset_step = step
             if straggler:
-                peers = [float(t) for r, t in enumerate(everyone) if r != rank]
-                extra.adjust(float(mine), statistics.median(peers))
-            timer = StepTimer()  # the collective above is no step's
-        if step == WARMUP_STEPS:
-            elapsed = torch.tensor([(time.perf_counter() - started) / WARMUP_STEPS])
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            total = max(WARMUP_STEPS + 20, int(seconds / float(elapsed)))
-            onset = total // 2 if fault == "straggler" else None
-            timer = StepTimer()  # the collective above is no step's
+                slow = True
+                extra.calibrate(statistics.median(compute[WARMUP_STEPS:] or compute))
     log.close()
     if rank == 0:
-        Path(directory, "steps.json").write_text(json.dumps({"steps": total, "onset_step": onset}))
+        Path(directory, "steps.json").write_text(json.dumps({"steps": step, "onset_step": onset_step}))
     if straggler:
         Path(directory, "extra.json").write_text(json.dumps({"matmuls_per_step_at_end": extra.count}))
     dist.destroy_process_group()
+
+
+def measure_compute(model: torch.nn.Module, batch: int) -> float:
+    """The median time of a few forward and backward passes, gradients dropped: the straggler's
+    estimate of its compute per step before its first step."""
+    timings = []
+    for _ in range(5):
+        started = time.perf_counter()
+        with model.no_sync():
+            loss = torch.nn.functional.mse_loss(model(torch.randn(batch, HIDDEN)), torch.randn(batch, 1))
+            loss.backward()
+        timings.append(time.perf_counter() - started)
+    model.zero_grad(set_to_none=True)
+    return statistics.median(timings)
 
 
 def free_port() -> int:
@@ -225,8 +267,10 @@ def summarise(directory: Path, ranks: int) -> dict[str, object]:
 
 
 def run_case(name: str, out: Path, seconds_override: float | None = None, extra: float = EXTRA_COMPUTE) -> None:
-    ranks, mode, seconds, fault = CASES[name]
-    seconds = seconds_override or seconds
+    case = CASES[name]
+    if seconds_override:
+        case = replace(case, seconds=seconds_override)
+    ranks, mode, seconds, fault = case.ranks, case.mode, case.seconds, case.fault
     directory = out / name
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
@@ -235,7 +279,7 @@ def run_case(name: str, out: Path, seconds_override: float | None = None, extra:
     began = time.time()
     context = mp.start_processes(
         rank_main,
-        args=(ranks, mode, seconds, fault, str(directory), job_id, free_port(), extra),
+        args=(case, str(directory), job_id, free_port(), extra),
         nprocs=ranks,
         join=False,
         start_method="spawn",
@@ -264,6 +308,8 @@ def run_case(name: str, out: Path, seconds_override: float | None = None, extra:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
         "load_average_at_end": os.getloadavg(),
+        "batch": case.batch,
+        "onset_seconds": None if case.onset_share is None else round(case.onset_share * seconds, 1),
         **json.loads((directory / "steps.json").read_text()),
     }
     if fault == "straggler":
@@ -271,6 +317,9 @@ def run_case(name: str, out: Path, seconds_override: float | None = None, extra:
         meta["extra_compute_target"] = extra
         meta.update(json.loads((directory / "extra.json").read_text()))
         (directory / "extra.json").unlink()
+    if case.fast_rank is not None:
+        meta["fast_rank"] = case.fast_rank
+        meta["fast_rank_batch"] = round(case.batch * FAST_BATCH_SHARE)
     if fault == "freeze":
         meta["frozen_rank"] = 1
         meta.update(freeze)
