@@ -40,37 +40,40 @@ def _median_and_mad(level: str, metric: str, window: str) -> tuple[Recording, ..
     )
 
 
-# The change test (LockstepTrainingStragglerSustained): each rank against its own history.
-BW = T.STRAGGLER_BASELINE_WINDOW
 RATIO_30M = f"job_rank:{WORK}:ratio_to_median{W}"
-USUAL_RATIO = f"job_rank:{WORK}:ratio_to_median_usual{BW}"  # the rank's usual share of its job
-USUAL_MEAN = f"job_rank:{WORK}:mean_usual{BW}"  # the rank's usual own time per step
-CHANGE = f"job_rank:{WORK}:ratio_to_usual{W}"  # its share now over its usual share
-CHANGE_MEDIAN = f"job:{WORK}:ratio_to_usual_median{W}"
-CHANGE_MAD = f"job:{WORK}:ratio_to_usual_mad{W}"
+
+# The evidence test (LockstepTrainingStragglerSustained): each rank's 5-minute time per step over
+# its peers', and whether it arrives last at the collectives, recorded at every evaluation so
+# that the alert can judge how they held over STRAGGLER_EVIDENCE_WINDOW.
+PEERS_5M = f"job_rank:{WORK}:ratio_to_peers5m"
+COMM_WAIT_5M = "job_rank:lockstep_training_comm_wait_seconds:mean5m"
+LAST_TO_ARRIVE = "job_rank:lockstep_training_last_to_arrive:bool5m"
+RANKS_5M = f"count {job_by()} (job_rank:{WORK}:mean5m)"
 
 
-def _usual(record: str, series: str) -> Recording:
-    """A rank's usual value of a 5-minute series: its median over the STRAGGLER_BASELINE_WINDOW
-    that ends where the current 30 minutes begin (offset), for ranks that had one
-    STRAGGLER_BASELINE_MIN_AGE ago (so it is the median of at least half an hour of them).
-    The median, not the mean: a straggler's own slow time does not raise its usual value until
-    it fills half the window, so its alert holds for hours (about 3 with a 6-hour window)."""
-    return Recording(
-        record,
-        f"quantile_over_time(0.5, {series}[{BW}] offset {W})\nand {series} offset {T.STRAGGLER_BASELINE_MIN_AGE}",
-    )
-
-
-def _change_test() -> tuple[Recording, ...]:
+def _evidence() -> tuple[Recording, ...]:
+    """The ratio to the peers: to the job's median rank's time in jobs of 3 ranks or more (the
+    rank's own time moves the median little), to the one peer's in a 2-rank job (there the
+    median is the mean of the two, and a rank 10 % slower than its peer is 4.8 % above it).
+    The last to arrive: the rank whose 5-minute mean wait in collectives is its job's least (1)
+    or not (0), for jobs whose ranks report comm wait."""
     return (
-        _usual(USUAL_RATIO, f"job_rank:{WORK}:ratio_to_median5m"),
-        _usual(USUAL_MEAN, f"job_rank:{WORK}:mean5m"),
-        Recording(CHANGE, f"{RATIO_30M}\n/ {USUAL_RATIO}"),
-        Recording(CHANGE_MEDIAN, f"quantile {job_by()} (0.5, {CHANGE})"),
+        Recording(f"job:{WORK}:sum5m", f"sum {job_by()} (job_rank:{WORK}:mean5m)"),
         Recording(
-            CHANGE_MAD,
-            f"quantile {job_by()} (\n  0.5,\n  abs({CHANGE} - {JOB_ON} group_left () {CHANGE_MEDIAN})\n)",
+            PEERS_5M,
+            f"job_rank:{WORK}:ratio_to_median5m and {JOB_ON} {RANKS_5M} > 2\n"
+            f"or\njob_rank:{WORK}:mean5m\n"
+            f"/ (job:{WORK}:sum5m - {JOB_ON} group_right () job_rank:{WORK}:mean5m > 0)\n"
+            f"and {JOB_ON} {RANKS_5M} == 2",
+        ),
+        Recording(
+            COMM_WAIT_5M,
+            "rate(lockstep_training_comm_wait_seconds_total[5m])\n/ (rate(lockstep_training_steps_total[5m]) > 0)",
+        ),
+        Recording(
+            LAST_TO_ARRIVE,
+            f"{COMM_WAIT_5M}\n== bool {JOB_ON} group_left ()\nmin {job_by()} ({COMM_WAIT_5M})\n"
+            f"and {JOB_ON} count {job_by()} ({COMM_WAIT_5M}) > 1",
         ),
     )
 
@@ -195,7 +198,7 @@ STRAGGLER_RECORDING = Group(
         ),
         _work_per_step(W),
         *_median_and_mad("job_rank", WORK, W),
-        *_change_test(),
+        *_evidence(),
         Recording(
             f"job_rank:lockstep_training_data_wait_seconds:mean{W}",
             f"rate(lockstep_training_data_wait_seconds_total[{W}])\n/ (rate(lockstep_training_steps_total[{W}]) > 0)",

@@ -7,17 +7,13 @@ from alerts import thresholds as T
 from alerts.model import Alert
 from alerts.promql import JOB_ON, VALUE_2F, VALUE_DURATION, VALUE_PERCENT, WHERE, job_by, label, num, percent
 from alerts.straggler_recording import (
-    CHANGE,
-    CHANGE_MAD,
-    CHANGE_MEDIAN,
+    COMM_WAIT_5M,
     GPU_THROTTLE,
     HOST_INFO,
     INSTANCE_SUSPECT,
+    LAST_TO_ARRIVE,
+    PEERS_5M,
     RANK_SUSPECT,
-    RATIO_30M,
-    USUAL_MEAN,
-    USUAL_RATIO,
-    WORK,
     W,
 )
 
@@ -80,38 +76,26 @@ STEPPING = (
     f"  or group {job_by()} (lockstep_training_log_writer_processes > 0)\n)"
 )
 
-# The peer test: the rank against its job's other ranks now (30 minutes).
-PEER_TEST = (
-    f"  {RATIO_30M} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\n"
-    f"  and\n  job_rank:{WORK}:ratio_to_median5m > {num(T.TRAINING_STRAGGLER_SUSTAINED_NOW_RATIO)}\n"
-    f"  and\n  job_rank:{WORK}:mean{W} - {JOB_ON} group_left () job:{WORK}:median{W}\n"
-    f"  > {JOB_ON} group_left ()\n  {num(T.STRAGGLER_SUSTAINED_MADS)} * job:{WORK}:mad{W}\n"
-    f"  and {JOB_ON} job:lockstep_training_ranks:count >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
+# The evidence test: the rank's 5-minute ratio to its peers, at every evaluation of the window,
+# averaged above the ratio and held above the floor in all but the spare share; judged since
+# STRAGGLER_EVIDENCE_SINCE; and the last to arrive at the collectives for at least half the
+# window, where its job reports comm wait.  Once firing, it holds on the hold ratio.
+EW = T.STRAGGLER_EVIDENCE_WINDOW
+EW_WORDS = f"{int(EW.removesuffix('m'))} minutes"  # the window as the alert's text says it
+SUSTAINED = "LockstepTrainingStragglerSustained"
+EVIDENCE_TEST = (
+    f"  avg_over_time({PEERS_5M}[{EW}]) > {num(T.TRAINING_STRAGGLER_EVIDENCE_RATIO)}\n"
+    f"  and\n  quantile_over_time({num(T.STRAGGLER_EVIDENCE_SPARE)}, {PEERS_5M}[{EW}])"
+    f" > {num(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR)}\n"
+    f"  and\n  {PEERS_5M} offset {T.STRAGGLER_EVIDENCE_SINCE}\n"
+    f"  and\n  (\n    avg_over_time({LAST_TO_ARRIVE}[{EW}]) >= {num(T.STRAGGLER_LAST_TO_ARRIVE_SHARE)}\n"
+    f"    or {PEERS_5M} unless on (cluster, job_id, rank) {COMM_WAIT_5M}\n  )"
 )
-# The change test: the rank against its own history.  Its share of the job's median rose (and
-# is above the median), it still is up in the last 5 minutes, in a 2-rank job its own time per
-# step rose (it slowed, rather than its one peer speeding up), and, with 8 ranks or more, its change stands out of the
-# changes of its job's ranks (STRAGGLER_CHANGE_MAD_MIN_RANKS).
-CHANGE_TEST = (
-    f"  {RATIO_30M} > 1\n"
-    f"  and\n  (\n    {CHANGE} > {num(T.TRAINING_STRAGGLER_CHANGE_RATIO)}\n"
-    f"    or {CHANGE} > {num(1 + (T.TRAINING_STRAGGLER_CHANGE_RATIO - 1) / 2)}"
-    f" and {JOB_ON} job:lockstep_training_ranks:count == 2\n  )\n"
-    f"  and\n  job_rank:{WORK}:ratio_to_median5m / {USUAL_RATIO} > {num(T.TRAINING_STRAGGLER_CHANGE_NOW_RATIO)}\n"
-    f"  and\n  (\n    job_rank:{WORK}:mean{W} / {USUAL_MEAN} > {num(T.TRAINING_STRAGGLER_OWN_CHANGE_RATIO)}\n"
-    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count > 2\n  )\n"
-    "  and\n  (\n"
-    f"    {CHANGE} - {JOB_ON} group_left () {CHANGE_MEDIAN}\n"
-    f"    > {JOB_ON} group_left () {num(T.STRAGGLER_SUSTAINED_MADS)} * {CHANGE_MAD}\n"
-    f"    or {CHANGE} and {JOB_ON} job:lockstep_training_ranks:count < {T.STRAGGLER_CHANGE_MAD_MIN_RANKS}\n"
-    "  )"
+HOLD_TEST = (
+    f"  avg_over_time({PEERS_5M}[{EW}])\n"
+    f'  and on (cluster, job_id, rank) ALERTS{{alertname="{SUSTAINED}", alertstate="firing"}}\n'
+    f"  and\n  avg_over_time({PEERS_5M}[{T.STRAGGLER_HOLD_WINDOW}]) > {num(T.TRAINING_STRAGGLER_HOLD_RATIO)}"
 )
-USUAL_SHARE = (
-    f'{{{{ with printf "{USUAL_RATIO}{{cluster=%q, job_id=%q, rank=%q}}" '
-    '$labels.cluster $labels.job_id $labels.rank | query }}{{ . | first | value | printf "%.2f" }}x'
-    "{{ else }}unknown (the job is younger than 1 hour){{ end }}"
-)
-
 RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
 GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
 GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
@@ -134,23 +118,20 @@ TRAINING_ALERTS = (
         RANK_ANNOTATIONS,
     ),
     Alert(
-        "LockstepTrainingStragglerSustained",
+        SUSTAINED,
         "warning",
-        T.STRAGGLER_SUSTAINED_FOR,
+        T.STRAGGLER_EVIDENCE_FOR,
         on_the_ranks_node(
-            # Either test; the value is the rank's 30-minute ratio to its job's median.
-            f"(\n  {RATIO_30M}\n  and\n  (\n{PEER_TEST}\n  )\n"
-            f"  or\n  {RATIO_30M}\n  and\n  (\n{CHANGE_TEST}\n  )\n)\n"
-            f"and {STEPPING}"
+            # The value is the rank's ratio to its peers, averaged over the window.
+            f"(\n  (\n{EVIDENCE_TEST}\n  )\n  or\n  (\n{HOLD_TEST}\n  )\n)\nand {STEPPING}"
         ),
-        f"Rank {label('rank')} of job {label('job_id')} has been slower than its peers for 30 minutes",
-        f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its job's "
-        "median time per step of its own work (compute and data wait) over 30 minutes; its usual share in the "
-        f"hours before: {USUAL_SHARE}. Either it stands out of its peers (more than "
-        f"{percent(T.TRAINING_STRAGGLER_SUSTAINED_RATIO - 1)} and {num(T.STRAGGLER_SUSTAINED_MADS)} times the "
-        "job's spread (MAD) above the median), or it slowed down against its own history while its peers did not "
-        f"(its share up more than {percent(T.TRAINING_STRAGGLER_CHANGE_RATIO - 1)}); and it is still slower now. "
-        "The whole job runs at its pace. Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+        f"Rank {label('rank')} of job {label('job_id')} has been slower than its peers for {EW_WORDS}",
+        f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its peers' "
+        f"time per step of its own work (compute and data wait) over the last {EW_WORDS}: more than "
+        f"{percent(T.TRAINING_STRAGGLER_EVIDENCE_RATIO - 1)} on average, and over "
+        f"{percent(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR - 1)} in {percent(1 - T.STRAGGLER_EVIDENCE_SPARE)} of the "
+        "window's 5-minute means; where its job reports waiting in collectives, it is the rank the others wait "
+        "for. The whole job runs at its pace. Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
         RANK_ANNOTATIONS,
     ),
     Alert(

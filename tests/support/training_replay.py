@@ -1,5 +1,11 @@
 """Replaying the real DDP runs of tests/fixtures/training/ (bench/ddp_runs.py) through the real
-training collector, in simulated time, into promtool input series.
+training collector into promtool input series: at their own timestamps (`replay_as_written`,
+issue 34), or stretched and looped in simulated time (`replay`, the older short runs).
+
+`replay_as_written` plays every step of every rank as the run logged it, at the time it logged
+it (shifted so that the run's first record is at the replay's time 0: an origin, not a scale),
+and scrapes the real collector every `scrape` seconds; nothing is stretched, looped or
+reordered.  What follows is the stretching replay's description.
 
 tests/fixtures/training/README.md says what the runs are and how a replay stretches them; in
 short: every replayed step is a real step of the run, with its real phase times multiplied by
@@ -18,17 +24,22 @@ import gzip
 import json
 import logging
 import os
+import re
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from lockstep import __version__
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK, Seams
 from lockstep.collectors.training import TrainingCollector, TrainingOptions
 from lockstep.emitter import step_lines
-from tests.support import FIXTURES
+from tests.support import FIXTURES, require_promtool
 
 TRAINING_FIXTURES = FIXTURES / "training"
 STEP_SECONDS = 2.0  # a replayed step's mean duration
@@ -176,6 +187,100 @@ def replay(case: Case, segments: list[Segment], after_minutes: float, directory:
     return series, ended_at_index
 
 
+@dataclass(frozen=True)
+class WrittenStep:
+    ts: float  # the record's own time (seconds since the epoch)
+    values: dict[str, float]  # metric -> value, as logged
+
+
+def load_written(name: str, root: Path = TRAINING_FIXTURES) -> tuple[dict[str, Any], list[list[WrittenStep]]]:
+    """A run's case.json and, per rank, its steps in the order logged, with their timestamps."""
+    directory = root / name
+    meta = json.loads((directory / "case.json").read_text())
+    ranks = []
+    for rank in range(int(meta["ranks"])):
+        by_step: dict[int, WrittenStep] = {}
+        with gzip.open(directory / f"rank-{rank:03d}.metrics.jsonl.gz", "rt") as lines:
+            for line in lines:
+                record = json.loads(line)
+                ts = datetime.fromisoformat(record["ts"].replace("Z", "+00:00")).timestamp()
+                step = by_step.setdefault(int(record["step"]), WrittenStep(ts, {}))
+                step.values[record["metric"]] = float(record["value"])
+        ranks.append([by_step[number] for number in sorted(by_step)])
+    return meta, ranks
+
+
+def replay_as_written(name: str, directory: Path, scrape: int, after_minutes: float,
+                      until: float | None = None, root: Path = TRAINING_FIXTURES,
+                      ) -> tuple[Series, int, float]:  # fmt: skip
+    """Scrapes of the real training collector every `scrape` seconds while the run's steps are
+    written at their own times (relative to the run's first record), then for after_minutes
+    after the job ended (its logs closed, as its rank processes' were when they exited).
+    `until` cuts the run that many seconds after its first record (the cut is the job's end).
+    Returns the series, the index of the first scrape after the job's last step, and the
+    run's first record's time (the replay's origin)."""
+    meta, ranks = load_written(name, root)
+    origin = min(steps[0].ts for steps in ranks)
+    merged = sorted(
+        (step.ts - origin, rank, number, step.values)
+        for rank, steps in enumerate(ranks)
+        for number, step in enumerate(steps)
+        if until is None or step.ts - origin <= until
+    )
+    directory.mkdir(parents=True, exist_ok=True)
+    files = [
+        os.open(directory / f"rank-{rank:03d}.metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        for rank in range(len(ranks))
+    ]
+    options = TrainingOptions(logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning")
+    now = [0.0]
+    seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: now[0]), WALL_CLOCK.replaced_by(lambda: now[0]))
+    context = CollectorContext(Paths(), options, logging.getLogger("replay.training"), seams)
+    collector = TrainingCollector(context)
+    series: Series = {}
+    index = 0
+
+    def scrape_at(t: float) -> None:
+        nonlocal index
+        now[0] = t
+        for labels, value in _scrape(collector):
+            series.setdefault(frozenset({**labels, **TARGET}.items()), {})[index] = value
+        index += 1
+
+    try:
+        next_scrape = 0.0
+        for t, rank, number, values in merged:
+            while next_scrape < t:
+                scrape_at(next_scrape)
+                next_scrape += scrape
+            text = step_lines(
+                job_id=meta["job_id"],
+                rank=rank,
+                host=f"node{rank // 8 + 1:03d}",
+                step=number,
+                ts=t,
+                step_time=values["step_time_sec"],
+                compute_time=values.get("compute_time_sec"),
+                comm_wait_time=values.get("comm_wait_time_sec"),
+                data_time=values.get("data_time_sec"),
+                samples=values.get("samples"),
+            )
+            os.write(files[rank], text.encode())
+        for fd in files:  # the job ends: its ranks' processes exit
+            os.close(fd)
+        files = []
+        ended_at_index = index
+        end = next_scrape + after_minutes * 60
+        while next_scrape <= end:
+            scrape_at(next_scrape)
+            next_scrape += scrape
+    finally:
+        for fd in files:
+            os.close(fd)
+        collector.close()
+    return series, ended_at_index, origin
+
+
 def _scrape(collector: TrainingCollector) -> Iterator[tuple[dict[str, str], float]]:
     """One round of the collector plus what the agent adds (as tests/alerts/test_alerts_replay.py)."""
     yield {"__name__": "up"}, 1.0
@@ -197,3 +302,52 @@ def input_series(series: Series, points: int) -> list[dict[str, str]]:
         text = " ".join(repr(values[i]) if i in values else "_" for i in range(points))
         out.append({"series": selector, "values": text})
     return out
+
+
+def firing_timeline(series: Series, points: int, scrape: int, rule_files: list[str], every: int,
+                    tmp: Path) -> dict[int, list[str]]:  # fmt: skip
+    """When each alert fired: {evaluation time (s): sorted 'alertname job_id rank' of the alerts
+    firing then}, every `every` seconds, from one promtool run of the given rule files over the
+    series.  promtool has no way to print a query's result, so every check expects nothing and
+    the failures it reports say what was there."""
+    times = list(range(0, (points - 1) * scrape + 1, every))
+    expr = 'count by (alertname, job_id, rank) (ALERTS{alertstate="firing"})'
+    test = {
+        "rule_files": rule_files,
+        "evaluation_interval": f"{scrape}s",
+        "tests": [
+            {
+                "interval": f"{scrape}s",
+                "input_series": input_series(series, points),
+                "promql_expr_test": [{"expr": expr, "eval_time": f"{t}s", "exp_samples": []} for t in times],
+            }
+        ],
+    }
+    path = tmp / "timeline.test.yml"
+    path.write_text(yaml.safe_dump(test, width=1_000_000))
+    result = subprocess.run([require_promtool(), "test", "rules", str(path)], capture_output=True, text=True,
+                            timeout=600)  # fmt: skip
+    timeline: dict[int, list[str]] = {t: [] for t in times}
+    # A failure reads: `expr: "...", time: 1h2m30s,` then `exp: (empty)` then `got: [{...} ...]`
+    for block in re.split(r"\n\s*expr: ", result.stdout + result.stderr)[1:]:
+        at = re.search(r"time: ([0-9hms.]+)", block)
+        got = re.search(r"got:\s*(.*)", block)
+        if at is None or got is None:
+            continue
+        labels = re.findall(r"\{([^}]*)\}", got.group(1))
+        names = []
+        for text in labels:
+            pairs = dict(re.findall(r'(\w+)="([^"]*)"', text))
+            names.append(f"{pairs.get('alertname')} {pairs.get('job_id')} {pairs.get('rank', '')}".strip())
+        timeline[_seconds(at.group(1))] = sorted(names)
+    if result.returncode not in (0, 1):
+        raise AssertionError((result.stdout + result.stderr)[-4000:])
+    return timeline
+
+
+def _seconds(duration: str) -> int:
+    """promtool's Go duration (1h2m30s) in seconds."""
+    total = 0.0
+    for number, unit in re.findall(r"([0-9.]+)(h|m|s)", duration):
+        total += float(number) * {"h": 3600, "m": 60, "s": 1}[unit]
+    return int(total)
