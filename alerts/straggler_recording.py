@@ -46,7 +46,7 @@ RATIO_30M = f"job_rank:{WORK}:ratio_to_median{W}"
 # its peers', and whether it arrives last at the collectives, recorded at every evaluation so
 # that the alert can judge how they held over STRAGGLER_EVIDENCE_WINDOW.
 PEERS_5M = f"job_rank:{WORK}:ratio_to_peers5m"
-COMM_WAIT_5M = "job_rank:lockstep_training_comm_wait_seconds:mean5m"
+COMM_WAIT_5M = "job_rank:lockstep_training_comm_wait_seconds:mean5m"  # lockstep-training.recording
 LAST_TO_ARRIVE = "job_rank:lockstep_training_last_to_arrive:bool5m"
 RANKS_5M = f"count {job_by()} (job_rank:{WORK}:mean5m)"
 
@@ -65,10 +65,6 @@ def _evidence() -> tuple[Recording, ...]:
             f"or\njob_rank:{WORK}:mean5m\n"
             f"/ (job:{WORK}:sum5m - {JOB_ON} group_right () job_rank:{WORK}:mean5m > 0)\n"
             f"and {JOB_ON} {RANKS_5M} == 2",
-        ),
-        Recording(
-            COMM_WAIT_5M,
-            "rate(lockstep_training_comm_wait_seconds_total[5m])\n/ (rate(lockstep_training_steps_total[5m]) > 0)",
         ),
         Recording(
             LAST_TO_ARRIVE,
