@@ -453,14 +453,18 @@ class FileFollower:
 
 
 class DirectoryWatcher:
-    """Calls ``on_path(path)`` for every file-system event in the watched directories.
+    """Calls ``on_path(path)`` for every file-system event in the watched directories, and
+    ``on_closed(path)`` too when a process closed a file it had open for writing
+    (IN_CLOSE_WRITE: the kernel reports it to any watcher that may read the directory,
+    whoever the process was, so an unprivileged agent learns that a writer exited or closed
+    its log without seeing other users' processes).
 
     Wraps a watchdog observer (inotify on Linux).  ``watch(directories)`` replaces the
     set of watched directories (each non-recursively).  Raises OSError when the kernel
     refuses (e.g. the inotify watch limit); the caller then relies on polling.
     """
 
-    def __init__(self, on_path: Callable[[str], None]) -> None:
+    def __init__(self, on_path: Callable[[str], None], on_closed: Callable[[str], None] | None = None) -> None:
         from watchdog.events import FileSystemEvent, FileSystemEventHandler
         from watchdog.observers import Observer
 
@@ -471,6 +475,8 @@ class DirectoryWatcher:
                 on_path(os.fsdecode(event.src_path))
                 if getattr(event, "dest_path", ""):
                     on_path(os.fsdecode(event.dest_path))
+                if event.event_type == "closed" and on_closed is not None:
+                    on_closed(os.fsdecode(event.src_path))
 
         self._handler = Handler()
         self._observer: Any = Observer()

@@ -4,6 +4,7 @@ package's __init__ describes the whole."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -141,7 +142,7 @@ class TrainingCollector(Collector[TrainingOptions]):
             now = self._clock()
             self._count_writers(now)
             for key, rank in list(self._ranks.items()):
-                if rank.writers == 0:
+                if rank.writers == 0 or self._closed_since_last_record(rank, now):
                     del self._ranks[key]  # its process exited: the job ended (or the rank moved)
                 elif now - rank.last_record_at >= self.options.idle_timeout and not rank.writers:
                     del self._ranks[key]  # nothing says it still runs: drop its series
@@ -177,6 +178,22 @@ class TrainingCollector(Collector[TrainingOptions]):
             # None found where some processes could not be looked at proves nothing.
             rank.writers = found if found or scan.complete else None
 
+    @staticmethod
+    def _closed_since_last_record(rank: RankState, now: float) -> bool:
+        """Its log was closed by a writer after its last record, it has been idle since for
+        WRITER_CHECK_AFTER, and no count of this node's processes says a writer still holds it
+        (writers None: not counted, or not countable by an unprivileged agent).  The rank's
+        process exited (the kernel closes its files) or closed its log: either way it logs no
+        more through that descriptor.  A writer that opens the log for each record (not
+        lockstep.emitter) looks the same once idle: it is dropped and comes back with its next
+        record, its counters restarting (rate() takes that as a reset)."""
+        return (
+            rank.closed_at is not None
+            and rank.closed_at >= rank.last_record_at
+            and now - rank.last_record_at >= WRITER_CHECK_AFTER
+            and not rank.writers
+        )
+
     # --- reading ---
 
     def _on_file_event(self, path: str) -> None:
@@ -189,12 +206,25 @@ class TrainingCollector(Collector[TrainingOptions]):
             except Exception as exc:  # never let one file kill the event thread; the sweep retries
                 self.log.debug("reading %s after an event failed: %s", path, exc)
 
+    def _on_file_closed(self, path: str) -> None:
+        """From the watchdog thread: a process closed ``path`` after writing to it."""
+        try:
+            inode = os.stat(path).st_ino
+        except OSError:
+            return  # gone: its ranks end by the sweep, the writer count or idle_timeout
+        log = (os.path.basename(path), inode)
+        with self._lock:
+            now = self._clock()
+            for rank in self._ranks.values():
+                if rank.log == log:
+                    rank.closed_at = now
+
     def _watch(self, directories: set[str]) -> None:
         """Point the watcher at ``directories``.  Called from the collector's own thread
         only (collect, then close at the end), never with our lock held."""
         try:
             if self._watcher is None:
-                self._watcher = DirectoryWatcher(self._on_file_event)
+                self._watcher = DirectoryWatcher(self._on_file_event, self._on_file_closed)
             problems = self._watcher.watch(directories)
         except OSError as exc:
             problems = [str(exc)]

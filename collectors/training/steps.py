@@ -55,6 +55,9 @@ class RankState:
     # Processes on this node holding that file open for writing, counted once the rank has
     # been idle for WRITER_CHECK_AFTER (None: not counted, or not known: see writers.py).
     writers: int | None = None
+    # When a process last closed that file after writing to it (the agent's monotonic clock):
+    # an inotify event, seen by an agent that cannot look at other users' processes too.
+    closed_at: float | None = None
 
     def add(self, record: Record, now: float) -> None:
         self.last_record_at = now

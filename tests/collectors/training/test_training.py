@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 from collections.abc import Callable
 from pathlib import Path
@@ -473,6 +474,37 @@ def test_a_finished_rank_is_dropped_a_minute_after_its_last_step(tmp_path: Path)
     s = run(collector)
     collector.close()
     assert ranks(s) == []
+
+
+def test_an_unprivileged_agent_drops_a_finished_rank_when_its_writer_closes_the_log(tmp_path: Path) -> None:
+    """The shipped unit runs unprivileged: other users' descriptors cannot be read, so the
+    writer count is unknown (procfs here: one process whose descriptors cannot be listed, as a
+    PermissionError does).  The kernel still tells any watcher of the directory that a writer
+    closed the log (IN_CLOSE_WRITE, as when the rank's process exits): the rank is dropped a
+    minute after its last step, not after idle_timeout (an hour here).  Until the close, it is
+    kept (a pause for a checkpoint save looks the same)."""
+    procfs = tmp_path / "proc"
+    (procfs / "4242").mkdir(parents=True)
+    (procfs / "4242" / "fd").write_text("")  # not a directory: listing it fails
+    log = tmp_path / "logs" / "rank-000.metrics.jsonl"
+    log.parent.mkdir()
+    writer = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(writer, "".join(step(k) for k in range(3)).encode())
+    collector, t = idle_collector(log, procfs, idle_timeout=3600)
+    try:
+        assert ranks(run(collector)) == [("7", "0")]  # the first run also starts the watch
+        t[0] += 60
+        s = run(collector)
+        assert ranks(s) == [("7", "0")]  # idle for a minute, writer unknown, log still open: kept
+        assert [k for k in s if k[0] == "lockstep_training_log_writer_processes"] == []  # unknown: not exported
+        os.close(writer)
+        deadline = time.monotonic() + 10
+        while ranks(s) and time.monotonic() < deadline:  # the event comes from watchdog's thread
+            time.sleep(0.02)
+            s = run(collector)
+        assert ranks(s) == []
+    finally:
+        collector.close()
 
 
 # --- training logs ---
