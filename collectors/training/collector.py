@@ -180,15 +180,16 @@ class TrainingCollector(Collector[TrainingOptions]):
 
     @staticmethod
     def _closed_since_last_record(rank: RankState, now: float) -> bool:
-        """Its log was closed by a writer after its last record, it has been idle since for
-        WRITER_CHECK_AFTER, and no count of this node's processes says a writer still holds it
-        (writers None: not counted, or not countable by an unprivileged agent).  The rank's
-        process exited (the kernel closes its files) or closed its log: either way it logs no
-        more through that descriptor.  A writer that opens the log for each record (not
-        lockstep.emitter) looks the same once idle: it is dropped and comes back with its next
-        record, its counters restarting (rate() takes that as a reset)."""
+        """Its log was closed by a writer that held it open across its writes, after its last
+        record; it has been idle since for WRITER_CHECK_AFTER; and no count of this node's
+        processes says a writer still holds it (writers None: not counted, or not countable by
+        an unprivileged agent).  The rank's process exited (the kernel closes its files) or
+        closed its log: either way it logs no more.  A writer that opens the log for each
+        write (the simulated node does) closes it every time: its closes say nothing, and its
+        rank ends by the writer count or idle_timeout as before."""
         return (
-            rank.closed_at is not None
+            rank.held_open
+            and rank.closed_at is not None
             and rank.closed_at >= rank.last_record_at
             and now - rank.last_record_at >= WRITER_CHECK_AFTER
             and not rank.writers

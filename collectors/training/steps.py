@@ -56,10 +56,16 @@ class RankState:
     # been idle for WRITER_CHECK_AFTER (None: not counted, or not known: see writers.py).
     writers: int | None = None
     # When a process last closed that file after writing to it (the agent's monotonic clock):
-    # an inotify event, seen by an agent that cannot look at other users' processes too.
+    # an inotify event, seen by an agent that cannot look at other users' processes too ...
     closed_at: float | None = None
+    # ... which says the rank's process ended only if that process holds its log open across
+    # its writes (lockstep.emitter's StepLog does): records came at a later time with no close
+    # between them.  A writer that opens the log for each write closes it every time.
+    held_open: bool = False
 
     def add(self, record: Record, now: float) -> None:
+        if now > self.last_record_at > 0:  # a later read than the last record's: was it closed between?
+            self.held_open = self.closed_at is None or self.closed_at < self.last_record_at
         self.last_record_at = now
         pending = self.pending
         if pending is not None and (pending.key != record.step_key or record.metric in pending.values):

@@ -476,33 +476,72 @@ def test_a_finished_rank_is_dropped_a_minute_after_its_last_step(tmp_path: Path)
     assert ranks(s) == []
 
 
-def test_an_unprivileged_agent_drops_a_finished_rank_when_its_writer_closes_the_log(tmp_path: Path) -> None:
-    """The shipped unit runs unprivileged: other users' descriptors cannot be read, so the
-    writer count is unknown (procfs here: one process whose descriptors cannot be listed, as a
-    PermissionError does).  The kernel still tells any watcher of the directory that a writer
-    closed the log (IN_CLOSE_WRITE, as when the rank's process exits): the rank is dropped a
-    minute after its last step, not after idle_timeout (an hour here).  Until the close, it is
-    kept (a pause for a checkpoint save looks the same)."""
+def unprivileged_procfs(tmp_path: Path) -> Path:
+    """A procfs root with one process whose descriptors cannot be listed (as other users' are
+    to the unprivileged agent: its `fd` is no directory here, root reads everything)."""
     procfs = tmp_path / "proc"
     (procfs / "4242").mkdir(parents=True)
-    (procfs / "4242" / "fd").write_text("")  # not a directory: listing it fails
+    (procfs / "4242" / "fd").write_text("")
+    return procfs
+
+
+def wait_for_ranks(collector: TrainingCollector, wanted: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The ranks exported once they are `wanted` (the close events come from watchdog's thread), or after 10 s."""
+    deadline = time.monotonic() + 10
+    found = ranks(run(collector))
+    while found != wanted and time.monotonic() < deadline:
+        time.sleep(0.02)
+        found = ranks(run(collector))
+    return found
+
+
+def test_an_unprivileged_agent_drops_a_finished_rank_when_its_writer_closes_the_log(tmp_path: Path) -> None:
+    """The shipped unit runs unprivileged: other users' descriptors cannot be read, so the
+    writer count is unknown.  The kernel still tells any watcher of the directory that a
+    writer closed the log (IN_CLOSE_WRITE, as when the rank's process exits): a rank whose
+    writer held its log open across its steps (lockstep.emitter's StepLog) is dropped a minute
+    after its last step once it closed it, not after idle_timeout (an hour here).  Until the
+    close, it is kept (a pause for a checkpoint save looks the same)."""
     log = tmp_path / "logs" / "rank-000.metrics.jsonl"
     log.parent.mkdir()
     writer = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    os.write(writer, "".join(step(k) for k in range(3)).encode())
-    collector, t = idle_collector(log, procfs, idle_timeout=3600)
+    os.write(writer, step(0).encode())
+    collector, t = idle_collector(log, unprivileged_procfs(tmp_path), idle_timeout=3600)
     try:
         assert ranks(run(collector)) == [("7", "0")]  # the first run also starts the watch
+        t[0] += 2
+        os.write(writer, (step(1) + step(2)).encode())
+        assert rank(run(collector), "steps_total", 0) == 3
         t[0] += 60
         s = run(collector)
         assert ranks(s) == [("7", "0")]  # idle for a minute, writer unknown, log still open: kept
         assert [k for k in s if k[0] == "lockstep_training_log_writer_processes"] == []  # unknown: not exported
         os.close(writer)
-        deadline = time.monotonic() + 10
-        while ranks(s) and time.monotonic() < deadline:  # the event comes from watchdog's thread
-            time.sleep(0.02)
-            s = run(collector)
-        assert ranks(s) == []
+        assert wait_for_ranks(collector, []) == []
+    finally:
+        collector.close()
+
+
+def test_a_writer_that_reopens_its_log_for_each_write_is_not_taken_as_ended_by_its_closes(tmp_path: Path) -> None:
+    """A writer that opens the log for each write (a plain `open(path, "a")` per step) closes it
+    every time: past its first write the closes say nothing, and an idle rank of it is kept
+    until idle_timeout, as before."""
+    log = tmp_path / "logs" / "rank-000.metrics.jsonl"
+    log.parent.mkdir()
+    log.write_text(step(0))
+    collector, t = idle_collector(log, unprivileged_procfs(tmp_path), idle_timeout=600)
+    try:
+        assert ranks(run(collector)) == [("7", "0")]
+        for k in range(1, 4):
+            t[0] += 2
+            with open(log, "a") as append:
+                append.write(step(k))
+            time.sleep(0.2)  # its close event arrives before the next write
+            run(collector)
+        t[0] += 120
+        assert ranks(run(collector)) == [("7", "0")]
+        t[0] += 600
+        assert ranks(run(collector)) == []
     finally:
         collector.close()
 
