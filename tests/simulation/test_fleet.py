@@ -128,13 +128,12 @@ def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Pr
 
 
 # Recording rules the simulated fleet cannot feed: NCCL's (no fleet node runs an NCCL job; their
-# rules group by cluster explicitly, and tests/alerts/test_alerts_e2e.py's NCCL cases feed them) and
-# the straggler change test's (`usual`: they need an hour of a job's history, the fleet runs for
-# minutes; tests/alerts/test_training_replay.py feeds them), and the hang rules' spinning GPUs and
+# rules group by cluster explicitly, and tests/alerts/test_alerts_e2e.py's NCCL cases feed them),
+# and the hang rules' spinning GPUs and
 # saves in progress (no fleet job hangs or saves while the fleet runs; alerts/tests/hang.test.yml
 # checks their cluster label reaches the alerts, tests/alerts/test_hangs_e2e.py feeds them from
 # the real agent).
-NO_FLEET_INPUT = ("lockstep_nccl_", "_usual", "lockstep_gpu_spinning", "lockstep_checkpoint_save:in_progress")
+NO_FLEET_INPUT = ("lockstep_nccl_", "lockstep_gpu_spinning", "lockstep_checkpoint_save:in_progress")
 
 
 def test_recording_rules_keep_cluster_on_the_fleet(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
