@@ -84,6 +84,8 @@ CASES = {
     "hour-then-slow-8": Case(8, "explicit", 95 * 60.0, "straggler", onset_share=60 / 95, fast_rank=2, batch=1024),
     "slow-from-start-4": Case(4, "explicit", 50 * 60.0, "straggler", onset_share=0.0, batch=1024),
     "slow-from-start-2": Case(2, "explicit", 50 * 60.0, "straggler", onset_share=0.0, batch=1024),
+    # The same, a smaller slowdown (run with --extra 0.06): the detection's margin.
+    "slight-from-start-4": Case(4, "explicit", 45 * 60.0, "straggler", onset_share=0.0, batch=1024),
 }
 
 
