@@ -68,7 +68,7 @@ def straggler_labels(job_id: str, rank: int) -> str:
     return f'{{alertname="{STRAGGLER}", job_id="{job_id}", rank="{rank}"}}'
 
 
-@pytest.mark.parametrize("name", ["straggler-2", "straggler-4", "straggler-8"])
+@pytest.mark.parametrize("name", ["straggler-2", "straggler-4", "straggler-8", "overlap-4"])
 def test_a_10_percent_compute_straggler_is_named_within_30_minutes_and_nothing_after_the_job_ends(
     name: str, tmp_path: Path
 ) -> None:
