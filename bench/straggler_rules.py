@@ -52,9 +52,10 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -124,30 +125,30 @@ class Rules:
     raw: dict[str, float]  # raw name -> history to write (s)
     recorded_history: dict[str, float]  # recorded name read over a range or an offset -> history (s)
     recorded_window: float  # the longest raw range the recording of those reads (their inner window)
-    records: dict[str, dict]  # recorded name -> its (first) rule
+    records: dict[str, dict[str, Any]]  # recorded name -> its (first) rule
     measured_records: list[str]  # what the measured groups record
 
 
-def shipped_groups(paths: Iterable[Path] = fleet.RULE_FILES) -> list[dict]:
+def shipped_groups(paths: Iterable[Path] = fleet.RULE_FILES) -> list[dict[str, Any]]:
     return [group for path in paths for group in yaml.safe_load(path.read_text())["groups"]]
 
 
-def rules_read(groups: list[dict] | None = None) -> Rules:
+def rules_read(groups: list[dict[str, Any]] | None = None) -> Rules:
     groups = shipped_groups() if groups is None else groups
-    records: dict[str, dict] = {}
+    records: dict[str, dict[str, Any]] = {}
     for group in groups:
         for rule in group["rules"]:
             if "record" in rule:
                 records.setdefault(rule["record"], rule)
 
-    def is_straggler_alert(rule: dict) -> bool:
+    def is_straggler_alert(rule: dict[str, Any]) -> bool:
         return bool(STRAGGLER_ALERTS.match(rule.get("alert", "")))
 
     measured = [g for g in groups if "straggler" in g["name"] or any(is_straggler_alert(r) for r in g["rules"])]
     # The rules whose reads decide what is written: the straggler groups', the straggler alerts',
     # and (transitively) the rules recording what those read.
     todo = [r for g in measured for r in g["rules"] if "straggler" in g["name"] or is_straggler_alert(r)]
-    considered: list[dict] = []
+    considered: list[dict[str, Any]] = []
     names: set[str] = set()
     while todo:
         rule = todo.pop()
@@ -163,7 +164,7 @@ def rules_read(groups: list[dict] | None = None) -> Rules:
         for read in reads(rule["expr"]):
             if read.name in names:
                 reach[read.name] = max(reach.get(read.name, 0.0), read.reach)
-    recorded_history = {}
+    recorded_history: dict[str, float] = {}
     for rule in [*(r for g in measured for r in g["rules"]), *considered]:
         for read in reads(rule["expr"]):
             if read.name in records and read.name in names and read.ranged:
@@ -254,6 +255,9 @@ def build(nodes: int, job_sizes: list[int], start: float, seed: int = 34) -> Fle
     return result
 
 
+Value = Callable[[float, int], float]
+
+
 @dataclass(frozen=True)
 class Series:
     """One series to write: its exposition prefix, from when, and how its value moves."""
@@ -261,10 +265,10 @@ class Series:
     prefix: str
     start: float
     end: float
-    value: object  # a callable (t, k) -> value
+    value: Value  # (Unix time, sample number) -> value
 
 
-def _training_value(name: str, job: Job, rank: int):  # type: ignore[no-untyped-def]
+def _training_value(name: str, job: Job, rank: int) -> Value:
     compute, data = job.compute[rank], job.data_wait[rank]
     comm = job.step - compute - data
     per_step = {
@@ -287,7 +291,7 @@ def _training_value(name: str, job: Job, rank: int):  # type: ignore[no-untyped-
     return value
 
 
-def _gpu_value(name: str, slow: bool, gpu: int):  # type: ignore[no-untyped-def]
+def _gpu_value(name: str, slow: bool, gpu: int) -> Value:
     def value(t: float, k: int) -> float:
         if name == "lockstep_gpu_sm_clock_hertz":
             clock = SM_CLOCK - 15e6 * ((k + gpu) % 3)  # NVML's 15-MHz steps
@@ -297,7 +301,7 @@ def _gpu_value(name: str, slow: bool, gpu: int):  # type: ignore[no-untyped-def]
     return value
 
 
-def _fleet_value(track: fleet.Track, start: float):  # type: ignore[no-untyped-def]
+def _fleet_value(track: fleet.Track, start: float) -> Value:
     return lambda t, k: fleet.value_at(track, t, start, k)
 
 
@@ -338,7 +342,9 @@ def raw_series(plan: Fleet, histories: dict[str, float], now: float, end: float)
     return out, missing
 
 
-def recorded_series(samples: list[dict], histories: dict[str, float], now: float, seed: int = 34) -> list[Series]:
+def recorded_series(
+    samples: list[dict[str, Any]], histories: dict[str, float], now: float, seed: int = 34
+) -> list[Series]:
     """The history of recorded series, from their current samples (an instant query's result):
     each value wandering by about 0.5% around the current one."""
     out = []
@@ -348,15 +354,12 @@ def recorded_series(samples: list[dict], histories: dict[str, float], now: float
         text = ",".join(f'{key}="{fleet._escape(value)}"' for key, value in sorted(labels.items()))
         current = float(sample["value"][1])
         phase = random.Random(seed + number).uniform(0, 2 * math.pi)
-        out.append(
-            Series(
-                f"{name}{{{text}}}",
-                now - histories[name],
-                now,
-                lambda t, k, v=current, p=phase: v * (1 + 0.005 * math.sin(k / 7 + p)),
-            )
-        )
+        out.append(Series(f"{name}{{{text}}}", now - histories[name], now, _wandering(current, phase)))
     return out
+
+
+def _wandering(current: float, phase: float) -> Value:
+    return lambda t, k: current * (1 + 0.005 * math.sin(k / 7 + phase))
 
 
 def write_slices(series: list[Series], directory: Path, tsdb: Path, log: bool = True) -> tuple[int, float, float]:
@@ -377,7 +380,7 @@ def write_slices(series: list[Series], directory: Path, tsdb: Path, log: bool = 
                 k = int(t // STEP)
                 active = [s for s in ordered[: bisect.bisect_right(starts, t)] if s.end >= t]
                 stamp = f"{t:.3f}"
-                out.write("".join(f"{s.prefix} {s.value(t, k)!r} {stamp}\n" for s in active))  # type: ignore[operator]
+                out.write("".join(f"{s.prefix} {s.value(t, k)!r} {stamp}\n" for s in active))
                 samples += len(active)
                 t += STEP
             out.write("# EOF\n")
