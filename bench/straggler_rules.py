@@ -125,6 +125,7 @@ class Rules:
     raw: dict[str, float]  # raw name -> history to write (s)
     recorded_history: dict[str, float]  # recorded name read over a range or an offset -> history (s)
     recorded_window: float  # the longest raw range the recording of those reads (their inner window)
+    recorded_inputs: set[str]  # the raw names the recording of those reads
     records: dict[str, dict[str, Any]]  # recorded name -> its (first) rule
     measured_records: list[str]  # what the measured groups record
 
@@ -169,8 +170,10 @@ def rules_read(groups: list[dict[str, Any]] | None = None) -> Rules:
         for read in reads(rule["expr"]):
             if read.name in records and read.name in names and read.ranged:
                 recorded_history[read.name] = max(recorded_history.get(read.name, 0.0), read.reach)
-    # The raw window the recording of those series reads (5m: their first samples need it).
+    # The raw window the recording of those series reads (5m: their first samples need it), and
+    # the raw names it reads.
     inner = 0.0
+    inputs: set[str] = set()
     stack = list(recorded_history)
     seen: set[str] = set()
     while stack:
@@ -183,9 +186,10 @@ def rules_read(groups: list[dict[str, Any]] | None = None) -> Rules:
                 stack.append(read.name)
             else:
                 inner = max(inner, read.reach)
+                inputs.add(read.name)
     raw = {name: reach.get(name, 0.0) for name in sorted(names) if name not in records}
     measured_records = sorted({r["record"] for g in measured for r in g["rules"] if "record" in r})
-    return Rules([g["name"] for g in measured], raw, recorded_history, inner, records, measured_records)
+    return Rules([g["name"] for g in measured], raw, recorded_history, inner, inputs, records, measured_records)
 
 
 # --- The fleet -----------------------------------------------------------------------------------
@@ -443,9 +447,55 @@ def estimate(plan: Fleet, rules: Rules, hours: float) -> tuple[int, int, int]:
     return len(raw), ranks * len(recorded_histories), samples
 
 
-# Samples a second that writing and backfilling manage together on the 2-core development machine
-# (measured at 64 nodes): what the default --ahead allows for.
-THROUGHPUT = 150_000
+# Samples a second that writing and backfilling manage together on the 2-core development machine:
+# 80,000 at 64 nodes with other suites running (load average 23, the bench under nice 10).  The
+# default --ahead allows for this many, 30% more time, and 10 minutes for the Prometheus starts
+# and the evaluation rounds.
+THROUGHPUT = 100_000
+MARGIN = 1.3
+SETTLING = 600.0
+
+
+@dataclass
+class Prepared:
+    """A run's fleet and history, before anything is written."""
+
+    rules: Rules
+    longest: float  # the longest range plus offset the rules read (s)
+    hours: float
+    now: float
+    plan: Fleet
+    ahead: float
+    raw_count: int
+    recorded_count: int
+    samples: int  # to write, the samples past now included
+
+    def describe(self) -> str:
+        ranks = sum(job.ranks for job in self.plan.jobs)
+        return (
+            f"{len(self.plan.nodes)} nodes, {ranks} ranks in {len(self.plan.jobs)} jobs; history {self.hours:.2f} h "
+            f"(the rules read up to {self.longest / 3600:.2f} h) and {self.ahead:.0f} s past now; "
+            f"{self.raw_count:,} raw series, {self.recorded_count:,} recorded, about {self.samples:,} samples to "
+            f"write and backfill (~{self.samples / THROUGHPUT / 60:.0f} min at {THROUGHPUT:,} a second)"
+        )
+
+
+def prepare(nodes: int, job_sizes: list[int], hours: float | None, ahead: float | None) -> Prepared:
+    rules = rules_read()
+    longest = max([*rules.raw.values(), *rules.recorded_history.values()])
+    hours = longest / 3600 if hours is None else hours
+    now = float(int(time.time()) // STEP * STEP)
+    plan = build(nodes, job_sizes, now - hours * 3600)
+    raw_count, recorded_count, samples_to_now = estimate(plan, rules, hours)
+    if ahead is None:
+        # Writing and backfilling (the samples past now included), the Prometheus starts, and the
+        # evaluation rounds: ahead = (samples_to_now + raw_count * ahead / STEP) / THROUGHPUT * MARGIN + SETTLING.
+        slope = raw_count / STEP / THROUGHPUT * MARGIN
+        if slope >= 0.8:
+            raise SystemExit(f"{raw_count:,} series at {STEP} s outrun {THROUGHPUT:,} samples/s: give --ahead")
+        ahead = (samples_to_now / THROUGHPUT * MARGIN + SETTLING) / (1 - slope)
+    samples = samples_to_now + raw_count * int(ahead // STEP)
+    return Prepared(rules, longest, hours, now, plan, ahead, raw_count, recorded_count, samples)
 
 
 def run(
@@ -458,25 +508,10 @@ def run(
     work: Path | None = None,
     log: bool = True,
 ) -> Result:
-    rules = rules_read()
-    longest = max([*rules.raw.values(), *rules.recorded_history.values()])
-    hours = longest / 3600 if hours is None else hours
-    now = float(int(time.time()) // STEP * STEP)
-    plan = build(nodes, job_sizes, now - hours * 3600)
-    raw_count, recorded_count, samples_to_now = estimate(plan, rules, hours)
-    if ahead is None:
-        # Writing and backfilling, the first Prometheus, and the evaluation rounds.
-        ahead = 600.0 + samples_to_now / THROUGHPUT * 1.5
-    estimated = samples_to_now + raw_count * int(ahead // STEP)
+    prepared = prepare(nodes, job_sizes, hours, ahead)
     if log:
-        print(
-            f"{nodes} nodes, {sum(j.ranks for j in plan.jobs)} ranks in {len(plan.jobs)} jobs; history "
-            f"{hours:.2f} h (the rules read up to {longest / 3600:.2f} h) and {ahead:.0f} s past now; "
-            f"{raw_count:,} raw series, {recorded_count:,} recorded, about {estimated:,} samples to write "
-            f"(~{estimated / THROUGHPUT / 60:.0f} min at {THROUGHPUT:,}/s)",
-            file=sys.stderr,
-            flush=True,
-        )
+        print(prepared.describe(), file=sys.stderr, flush=True)
+    rules, hours, now, plan, ahead = prepared.rules, prepared.hours, prepared.now, prepared.plan, prepared.ahead
     directory = work or Path(tempfile.mkdtemp(prefix=f"lockstep-stragglers-{nodes}-"))
     phases: dict[str, float] = {}
     raw_histories, recorded_histories = histories(rules, hours)
@@ -485,7 +520,11 @@ def run(
     # 1. The recorded series read over a range: their labels and current values, from a first
     # Prometheus with the shipped rules on the last minutes of the raw history.
     began = time.perf_counter()
-    recent = [Series(s.prefix, max(s.start, now - rules.recorded_window - 2 * STEP), now + 600, s.value) for s in raw]
+    recent = [
+        Series(s.prefix, max(s.start, now - rules.recorded_window - 2 * STEP), now + 120, s.value)
+        for s in raw
+        if s.prefix.partition("{")[0] in rules.recorded_inputs
+    ]
     first_tsdb = directory / "first"
     write_slices(recent, directory, first_tsdb, log=False)
     first = fleet.Prometheus(directory, first_tsdb, evaluation_interval)
@@ -508,7 +547,9 @@ def run(
 
     # 3. The measured Prometheus.
     began = time.perf_counter()
-    prometheus = fleet.Prometheus(directory, tsdb, evaluation_interval)
+    # Blocks of 2 hours at most: the backfilled blocks are not compacted into 6-hour ones while
+    # the rules are measured (on the same cores).
+    prometheus = fleet.Prometheus(directory, tsdb, evaluation_interval, ("--storage.tsdb.max-block-duration=2h",))
     try:
         prometheus.wait_ready()
         phases["Prometheus start"] = time.perf_counter() - began
@@ -620,14 +661,7 @@ def main() -> int:
     args = parser.parse_args()
     jobs = args.jobs or default_jobs(args.nodes)
     if args.estimate:
-        rules = rules_read()
-        hours = args.hours or max([*rules.raw.values(), *rules.recorded_history.values()]) / 3600
-        plan = build(args.nodes, jobs, 0.0)
-        raw, recorded, samples = estimate(plan, rules, hours)
-        print(
-            f"{args.nodes} nodes, {hours:.2f} h: {raw:,} raw series, {recorded:,} recorded, {samples:,} samples "
-            f"up to now, and {raw:,} more every {STEP} s past now (--ahead)"
-        )
+        print(prepare(args.nodes, jobs, args.hours, args.ahead).describe())
         return 0
     if not os.access(fleet.PROMETHEUS, os.X_OK):
         sys.exit("prometheus not found: apt-get install prometheus")
