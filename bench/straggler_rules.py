@@ -537,6 +537,8 @@ def run(
     shutil.rmtree(first_tsdb, ignore_errors=True)
     phases["first Prometheus (the recorded series' labels)"] = time.perf_counter() - began
     recorded = recorded_series(current, recorded_histories, now)
+    if rules.recorded_history and not recorded:
+        print(f"WARNING: the first Prometheus recorded none of {', '.join(rules.recorded_history)}", file=sys.stderr)
 
     # 2. The whole history: the raw series on past now, the recorded ones up to now (from then on
     # the measured Prometheus records them).
