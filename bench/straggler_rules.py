@@ -18,7 +18,7 @@ parsed from the shipped rule files (alerts/*.rules.yml):
 - recorded series read over a range or with an offset (the change test's 6-hour median of
   `job_rank:...:ratio_to_median5m`, `... offset 1h`): a fresh Prometheus has none, so their
   history is written too, with the labels and current values the shipped rules give them (a
-  first Prometheus evaluates the rules on the last minutes of the raw history and is asked for
+  first Prometheus evaluates the rules on the last minutes of their raw inputs and is asked for
   them), each value wandering by about 0.5% from sample to sample.
 
 The fleet: --nodes nodes gpu0001.. (cluster east, scrape labels job="lockstep", instance,
@@ -32,10 +32,12 @@ The history runs on past now by --ahead seconds (the rules run at the wall clock
 backfilling are done; see bench/fleet.py), is written in 2-hour slices (promtool's block length:
 one block each, the disk holds one slice at a time) and backfilled with `promtool tsdb
 create-blocks-from openmetrics`.  Prometheus (Debian `prometheus`) then runs on it with the
-shipped rule files, unchanged, every --evaluation-interval, and once every group ran --rounds
+shipped rule files, unchanged, every --evaluation-interval (blocks of 2 hours at most: nothing is
+compacted while it is measured), and once every group ran --rounds
 times the bench prints each measured group's evaluation time (what Prometheus exports as
 `prometheus_rule_group_last_duration_seconds`): the largest seen and the last (steady state),
 and the slowest rules' `evaluationTime` (/api/v1/rules).  Figures only; no pass/fail.
+--estimate prints the series and sample counts (and the time to write them) and stops.
 tests/simulation/test_straggler_rules.py runs it on 4 nodes and 40 minutes.
 """
 
