@@ -298,7 +298,7 @@ def backfill(openmetrics: Path, tsdb: Path) -> None:
 class Prometheus:
     """A Prometheus on a backfilled TSDB with the shipped rule files."""
 
-    def __init__(self, directory: Path, tsdb: Path, evaluation_interval: str) -> None:
+    def __init__(self, directory: Path, tsdb: Path, evaluation_interval: str, flags: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         config = directory / "prometheus.yml"
@@ -329,6 +329,7 @@ class Prometheus:
                     "--storage.tsdb.retention.time=30d",
                     f"--web.listen-address=127.0.0.1:{self.port}",
                     "--log.level=warn",
+                    *flags,
                 ],
                 stdout=log,
                 stderr=subprocess.STDOUT,
