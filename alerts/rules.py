@@ -45,7 +45,7 @@ from alerts.recording import (
 )
 from alerts.storage import CHECKPOINT_ALERTS, STORAGE_ALERTS
 from alerts.straggler_recording import STRAGGLER_RECORDING
-from alerts.training import TRAINING_ALERTS
+from alerts.training import STRAGGLER_ALERTS, TRAINING_ALERTS
 
 RECORDING_GROUPS = (
     TRAINING_RECORDING,
@@ -63,6 +63,9 @@ RECORDING_GROUPS = (
 WORKLOAD_ALERTS = Group("lockstep-workloads.alerts", (*TRAINING_ALERTS, *INFERENCE_ALERTS, *CHECKPOINT_ALERTS))
 
 ALERT_GROUPS = (
+    # The straggler alerts on their own: they read every rank's and busy GPU's recorded series,
+    # the costliest alerts at fleet scale (docs/performance.md), and no other alert waits for them.
+    Group("lockstep-stragglers.alerts", STRAGGLER_ALERTS),
     WORKLOAD_ALERTS,
     Group("lockstep-nccl.alerts", NCCL_ALERTS),
     Group("lockstep-hang.alerts", HANG_ALERTS),

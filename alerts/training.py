@@ -1,5 +1,6 @@
-"""Training alerts: ranks and GPUs slower than their job's peers (now and sustained), and jobs
-that stopped stepping.  They sit in the lockstep-workloads.alerts group (alerts/rules.py)."""
+"""Training alerts: ranks and GPUs slower than their job's peers (now and sustained: the
+lockstep-stragglers.alerts group), and jobs that stopped stepping (lockstep-workloads.alerts;
+alerts/rules.py)."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_ur
 GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
 GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
 
-TRAINING_ALERTS = (
+STRAGGLER_ALERTS = (
     Alert(
         "LockstepTrainingStraggler",
         "warning",
@@ -170,6 +171,9 @@ TRAINING_ALERTS = (
         + ".",
         GPU_ANNOTATIONS,
     ),
+)
+
+TRAINING_ALERTS = (
     Alert(
         "LockstepTrainingStalled",
         "critical",
