@@ -121,6 +121,71 @@ def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None
             yield t, rows
 
 
+class _ReplayedJob:
+    """The replayed job's rank logs, held open for writing by this process (as the rank
+    processes held theirs), and the real training collector reading them on a simulated clock."""
+
+    def __init__(self, directory: Path, ranks: int, job_id: str, scrape: float) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.files = [
+            os.open(directory / f"rank-{rank:03d}.metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            for rank in range(ranks)
+        ]
+        options = TrainingOptions(logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning")
+        self.now = 0.0
+        seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: self.now), WALL_CLOCK.replaced_by(lambda: self.now))
+        self.collector = TrainingCollector(
+            CollectorContext(Paths(), options, logging.getLogger("replay.training"), seams)
+        )
+        self.job_id = job_id
+        self.scrape_every = scrape
+        self.next_scrape = 0.0
+        self.series: Series = {}
+        self.index = 0  # scrapes so far
+
+    def scrape_until(self, t: float) -> None:
+        """Every scrape due before simulated time t."""
+        while self.next_scrape < t:
+            self.now = self.next_scrape
+            for labels, value in _scrape(self.collector):
+                self.series.setdefault(frozenset({**labels, **TARGET}.items()), {})[self.index] = value
+            self.index += 1
+            self.next_scrape += self.scrape_every
+
+    def write(self, rank: int, host: str, step: int, t: float, values: dict[str, float]) -> None:
+        """One step of a rank, as lockstep.emitter writes it, stamped t."""
+        text = step_lines(
+            job_id=self.job_id,
+            rank=rank,
+            host=host,
+            step=step,
+            ts=t,
+            step_time=values["step_time_sec"],
+            compute_time=values.get("compute_time_sec"),
+            comm_wait_time=values.get("comm_wait_time_sec"),
+            data_time=values.get("data_time_sec"),
+            samples=values.get("samples"),
+        )
+        os.write(self.files[rank], text.encode())
+
+    def end(self, after_minutes: float) -> int:
+        """The job ends (its ranks' processes exit: their logs close); scrapes go on for
+        after_minutes.  Returns the index of the first scrape after the job's last step."""
+        self.close_files()
+        ended_at_index = self.index
+        self.scrape_until(self.next_scrape + after_minutes * 60 + self.scrape_every / 2)
+        return ended_at_index
+
+    def close_files(self) -> None:
+        for fd in self.files:
+            os.close(fd)
+        self.files = []
+
+    def close(self) -> None:
+        self.close_files()
+        self.collector.close()
+
+
 def replay(case: Case, segments: list[Segment], after_minutes: float, directory: Path,
            rank_sources: list[int] | None = None, offsets: list[int] | None = None,
            step_seconds: float = STEP_SECONDS) -> tuple[Series, int]:  # fmt: skip
@@ -128,63 +193,18 @@ def replay(case: Case, segments: list[Segment], after_minutes: float, directory:
     its logs, and for after_minutes after it ended.  Returns the series and the index of the
     first scrape after the job's last step."""
     sources = rank_sources or list(range(case.ranks))
-    job_id = case.meta["job_id"]
-    directory.mkdir(parents=True, exist_ok=True)
-    files = [
-        os.open(directory / f"rank-{rank:03d}.metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        for rank in range(len(sources))
-    ]
-    options = TrainingOptions(logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning")
-    now = [0.0]
-    seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: now[0]), WALL_CLOCK.replaced_by(lambda: now[0]))
-    context = CollectorContext(Paths(), options, logging.getLogger("replay.training"), seams)
-    collector = TrainingCollector(context)
-    series: Series = {}
-    index = 0
-    ended_at_index = -1
-
-    def scrape(t: float) -> None:
-        nonlocal index
-        now[0] = t
-        for labels, value in _scrape(collector):
-            series.setdefault(frozenset({**labels, **TARGET}.items()), {})[index] = value
-        index += 1
-
+    job = _ReplayedJob(directory, len(sources), case.meta["job_id"], SCRAPE)
     try:
         step_numbers = [0] * len(sources)
-        next_scrape = 0.0
         for t, rows in timeline(case, segments, rank_sources, offsets, step_seconds):
-            while next_scrape < t:
-                scrape(next_scrape)
-                next_scrape += SCRAPE
+            job.scrape_until(t)
             for rank, values in enumerate(rows):
-                text = step_lines(
-                    job_id=job_id,
-                    rank=rank,
-                    host="node001",
-                    step=step_numbers[rank],
-                    ts=t,
-                    step_time=values["step_time_sec"],
-                    compute_time=values.get("compute_time_sec"),
-                    comm_wait_time=values.get("comm_wait_time_sec"),
-                    data_time=values.get("data_time_sec"),
-                    samples=values.get("samples"),
-                )
-                os.write(files[rank], text.encode())
+                job.write(rank, "node001", step_numbers[rank], t, values)
                 step_numbers[rank] += 1
-        for fd in files:  # the job ends: its ranks' processes exit
-            os.close(fd)
-        files = []
-        ended_at_index = index
-        end = next_scrape + after_minutes * 60
-        while next_scrape <= end:
-            scrape(next_scrape)
-            next_scrape += SCRAPE
+        ended_at_index = job.end(after_minutes)
     finally:
-        for fd in files:
-            os.close(fd)
-        collector.close()
-    return series, ended_at_index
+        job.close()
+    return job.series, ended_at_index
 
 
 @dataclass(frozen=True)
@@ -227,58 +247,15 @@ def replay_as_written(name: str, directory: Path, scrape: int, after_minutes: fl
         for number, step in enumerate(steps)
         if until is None or step.ts - origin <= until
     )
-    directory.mkdir(parents=True, exist_ok=True)
-    files = [
-        os.open(directory / f"rank-{rank:03d}.metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        for rank in range(len(ranks))
-    ]
-    options = TrainingOptions(logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning")
-    now = [0.0]
-    seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: now[0]), WALL_CLOCK.replaced_by(lambda: now[0]))
-    context = CollectorContext(Paths(), options, logging.getLogger("replay.training"), seams)
-    collector = TrainingCollector(context)
-    series: Series = {}
-    index = 0
-
-    def scrape_at(t: float) -> None:
-        nonlocal index
-        now[0] = t
-        for labels, value in _scrape(collector):
-            series.setdefault(frozenset({**labels, **TARGET}.items()), {})[index] = value
-        index += 1
-
+    job = _ReplayedJob(directory, len(ranks), meta["job_id"], scrape)
     try:
-        next_scrape = 0.0
         for t, rank, number, values in merged:
-            while next_scrape < t:
-                scrape_at(next_scrape)
-                next_scrape += scrape
-            text = step_lines(
-                job_id=meta["job_id"],
-                rank=rank,
-                host=f"node{rank // 8 + 1:03d}",
-                step=number,
-                ts=t,
-                step_time=values["step_time_sec"],
-                compute_time=values.get("compute_time_sec"),
-                comm_wait_time=values.get("comm_wait_time_sec"),
-                data_time=values.get("data_time_sec"),
-                samples=values.get("samples"),
-            )
-            os.write(files[rank], text.encode())
-        for fd in files:  # the job ends: its ranks' processes exit
-            os.close(fd)
-        files = []
-        ended_at_index = index
-        end = next_scrape + after_minutes * 60
-        while next_scrape <= end:
-            scrape_at(next_scrape)
-            next_scrape += scrape
+            job.scrape_until(t)
+            job.write(rank, "node001", number, t, values)
+        ended_at_index = job.end(after_minutes)
     finally:
-        for fd in files:
-            os.close(fd)
-        collector.close()
-    return series, ended_at_index, origin
+        job.close()
+    return job.series, ended_at_index, origin
 
 
 def _scrape(collector: TrainingCollector) -> Iterator[tuple[dict[str, str], float]]:
