@@ -352,6 +352,59 @@ def onsets() -> dict[str, object]:
     }
 
 
+def synchronous_job(
+    job: str, host: str, ranks: int, slow: dict[int, list[float]], rng: random.Random
+) -> list[dict[str, str]]:
+    """A job whose ranks report comm wait as synchronous training makes it: every minute each
+    rank computes COMPUTE times its slowdown that minute (slow[rank][minute], else 1) with
+    +-1 % jitter, and waits in the all-reduce for the slowest rank of each step (its compute
+    minus its own).  Exported by n1's agent."""
+    series = []
+    factors = [[slow.get(rank, [1.0] * MINUTES)[m] * (1 + rng.uniform(-0.01, 0.01)) for m in range(MINUTES)]
+               for rank in range(ranks)]  # fmt: skip
+    for rank in range(ranks):
+        where = labels(cluster="c1", job="lockstep", instance="n1:12400", job_id=job, rank=str(rank), host=host)
+        steps = [STEPS_PER_MINUTE] * MINUTES
+        compute = [STEPS_PER_MINUTE * COMPUTE * factors[rank][m] for m in range(MINUTES)]
+        comm = [STEPS_PER_MINUTE * COMPUTE * (max(f[m] for f in factors) - factors[rank][m]) for m in range(MINUTES)]
+        last_step = " ".join(str(m * 60) for m in range(MINUTES + 1))
+        series += [
+            {"series": f"lockstep_training_steps_total{where}", "values": cumulative(steps)},
+            {"series": f"lockstep_training_compute_seconds_total{where}", "values": cumulative(compute)},
+            {"series": f"lockstep_training_comm_wait_seconds_total{where}", "values": cumulative(comm)},
+            {"series": f"lockstep_training_last_step_timestamp_seconds{where}", "values": last_step},
+        ]
+    return series
+
+
+def witnesses() -> dict[str, object]:
+    """Jobs whose ranks report comm wait (the last-to-arrive witness) and the hold.  Job 800,
+    8 ranks: from minute 30, rank 1 computes 8 % more and rank 2 15 % more: both stand well
+    above their peers' median, but only rank 2 arrives last (rank 1 waits for it every step), so
+    only rank 2 is named.  Job 801: rank 3 12 % slower from minute 10, down to 1 % for minutes 60-66 (under the
+    floor; its 10-minute share stays above the hold ratio), then 12 % again: named once, and
+    held through the dip (no resolve, no second alert)."""
+    rng = random.Random(800)
+    job_800 = {1: [1.0] * 30 + [1.08] * (MINUTES - 30), 2: [1.0] * 30 + [1.15] * (MINUTES - 30)}
+    dip = [1.0] * 10 + [1.12] * 50 + [1.01] * 6 + [1.12] * (MINUTES - 66)
+    series = synchronous_job("800", "n5", 8, job_800, rng) + synchronous_job("801", "n6", 4, {3: dip}, rng)
+    return {
+        "interval": "1m",
+        "input_series": series,
+        "alert_rule_test": [
+            {
+                "eval_time": f"{m}m",
+                "alertname": "LockstepTrainingStragglerSustained",
+                "exp_alerts": [
+                    *([onset_alert("800", 2, "n5", f"RATIO_800_{m}")] if m >= 60 else []),
+                    onset_alert("801", 3, "n6", f"RATIO_801_{m}"),
+                ],
+            }
+            for m in (40, 60, 63, 66, 69, 89)
+        ],
+    }
+
+
 HEADER = """\
 # promtool test rules: the sustained straggler detectors (LockstepTrainingStragglerSustained,
 # LockstepGPUStragglerSustained) and the suspects their alerts name.
@@ -364,7 +417,7 @@ def render(ratios: dict[str, str] | None = None) -> str:
     document = {
         "rule_files": ["../lockstep-recording.rules.yml", "../lockstep-alerts.rules.yml"],
         "evaluation_interval": "1m",
-        "tests": [healthy(), faults(), onsets()],
+        "tests": [healthy(), faults(), onsets(), witnesses()],
     }
     text = yaml.dump(document, sort_keys=False, width=10_000)
     for placeholder, value in (ratios or MEASURED).items():
@@ -387,6 +440,17 @@ MEASURED = {
     "EARLY_700": "1.10",
     "EARLY_701": "1.14",
     "RATIO_702": "1.14",
+    "RATIO_800_60": "1.15",
+    "RATIO_800_63": "1.15",
+    "RATIO_800_66": "1.15",
+    "RATIO_800_69": "1.15",
+    "RATIO_800_89": "1.15",
+    "RATIO_801_40": "1.12",
+    "RATIO_801_60": "1.12",
+    "RATIO_801_63": "1.11",
+    "RATIO_801_66": "1.10",
+    "RATIO_801_69": "1.09",
+    "RATIO_801_89": "1.12",
 }
 
 if __name__ == "__main__":
