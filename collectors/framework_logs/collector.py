@@ -84,7 +84,9 @@ class FrameworkLogsOptions:
         repeatable=True,
     )
     slurm: bool = option(
-        True, parse_bool, "also follow the StdOut/StdErr (scontrol show job) of the Slurm jobs whose batch step runs here"
+        True,
+        parse_bool,
+        "also follow the StdOut/StdErr (scontrol show job) of the Slurm jobs whose batch step runs here",
     )
     pods: bool = option(True, parse_bool, "also follow /var/log/pods of the pods whose processes use this node's GPUs")
     node_name: str = option("", parse_string, "this node's name in Slurm (default: the short hostname)")
@@ -369,7 +371,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             job = self._jobs[key]
             labels = list(key)
             families[ITERATIONS].add_metric(labels, job.iterations)
-            families[ITERATION_SECONDS].add_metric(labels, round(job.iteration_seconds, 9))
+            families[ITERATION_SECONDS].add_metric(labels, round(job.iteration_seconds, 6))
             if job.last_iteration_at is not None:
                 families[LAST_ITERATION].add_metric(labels, round(job.last_iteration_at, 6))
             if job.seconds_per_iteration is not None:

@@ -80,7 +80,7 @@ class JobState:
             self.last_printed_at = previous_time  # the same report again: keep the first's time
             return
         # A new report (the first, a later one, or one after a restart): the job moves.
-        self.last_iteration_at = stamped_at if self.last_iteration_at is None else max(self.last_iteration_at, stamped_at)
+        self.last_iteration_at = max(self.last_iteration_at or stamped_at, stamped_at)
         if previous is None or event.iteration < previous:
             return
         done = event.iteration - previous

@@ -9,7 +9,8 @@ guessed at.  Formats read in the frameworks' sources (the commits named are thos
   ``--log-interval`` iterations and after the first, the time being the mean over the
   iterations since the previous line::
 
-     [2026-08-21 10:00:00.123456] iteration      100/  500000 | consumed samples:        51200 | elapsed time per iteration (ms): 1834.2 | ... |
+     [2026-08-21 10:00:00.123456] iteration      100/  500000 | consumed samples:        51200 |
+       elapsed time per iteration (ms): 1834.2 | ... |          (one line)
 
   fields are optional and reordered by flags (parsed by key); versions before 2024 have no
   ``[timestamp]``.  Saves (megatron/training/checkpointing.py, ``save_checkpoint``), rank 0::
@@ -26,17 +27,20 @@ guessed at.  Formats read in the frameworks' sources (the commits named are thos
   (nemo/lightning/pytorch/callbacks/progress_printer.py), global rank 0, ``print()`` without a
   timestamp, every ``log_interval`` (1) steps, values averaged over it, ``{val:.4}``::
 
-    Training epoch 0, iteration 28/99 | lr: 5.6e-06 | global_step: 28 | reduced_train_loss: 2.778 | train_step_timing in s: 0.189 | consumed_samples: 928
+    Training epoch 0, iteration 28/99 | lr: 5.6e-06 | global_step: 28 | reduced_train_loss: 2.778 |
+      train_step_timing in s: 0.189 | consumed_samples: 928          (one line)
 
   Saves (nemo/lightning/io/pl.py, ``MegatronCheckpointIO.save_checkpoint``), through NeMo's logger::
 
-    [NeMo I 2025-09-20 07:37:26 pl:220] Global Checkpoint Save : Rank: 0 : Iteration: 200 : Start time: 1758353834.101s : Save duration: 12.345s
+    [NeMo I 2025-09-20 07:37:26 pl:220] Global Checkpoint Save : Rank: 0 : Iteration: 200 :
+      Start time: 1758353834.101s : Save duration: 12.345s          (one line)
 
 - torchtitan (pytorch/torchtitan b5bcd76c66, 2026-08-21; ``MetricsProcessor.log`` in
   torchtitan/components/metrics.py, the formatter of torchtitan/tools/logging.py), at step 1
   and every ``log_freq`` (10) steps, ANSI colours unless ``--metrics.disable_color_printing``::
 
-    [titan] 2026-08-21 10:00:00,123 - root - INFO - step: 10  loss:  7.12340  grad_norm:  1.2345  memory: 31.20GiB(39.43%)  tps: 7,625  tflops: 441.33  mfu: 44.62%
+    [titan] 2026-08-21 10:00:00,123 - root - INFO - step: 10  loss:  7.12340  grad_norm:  1.2345
+      memory: 31.20GiB(39.43%)  tps: 7,625  tflops: 441.33  mfu: 44.62%          (one line)
 
   no step time (the time between two lines' timestamps, over the steps between them); ``tps``
   is tokens per second per device.  Saves (torchtitan/components/checkpointer/dcp.py)::
@@ -158,6 +162,11 @@ def _number(text: str) -> float:
     return value
 
 
+def _milliseconds(text: str) -> float:
+    """Printed milliseconds -> seconds, without the binary noise of the division (41.563199999999995)."""
+    return round(_number(text) / 1000.0, 9)
+
+
 def _integer(text: str) -> int:
     value = int(text)
     if value > MAX_ITERATION:
@@ -224,9 +233,9 @@ def parse_line(data: bytes) -> Event | None:
             return None
         return Straggler(
             MEGATRON,
-            _number(match.group(2)) / 1000.0,
+            _milliseconds(match.group(2)),
             int(match.group(3)),
-            _number(match.group(4)) / 1000.0,
+            _milliseconds(match.group(4)),
             int(match.group(5)),
         )
     return None
@@ -249,7 +258,7 @@ def _megatron_iteration(data: bytes) -> Iteration | None:
     return Iteration(
         MEGATRON,
         _integer(iteration),
-        _number(elapsed) / 1000.0,
+        _milliseconds(elapsed),
         _local_time(stamp) if stamp else None,
         consumed_samples=int(_number(consumed)) if consumed is not None else None,
     )
