@@ -79,7 +79,7 @@ class FrameworkLogsOptions:
         (),
         parse_string_list,
         "glob of training jobs' output files on the host (under --path.rootfs), ** allowed; the job is "
-        "taken from Slurm's default names slurm-%j.out and slurm-%A_%a.out",
+        "taken from Slurm's default names (slurm-JOBID.out, slurm-ARRAYJOBID_TASKID.out)",
         flag="--framework-logs.paths",
         repeatable=True,
     )
@@ -269,17 +269,19 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
     def _ingest(self, lines: Iterable[Line]) -> None:
         now = self._clock()
         read_at = self._wall_clock()
-        jobs_of: dict[str, tuple[str, bool]] = {}
+        files: dict[str, tuple[str, bool, float]] = {}  # path -> (job id, CRI?, when last written)
         for line in lines:
             self._bytes += len(line.data) + 1
             if line.context:
                 continue  # history before where reading started
-            where = jobs_of.get(line.path)
+            where = files.get(line.path)
             if where is None:
-                where = jobs_of[line.path] = self._job_of(self._host_path(line.path))
-            job_id, cri = where
+                where = files[line.path] = (*self._job_of(self._host_path(line.path)), self._written_at(line, read_at))
+            job_id, cri, written_at = where
             data = line.data
-            stamped_at, line_time = read_at, None
+            # A line without a time of its own was written no later than its file's last change:
+            # a stalled job's history, read later, is not taken for progress now.
+            stamped_at, line_time = written_at, None
             if cri:
                 unwrapped = self._unwrap_cri(line.file, data, read_at)
                 if unwrapped is None:
@@ -312,6 +314,13 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             job.last_line_at = now
             printed = getattr(event, "printed_at", None)
             job.add(event, rank, stamped_at, printed if printed is not None else line_time)
+
+    def _written_at(self, line: Line, read_at: float) -> float:
+        """When the line's file last changed (its mtime), at most now; now if it cannot be told."""
+        try:
+            return min(read_at, os.stat(line.path).st_mtime)
+        except OSError:
+            return read_at
 
     def _unwrap_cri(self, file: FileId, data: bytes, read_at: float) -> tuple[bytes, float | None] | None:
         """A CRI log line -> (its text, its time); None for a partial line kept for its end, or

@@ -24,7 +24,7 @@ LAST_ITERATION = MetricSpec(
     "lockstep_framework_last_iteration_timestamp_seconds",
     "gauge",
     "Unix time the job's last step report was written: its CRI timestamp in a container's log, "
-    "else when the agent read it.",
+    "else its file's last change (mtime), at most when the agent read it.",
     LABELS,
     unit="seconds",
 )

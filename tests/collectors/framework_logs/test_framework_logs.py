@@ -6,6 +6,7 @@ and bounds, with exact values."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -334,3 +335,14 @@ def test_nothing_configured_or_found_is_nothing_here(world: World) -> None:
     with pytest.raises(NothingHere):
         run(collector)
     collector.close()
+
+
+def test_history_of_a_stalled_job_is_stamped_with_its_files_last_change(world: World) -> None:
+    """A job that stopped printing 12 minutes ago, whose output the agent reads only now (a new
+    agent, a job found late): its last report is when its file last changed, not now."""
+    path = world.file("/scratch/slurm-8.out", fixture("nemo"))
+    os.utime(path, (NOW - 720, NOW - 720))
+    collector = world.collector(paths=("/scratch/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    assert job(s, "last_iteration_timestamp_seconds", "8", "nemo") == NOW - 720
