@@ -407,12 +407,12 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         families[UNREADABLE].add_metric([], self._found.unreadable)
         families[BYTES_READ].add_metric([], self._bytes)
         for framework in FRAMEWORKS:
-            families[LINES].add_metric([framework], self._matched[framework])
+            if self._matched[framework]:  # the frameworks seen: none of a node's series for the others
+                families[LINES].add_metric([framework], self._matched[framework])
         self._invalid["too_long"] = self._follower.lines_too_long + self._cri_too_long
         for reason in INVALID_REASONS:
             families[INVALID].add_metric([reason], self._invalid[reason])
-        for source in ("slurm", "pods"):
-            families[DISCOVERY_FAILURES].add_metric([source], self._discovery.failures.get(source, 0))
+        families[DISCOVERY_FAILURES].add_metric([], self._discovery.failures.get("slurm", 0))
         return families.with_samples()
 
     def _sources(self) -> dict[str, int]:

@@ -100,7 +100,7 @@ BYTES_READ = MetricSpec(
 LINES = MetricSpec(
     "lockstep_framework_log_lines_matched_total",
     "counter",
-    "Lines recognised, by framework.",
+    "Lines recognised, by framework (only the frameworks seen).",
     ("framework",),
 )
 INVALID = MetricSpec(
@@ -116,6 +116,5 @@ INVALID_REASONS = ("bad_value", "no_job", "too_long", "bad_cri", "too_many_jobs"
 DISCOVERY_FAILURES = MetricSpec(
     "lockstep_framework_discovery_failures_total",
     "counter",
-    "Failed attempts to find jobs' output files: scontrol (a Slurm job's StdOut/StdErr), by source.",
-    ("source",),
+    "Failed scontrol show job requests (a Slurm job's StdOut/StdErr): asked again at the next discovery.",
 )

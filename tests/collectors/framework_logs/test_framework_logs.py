@@ -154,7 +154,7 @@ def test_only_numbers_leave_the_agent_never_line_text(world: World) -> None:
     s = run(collector)
     collector.close()
     labels = {value for key in s for _, value in key[1]}
-    assert labels == {"5", "megatron", "fastest", "slowest", "paths", "slurm", "pods", "nemo", "torchtitan"} | {
+    assert labels == {"5", "megatron", "fastest", "slowest", "paths", "slurm", "pods"} | {
         "bad_value",
         "no_job",
         "too_long",
@@ -218,7 +218,7 @@ def test_slurm_jobs_output_found_through_scontrol_on_their_batch_host_only(world
     assert jobs(s) == [("4242", "nemo")]
     assert job(s, "iterations_total", "4242", "nemo") == 29
     assert by(s, "log_files", "source") == {"paths": 0, "slurm": 2, "pods": 0}
-    assert by(s, "discovery_failures_total", "source") == {"slurm": 1, "pods": 0}  # job 4244: no answer
+    assert s[("lockstep_framework_discovery_failures_total", frozenset())] == 1  # job 4244: no answer
     assert sorted(world.calls) == ["-o show job 4242", "-o show job 4243", "-o show job 4244"]
     world.now[0] += 30
     run(collector)
