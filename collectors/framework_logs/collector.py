@@ -340,7 +340,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             if len(self._partial) > 4 * self.options.max_files:
                 self._partial.clear()  # files gone for good; a line cut short at worst
             return None
-        pieces = self._partial.pop(file, None)
+        pieces = self._partial.pop(file, bytearray())
         if pieces:
             text = bytes(pieces) + text
         try:
