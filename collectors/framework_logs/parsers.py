@@ -118,6 +118,7 @@ class Straggler:
 Event = Iteration | SaveStarted | SaveDone | Straggler
 
 _ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
+_PREFIX_STARTS = b"[0123456789 \t\x1b"
 _RANK_PREFIX = re.compile(rb"^\s*(?:\[rank(\d{1,7})\]:|(\d{1,7}): )")
 
 _TS = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)\]"
@@ -144,6 +145,8 @@ _TITAN_SAVE = re.compile(
 
 def split_prefix(data: bytes) -> tuple[int | None, bytes]:
     """(the launcher's rank prefix or None, the line without it and without ANSI colours)."""
+    if data[:1] not in _PREFIX_STARTS:
+        return None, data  # the common case, without a regular expression
     if b"\x1b" in data:
         data = _ANSI.sub(b"", data)
     match = _RANK_PREFIX.match(data)
