@@ -58,7 +58,7 @@ FRAMEWORK_RECORDING = Group(
         Recording(
             FRAMEWORK_STOPPED,
             f"{SINCE_REPORT} > {seconds(T.HANG_WINDOW)}\n"
-            f"and {JOB_ON} {SINCE_REPORT} > {T.FRAMEWORK_HANG_REPORTS} * {REPORT_INTERVAL}",
+            f"unless {JOB_ON} {SINCE_REPORT} <= {T.FRAMEWORK_HANG_REPORTS} * {REPORT_INTERVAL}",
         ),
     ),
 )
@@ -94,13 +94,15 @@ FRAMEWORK_ALERTS = (
         "critical",
         "5m",
         # Jobs with per-rank step logs have LockstepTrainingStalled.
+        # A job without a usual interval (one report seen in the hour: the agent started after
+        # the job stopped) is held to the window alone.
         f"(\n  {SINCE_REPORT} > {seconds(T.TRAINING_STALL_WINDOW)}\n"
-        f"  and {JOB_ON} {SINCE_REPORT} > {T.FRAMEWORK_STALL_REPORTS} * {REPORT_INTERVAL}\n)\n"
+        f"  unless {JOB_ON} {SINCE_REPORT} <= {T.FRAMEWORK_STALL_REPORTS} * {REPORT_INTERVAL}\n)\n"
         f"* {JOB_ON} group_left (running_per) (\n  {RUNNING}\n)\n"
         f"unless {JOB_ON} group {job_by()} (lockstep_training_steps_total)",
         f"Training job {label('job_id')} prints no progress",
         f"Job {label('job_id')}'s framework has printed no step report for {VALUE_DURATION}, more than "
-        f"{T.FRAMEWORK_STALL_REPORTS} times its usual time between reports, and "
+        f"{T.FRAMEWORK_STALL_REPORTS} times its usual time between reports (where one is known), and "
         '{{ if eq $labels.running_per "slurm" }}Slurm still runs the job{{ else }}the agent still sees it '
         "running (its process, or its pod on a GPU){{ end }}. A hung collective, a dead rank, a lost GPU or a "
         "stalled filesystem holds every rank while the allocation burns. Suspects on the job's nodes in the last "

@@ -11,8 +11,8 @@ Every scenario: Megatron-LM (the format of tests/fixtures/framework_logs/megatro
 
 ``framework-stall``: the job printed its last report at FRAMEWORK_STALL_AT (12 minutes before
 the demo) and nothing since; its process is still on the node.  ``framework-slowdown``: the
-job is a torchtitan one (tests/fixtures/framework_logs/torchtitan.log), 2.1 s a step, and from
-FRAMEWORK_SLOW_AT (10 minutes before the demo) 1.5x slower.  In both the ranks write no
+job is a torchtitan one (tests/fixtures/framework_logs/torchtitan.log), 2.1 s a step for the 30
+minutes before the demo, and from FRAMEWORK_SLOW_AT (2 minutes into it) 1.5x slower.  In both the ranks write no
 per-rank step logs and no NCCL telemetry (workloads.py): the framework's own output is all
 there is to see the job by.
 
@@ -42,7 +42,7 @@ SCENARIOS = (
     ),
     Scenario(
         "framework-slowdown",
-        "Job 4242 (torchtitan, no per-rank step logs) takes 1.5x as long a step for the last 10 minutes, "
+        "Job 4242 (torchtitan, no per-rank step logs) takes 1.5x as long a step from 2 minutes into the demo, "
         "by the timestamps of its own step lines.",
     ),
 )

@@ -59,4 +59,4 @@ def hang_phase(scenario: str, t: float) -> str:
 # framework-slowdown: 1.5x slower steps from FRAMEWORK_SLOW_AT.
 FRAMEWORK_ONLY = ("framework-stall", "framework-slowdown")
 FRAMEWORK_STALL_AT = -720.0
-FRAMEWORK_SLOW_AT = -600.0
+FRAMEWORK_SLOW_AT = 120.0
