@@ -117,8 +117,7 @@ _HANG_ALERTS = f'ALERTS{{alertname=~"{"|".join(HANG_ALERT_NAMES)}", alertstate="
 JOB_PRESENT = (
     f"group by {JOB} (lockstep_slurm_job_info)\n"
     f"or group by {JOB} (lockstep_nccl_communicator_ranks)\n"
-    f"or group by {JOB} (lockstep_training_log_writer_processes > 0)\n"
-    f"or group by {JOB} (lockstep_framework_iterations_total)"
+    f"or group by {JOB} (lockstep_training_log_writer_processes > 0)"
 )
 
 RANK_STUCK_SUSPECTS = (
