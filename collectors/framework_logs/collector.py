@@ -67,6 +67,10 @@ DEFAULT_ROUND_BYTES = 8 * 1024 * 1024
 MAX_LINE_BYTES = 64 * 1024
 # Lines of no job known, by file name: Slurm's default output names.
 _SLURM_DEFAULT_NAME = re.compile(r"(?:^|/)slurm-(\d{1,12})(?:_(\d{1,9}))?\.out$")
+# Container logs named by a configured glob: /var/log/pods/<namespace>_<pod>_<uid>/<container>/N.log
+# and the kubelet's links /var/log/containers/<pod>_<namespace>_<container>-<id>.log.
+_POD_LOG = re.compile(r"/var/log/pods/([^/_]+)_([^/_]+)_[0-9a-f-]{36}/[^/]+/[^/]+$")
+_CONTAINER_LOG = re.compile(r"/var/log/containers/([^/_]+)_([^/_]+)_[^/]+\.log$")
 # CRI logging format: "<RFC 3339 nano time> <stream> <F|P> <text>".
 _CRI = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d) (?:stdout|stderr) ([FP]) ?")
 # How far ahead of this node's clock a CRI timestamp may be before it is not believed.
@@ -238,6 +242,12 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         pod = self._found.pod_dirs.get(directory)
         if pod:
             return pod, True
+        pod_log = _POD_LOG.search(host_path)
+        if pod_log:
+            return f"{pod_log.group(1)}/{pod_log.group(2)}", True
+        container_log = _CONTAINER_LOG.search(host_path)
+        if container_log:
+            return f"{container_log.group(2)}/{container_log.group(1)}", True
         cri = "/var/log/pods/" in host_path or "/var/log/containers/" in host_path
         match = _SLURM_DEFAULT_NAME.search(host_path)
         if match:

@@ -346,3 +346,16 @@ def test_history_of_a_stalled_job_is_stamped_with_its_files_last_change(world: W
     s = run(collector)
     collector.close()
     assert job(s, "last_iteration_timestamp_seconds", "8", "nemo") == NOW - 720
+
+
+def test_configured_container_logs_name_their_pod(world: World) -> None:
+    """A glob over /var/log/containers (the kubelet's links, <pod>_<namespace>_<container>-<id>.log)
+    or /var/log/pods: the job is the pod, the lines in the CRI format."""
+    nemo = fixture("nemo").splitlines()[:3]
+    world.file("/var/log/containers/llama-0_team-a_trainer-0123abcd.log", cri(nemo))
+    world.file(f"/var/log/pods/team-b_gpt-1_{POD_UID}/trainer/0.log", cri(nemo))
+    collector = world.collector(paths=("/var/log/containers/*.log", "/var/log/pods/*/*/*.log"))
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("team-a/llama-0", "nemo"), ("team-b/gpt-1", "nemo")]
+    assert job(s, "iterations_total", "team-b/gpt-1", "nemo") == 2
