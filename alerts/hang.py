@@ -29,6 +29,7 @@ and names what the hang alert named (rank, node, GPU), with no state in the agen
 from __future__ import annotations
 
 from alerts import thresholds as T
+from alerts.framework import FRAMEWORK_STOPPED
 from alerts.model import Alert, Group, Recording
 from alerts.nccl import STUCK_RANKS, STUCK_SUSPECT
 from alerts.promql import WHERE, label, num, on, percent
@@ -105,7 +106,10 @@ HANG_RECORDING = Group(
 # No GPU of the job does real work and no save of the job is in progress: the twins' signs.
 NOT_A_TWIN = f"unless on {JOB} group by {JOB} ({WORKING})\nunless on {JOB} {SAVING}"
 # A job of step logs that hangs: no step, its GPUs spin (somewhere), none works, no save.
-HUNG_STEPS = f"{STEPS_STOPPED}\nand on {JOB} group by {JOB} ({SPINNING})\n{NOT_A_TWIN}"
+# Or a job seen through its framework's output alone (alerts/framework.py) that printed no report.
+HUNG_STEPS = (
+    f"(\n  {STEPS_STOPPED}\n  or {FRAMEWORK_STOPPED}\n)\nand on {JOB} group by {JOB} ({SPINNING})\n{NOT_A_TWIN}"
+)
 HANG_ALERT_NAMES = ("LockstepTrainingHung", "LockstepNCCLRankStuck")
 _HANG_ALERTS = f'ALERTS{{alertname=~"{"|".join(HANG_ALERT_NAMES)}", alertstate="firing"}}'
 # A job the agents still see: Slurm runs it, RAS knows its communicators, or its ranks'

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from alerts.agent import AGENT_ALERTS
 from alerts.fabric import FABRIC_ALERTS
+from alerts.framework import FRAMEWORK_ALERTS, FRAMEWORK_RECORDING
 from alerts.gpu import GPU_ALERTS, GPU_VERDICT_ALERTS, NVLINK_ALERTS
 from alerts.hang import HANG_ALERTS, HANG_RECORDING
 from alerts.inference import INFERENCE_ALERTS
@@ -52,6 +53,7 @@ RECORDING_GROUPS = (
     GPU_RECORDING,
     STRAGGLER_RECORDING,
     NCCL_RECORDING,
+    FRAMEWORK_RECORDING,
     HANG_RECORDING,
     INFERENCE_RECORDING,
     STORAGE_RECORDING,
@@ -60,7 +62,9 @@ RECORDING_GROUPS = (
 )
 
 # What the workloads on a node do: training, inference and their checkpoints.
-WORKLOAD_ALERTS = Group("lockstep-workloads.alerts", (*TRAINING_ALERTS, *INFERENCE_ALERTS, *CHECKPOINT_ALERTS))
+WORKLOAD_ALERTS = Group(
+    "lockstep-workloads.alerts", (*TRAINING_ALERTS, *FRAMEWORK_ALERTS, *INFERENCE_ALERTS, *CHECKPOINT_ALERTS)
+)
 
 ALERT_GROUPS = (
     # The straggler alerts on their own: they read every rank's and busy GPU's recorded series,

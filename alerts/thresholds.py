@@ -312,3 +312,22 @@ GPU_SPIN_POWER_RATIO = 0.35
 # (a scrape, a RAS round, Slurm's cgroup removal), short enough that a job that recovered from
 # a hang and ended normally later is not recorded as ended hung.
 HANG_ENDED_WITHIN = "5m"
+
+# --- Training frameworks' own output (framework_logs collector, issue 37) ------------------------
+
+# A job seen through its framework's output is stalled when it has printed no step report for
+# TRAINING_STALL_WINDOW and for FRAMEWORK_STALL_REPORTS times its usual time between reports
+# (Megatron reports every log_interval = 100 iterations: minutes apart for slow steps), over the
+# hour before (FRAMEWORK_REPORTS_WINDOW).
+FRAMEWORK_STALL_REPORTS = 3
+FRAMEWORK_REPORTS_WINDOW = "1h"
+# For the hang alert (HANG_WINDOW, with the GPUs' evidence): no report for HANG_WINDOW and for
+# FRAMEWORK_HANG_REPORTS times the usual time between reports.
+FRAMEWORK_HANG_REPORTS = 2
+# A slowdown: the job's time per iteration over FRAMEWORK_SLOWDOWN_RECENT is this much above its
+# own level over the FRAMEWORK_SLOWDOWN_BASELINE before it (a synchronous job slows as a whole: its
+# slowest rank, link or disk).
+FRAMEWORK_SLOWDOWN_RATIO = 1.25
+FRAMEWORK_SLOWDOWN_RECENT = "15m"
+FRAMEWORK_SLOWDOWN_BASELINE = "1h"
+FRAMEWORK_SLOWDOWN_FOR = "10m"

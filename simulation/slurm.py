@@ -22,6 +22,8 @@ JOB_ID = "4242"
 NODE = "node001"  # as the training logs name this host
 STEPD_PID = 2101
 TRAINING_PID = 2200
+# The job's StdOut and StdErr (scontrol show job): its framework's output (framework_logs.py).
+JOB_STDOUT = f"/scratch/runs/llama-70b__job={JOB_ID}__task=0/slurm-{JOB_ID}.out"
 
 
 def build(node: SimulatedNode, t: float) -> None:
@@ -51,4 +53,11 @@ def build(node: SimulatedNode, t: float) -> None:
 def _scontrol(args: list[str], timeout: float) -> str:
     if args[-3:] == ["show", "node", NODE]:
         return f"NodeName={NODE} Arch=x86_64 CPUTot=16 Gres=gpu:h100:8 State=ALLOCATED Partitions=h100 Reason=(null)\n"
+    if args == ["-o", "show", "job", JOB_ID]:
+        return (
+            f"JobId={JOB_ID} JobName=llama-70b-pretrain UserId=alice(1001) GroupId=alice(1001) JobState=RUNNING "
+            f"Partition=h100 NodeList=node[001-002] BatchHost={NODE} NumNodes=2 NumCPUs=32 "
+            f"WorkDir=/scratch/runs/llama-70b__job={JOB_ID}__task=0 StdErr={JOB_STDOUT} StdIn=/dev/null "
+            f"StdOut={JOB_STDOUT} Power=\n"
+        )
     raise OSError(f"simulated scontrol: no answer for {' '.join(args)}")

@@ -52,3 +52,12 @@ def hang_phase(scenario: str, t: float) -> str:
     if t >= HANG_AT + PAUSE:
         return "run"
     return "save" if scenario == "hang-save" else "evaluate"
+
+
+# Issue 37: job 4242 seen through its framework's own output alone (framework_logs.py): no per-rank
+# step logs, no NCCL telemetry.  framework-stall: its last report at FRAMEWORK_STALL_AT;
+# framework-slowdown: 1.5x slower steps from FRAMEWORK_SLOW_AT (20 s into the demo, as the inference
+# faults: the end-to-end run watches for 150 s).
+FRAMEWORK_ONLY = ("framework-stall", "framework-slowdown")
+FRAMEWORK_STALL_AT = -720.0
+FRAMEWORK_SLOW_AT = 20.0

@@ -49,6 +49,7 @@ from lockstep.simulation import Scenario, kubernetes
 from lockstep.simulation.host import BOOT_TIME
 from lockstep.simulation.timeline import (
     DATA_SCENARIOS,
+    FRAMEWORK_ONLY,
     HANG_AT,
     HANG_NCCL,
     HANG_STEP_LOGS,
@@ -345,6 +346,8 @@ def log_path(node: SimulatedNode, rank: int) -> Path:
 def _training_logs(node: SimulatedNode, t: float) -> None:
     if node.scenario in HANG_NCCL and node.scenario not in HANG_STEP_LOGS:
         return  # a job seen through NCCL's telemetry alone: it writes no step logs
+    if node.scenario in FRAMEWORK_ONLY:
+        return  # a job seen through its framework's output alone (framework_logs.py)
     steps = timeline(node.scenario, t)
     for rank in range(RANKS):
         path = log_path(node, rank)

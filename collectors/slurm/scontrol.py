@@ -11,10 +11,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockstep.agent.collector import Families
-from lockstep.agent.seams import Seam
 from lockstep.collectors.slurm.gres import expand_ranges
 from lockstep.collectors.slurm.metrics import CONTROLLER_FAILURES, CONTROLLER_REQUESTS
-from lockstep.collectors.toolkit.command import run_command
+from lockstep.collectors.toolkit.scontrol import SCONTROL, parse_scontrol_record, run_scontrol, why
+
+__all__ = [
+    "SCONTROL",
+    "ControllerCache",
+    "ControllerSnapshot",
+    "JobDetails",
+    "parse_scontrol_record",
+    "run_scontrol",
+    "why",
+]
 
 _IDX = re.compile(r"\(IDX:([0-9,\-]*)\)")
 
@@ -28,41 +37,6 @@ class JobDetails:
     array_job_id: str = ""
     array_task_id: str = ""
     gres_indices: tuple[int, ...] = ()
-
-
-def parse_scontrol_record(line: str) -> dict[str, str]:
-    """One record of ``scontrol -o show ...``: space-separated Key=Value, values may hold spaces
-    only in the trailing fields (Reason=, Command=), which are split off by their key."""
-    record: dict[str, str] = {}
-    key = None
-    for token in line.split(" "):
-        if "=" in token and re.match(r"^[A-Za-z][A-Za-z:/_]*=", token):
-            key, _, value = token.partition("=")
-            record[key] = value
-        elif key is not None:
-            record[key] += " " + token
-    return record
-
-
-def why(exc: BaseException) -> str:
-    """What scontrol said (its last stderr line), rather than Python's account of the exit."""
-    if isinstance(exc, subprocess.TimeoutExpired):
-        return f"no answer within {exc.timeout:g}s"
-    if isinstance(exc, subprocess.CalledProcessError):
-        said = (exc.stderr or "").strip().splitlines()
-        return f"exit status {exc.returncode}: {said[-1] if said else 'no message'}"
-    return str(exc)
-
-
-# ``scontrol ARGS`` with a timeout in seconds -> its stdout; a replacement raises OSError or
-# subprocess.CalledProcessError like run_scontrol below.
-SCONTROL = Seam[Callable[[list[str], float], str]]("scontrol", "scontrol ARGS with a timeout -> stdout")
-
-
-def run_scontrol(args: list[str], timeout: float) -> str:
-    """``scontrol ARGS`` within a whole-exchange deadline (its process group killed then) and
-    an output bound; its stdout, or CalledProcessError/TimeoutExpired/CommandOutputError."""
-    return run_command(["scontrol", *args], timeout)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,11 @@ The toolkit (``lockstep.collectors.toolkit``):
 - ``procs``: the process table, command lines, listening sockets and the Slurm job of a
   process, from procfs;
 - ``command``: running a command (``scontrol``) with a whole-exchange deadline and an output
-  bound, killing what it started.
+  bound, killing what it started;
+- ``scontrol``: the ``SCONTROL`` seam (one fake answers every collector that asks Slurm), its
+  real implementation and its ``Key=Value`` records parsed;
+- ``pods``: the Kubernetes pod a process runs in (from its cgroup) and the pod's log
+  directory under /var/log/pods.
 
 tests/project/test_layering.py checks all three rules: no collector imports another, the
 toolkit imports no collector, and collectors import of the agent only the modules above.

@@ -164,9 +164,19 @@ class FileFollower:
 
     # --- what is followed ---
 
+    def set_patterns(self, patterns: Sequence[str], root: Path = Path("/")) -> None:
+        """Follow these patterns from now on (a collector that discovers its files).  Files that
+        no longer match are drained and closed by the sweeps, as rotated-away files are; files
+        matched for the first time after the first sweep are read from their start."""
+        self.patterns = tuple(_under(root, p) for p in patterns)
+
     @property
     def followed(self) -> int:
         return len(self._files)
+
+    def followed_paths(self) -> list[str]:
+        """Where each followed file was last seen."""
+        return [f.path for f in self._files.values()]
 
     def matches(self, path: str) -> bool:
         """Whether ``path`` matches one of the patterns, with glob's rules, or is a file named

@@ -175,6 +175,46 @@ def step_times() -> list[Cell]:
     ]
 
 
+def framework() -> list[Cell]:
+    """The job's own step reports (the framework_logs collector: Megatron-LM, NeMo, torchtitan)."""
+    return [
+        timeseries(
+            "Time per iteration by the framework's own timing",
+            [
+                (
+                    f"rate(lockstep_framework_iteration_seconds_total{{{JOB}}}[{RATE}])"
+                    f" / rate(lockstep_framework_iterations_total{{{JOB}}}[{RATE}])",
+                    "{{framework}} ({{instance}})",
+                ),
+                (
+                    f"lockstep_framework_straggler_iteration_seconds{{{JOB}}}",
+                    "{{framework}} {{extreme}} rank (--log-straggler)",
+                ),
+            ],
+            "s",
+            "From the job's output (Slurm StdOut, a container's log): the framework's own time per iteration, "
+            "and with Megatron's --log-straggler its fastest and slowest rank's.",
+        ),
+        timeseries(
+            "Since the job's last step report",
+            [
+                (
+                    "time() - max by (job_id, framework) "
+                    f"(lockstep_framework_last_iteration_timestamp_seconds{{{JOB}}})",
+                    "{{framework}}",
+                ),
+                (
+                    f"increase(lockstep_framework_checkpoint_save_seconds_total{{{JOB}}}[{RATE}])",
+                    "{{framework}} checkpoint saving ({{instance}})",
+                ),
+            ],
+            "s",
+            "Seconds since the framework last printed a step report; a stall grows without bound. "
+            "Saves: the seconds of checkpoint saving the framework reported in the window.",
+        ),
+    ]
+
+
 def gpus() -> list[Cell]:
     """The job's GPUs: clock against the median, utilization, activity, DRAM bandwidth, power."""
     return [
@@ -301,6 +341,7 @@ def board() -> Board:
             *rank_stragglers(),
             *gpu_stragglers(),
             *step_times(),
+            *framework(),
             *gpus(),
             *checkpoints(),
             *fabric(),

@@ -32,6 +32,8 @@ PRODUCT_ALERTS = {
     "LockstepGPUStraggler",
     "LockstepGPUStragglerSustained",
     "LockstepTrainingStalled",
+    "LockstepFrameworkStalled",
+    "LockstepFrameworkSlowdown",
     "LockstepNCCLStraggler",
     "LockstepNCCLHang",
     "LockstepTrainingHung",
@@ -70,6 +72,8 @@ PRODUCT_ALERTS = {
 }
 
 STRAGGLER_ALERTS = {
+    "LockstepFrameworkStalled",
+    "LockstepFrameworkSlowdown",
     "LockstepTrainingStraggler",
     "LockstepTrainingStragglerSustained",
     "LockstepGPUStraggler",

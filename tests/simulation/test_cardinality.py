@@ -45,7 +45,9 @@ def test_simulated_node_figures() -> None:
     # checkpoint directories: 3 a node; counters of what was refused or altered: 11 self-metric
     # series (one a collector), 4 host, 1 Slurm.
     # + issue 27's NCCL collectors: their self-metrics (none of their series without an NCCL job).
-    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2545, 8, 10, 2)
+    # + issue 37's framework_logs: 13 self-metric series, 11 of its own reading, 14 for job 4242's
+    # Megatron output (iterations, seconds, saves, straggler report, ...).
+    assert (healthy.total, healthy.gpus, healthy.ports, healthy.interfaces) == (2583, 8, 10, 2)
     assert (healthy.per_gpu, healthy.per_port, healthy.per_interface) == (190.0, 38.0, 33.0)
 
 

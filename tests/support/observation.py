@@ -23,6 +23,7 @@ from alerts import thresholds as T
 from alerts.compression import Compression
 from lockstep.simulation.gpu import XID_AT
 from lockstep.simulation.storage import EPOCH
+from lockstep.simulation.timeline import FRAMEWORK_SLOW_AT
 from lockstep.simulation.workloads import INFERENCE_ONSET
 from tests.support import LOCKSTEP, free_port, http_get, lockstep, scale_out
 from tests.support.prometheus import is_ready, query_alerts, start_logged, start_prometheus, stop_all
@@ -203,6 +204,14 @@ CASES: dict[str, Case] = {
         expect("LockstepNCCLRankStuck", job_id="4242", rank="13"),
     ),
     "nccl-finished": case("nccl-finished"),
+    # Issue 37: job 4242 seen through its framework's output alone.  It printed its last report
+    # 12 minutes before the demo (stall); its steps take 1.5x as long from FRAMEWORK_SLOW_AT.
+    "framework-stall": case("framework-stall", expect("LockstepFrameworkStalled", job_id="4242")),
+    "framework-slowdown": case(
+        "framework-slowdown",
+        expect("LockstepFrameworkSlowdown", job_id="4242", framework="torchtitan"),
+        onset=FRAMEWORK_SLOW_AT,
+    ),
     # Issue 35's hang scenarios (hang-*) are not cases of this run: their windows (2 minutes of
     # evidence, a 6-minute save or evaluation, the watchdog 10 minutes after the stop) are what
     # they prove, and this run's 30-s window floor and 30-times shorter 'for' would change them (a

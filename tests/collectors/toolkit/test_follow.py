@@ -148,3 +148,23 @@ def test_why_no_files_names_a_file_that_cannot_be_opened(tmp_path: Path) -> None
     assert follower.why_no_files() == (
         f"{tmp_path}/*.log matches files that cannot be opened: 1 file ({tmp_path}/node001-pid1.log: permission denied)"
     )
+
+
+def test_set_patterns_follows_new_files_from_their_start_and_drains_the_dropped(tmp_path: Path) -> None:
+    """A collector that discovers its files (framework_logs) changes the patterns between sweeps:
+    a file matched for the first time after the first sweep is read from its start; a file no
+    longer matched is read to its end and then closed, as a rotated-away file is."""
+    a, b = tmp_path / "a.log", tmp_path / "b.log"
+    a.write_text("a1\n")
+    follower = FileFollower([str(a)], start_at_end=True)
+    assert [line.data for line in follower.sweep() if not line.context] == []
+    b.write_text("b1\nb2\n")
+    with open(a, "a") as out:
+        out.write("a2\n")
+    follower.set_patterns([str(b)])
+    assert sorted(line.data for line in follower.sweep()) == [b"a2", b"b1", b"b2"]
+    assert follower.followed == 2  # a is drained, not yet closed
+    for _ in range(FileFollower.ORPHAN_SWEEPS):
+        list(follower.sweep())
+    assert follower.followed_paths() == [str(b)]
+    follower.close()

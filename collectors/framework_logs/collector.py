@@ -1,0 +1,446 @@
+"""The framework_logs collector: finds the jobs' output files (discovery.py), follows them
+(collectors/toolkit/follow.py), matches the frameworks' lines (parsers.py) and counts them per
+job (jobs.py).  The package's __init__ describes the whole."""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+
+from prometheus_client.core import Metric
+
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.options import (
+    option,
+    parse_bool,
+    parse_choice,
+    parse_duration,
+    parse_positive_int,
+    parse_string,
+    parse_string_list,
+)
+from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
+from lockstep.collectors.framework_logs.discovery import Discovered, Discovery
+from lockstep.collectors.framework_logs.jobs import JobState
+from lockstep.collectors.framework_logs.metrics import (
+    BYTES_READ,
+    DISCOVERY_FAILURES,
+    FILES,
+    INVALID,
+    INVALID_REASONS,
+    ITERATION_SECONDS,
+    ITERATIONS,
+    LAST_ITERATION,
+    LINES,
+    SAMPLES,
+    SAVE_IN_PROGRESS,
+    SAVE_SECONDS,
+    SAVES,
+    SECONDS_PER_ITERATION,
+    SKIPPED_FILES,
+    STRAGGLER_RANK,
+    STRAGGLER_SECONDS,
+    TOKENS,
+    UNREADABLE,
+)
+from lockstep.collectors.framework_logs.parsers import FRAMEWORKS, BadLine, parse_line, split_prefix
+from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.scontrol import SCONTROL, run_scontrol
+
+# Jobs held at once by default: a node runs a few jobs at a time, and a finished one stays
+# idle_timeout longer.  14 series a job at most: 256 jobs bound the collector at about 3,600
+# series, whatever the files say.
+DEFAULT_MAX_JOBS = 256
+# Output files followed at most (each holds a descriptor): a job has one or two (StdOut,
+# StdErr), a pod's containers one each.  Never more than a sixteenth of the open-file limit.
+DEFAULT_MAX_FILES = 128
+# Bytes read per round over all files.  A job's output is mostly not step lines; training
+# jobs print a few KB a minute, a chatty one a few MB.  A backlog (a huge file found in the
+# middle of a job) is worked off over several rounds.
+DEFAULT_ROUND_BYTES = 8 * 1024 * 1024
+MAX_LINE_BYTES = 64 * 1024
+# Lines of no job known, by file name: Slurm's default output names.
+_SLURM_DEFAULT_NAME = re.compile(r"(?:^|/)slurm-(\d{1,12})(?:_(\d{1,9}))?\.out$")
+# Container logs named by a configured glob: /var/log/pods/<namespace>_<pod>_<uid>/<container>/N.log
+# and the kubelet's links /var/log/containers/<pod>_<namespace>_<container>-<id>.log.
+_POD_LOG = re.compile(r"/var/log/pods/([^/_]+)_([^/_]+)_[0-9a-f-]{36}/[^/]+/[^/]+$")
+_CONTAINER_LOG = re.compile(r"/var/log/containers/([^/_]+)_([^/_]+)_[^/]+\.log$")
+# CRI logging format: "<RFC 3339 nano time> <stream> <F|P> <text>".
+_CRI = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d) (?:stdout|stderr) ([FP]) ?")
+# How far ahead of this node's clock a CRI timestamp may be before it is not believed.
+MAX_FUTURE_SECONDS = 60.0
+
+
+@dataclass(frozen=True)
+class FrameworkLogsOptions:
+    paths: tuple[str, ...] = option(
+        (),
+        parse_string_list,
+        "glob of training jobs' output files on the host (under --path.rootfs), ** allowed; the job is "
+        "taken from Slurm's default names (slurm-JOBID.out, slurm-ARRAYJOBID_TASKID.out)",
+        flag="--framework-logs.paths",
+        repeatable=True,
+    )
+    slurm: bool = option(
+        True,
+        parse_bool,
+        "also follow the StdOut/StdErr (scontrol show job) of the Slurm jobs whose batch step runs here",
+    )
+    pods: bool = option(True, parse_bool, "also follow /var/log/pods of the pods whose processes use this node's GPUs")
+    node_name: str = option("", parse_string, "this node's name in Slurm (default: the short hostname)")
+    start_at: str = option(
+        "end",
+        parse_choice(("end", "beginning")),
+        "where to start reading the files present when the agent starts: end (skip their history) or beginning",
+    )
+    idle_timeout: float = option(
+        600.0, parse_duration, "a job that printed nothing for this long and is not seen running here is dropped"
+    )
+    discovery_interval: float = option(60.0, parse_duration, "how often to look for jobs' output files")
+    scontrol_timeout: float = option(5.0, parse_duration, "time limit of one scontrol show job")
+    max_jobs: int = option(DEFAULT_MAX_JOBS, parse_positive_int, "jobs held at once; lines of further jobs are counted")
+    max_files: int = option(DEFAULT_MAX_FILES, parse_positive_int, "output files followed at once")
+    round_bytes: int = option(
+        DEFAULT_ROUND_BYTES, lambda v: parse_positive_int(v, 1 << 30), "bytes read per round, over all files"
+    )
+
+
+class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
+    name = "framework_logs"
+    help = "Iterations, step time, throughput and checkpoint saves from Megatron-LM, NeMo and torchtitan output."
+    default_interval = 15.0
+    needs = ("gpu",)
+    metrics = (
+        ITERATIONS,
+        ITERATION_SECONDS,
+        LAST_ITERATION,
+        SECONDS_PER_ITERATION,
+        TOKENS,
+        SAMPLES,
+        SAVES,
+        SAVE_SECONDS,
+        SAVE_IN_PROGRESS,
+        STRAGGLER_SECONDS,
+        STRAGGLER_RANK,
+        FILES,
+        SKIPPED_FILES,
+        UNREADABLE,
+        BYTES_READ,
+        LINES,
+        INVALID,
+        DISCOVERY_FAILURES,
+    )
+    options_class = FrameworkLogsOptions
+
+    def __init__(self, context: CollectorContext) -> None:
+        super().__init__(context)
+        self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
+        self._wall_clock = context.seams.get(WALL_CLOCK) or time.time
+        self._lock = threading.Lock()  # the watchdog thread and collect() both read files
+        self._follower: FileFollower | None = None
+        self._watcher: DirectoryWatcher | None = None
+        self._watch_problems: list[str] = []
+        self._discovery = Discovery(
+            paths=self.paths,
+            scontrol=context.seams.get(SCONTROL) or run_scontrol,
+            node=self.options.node_name or os.uname().nodename.split(".")[0],
+            gpu_inventory=context.gpu_inventory,
+            timeout=self.options.scontrol_timeout,
+            log=self.log,
+        )
+        self._found = Discovered()
+        self._discovered_at: float | None = None
+        self._jobs: dict[tuple[str, str], JobState] = {}
+        self._invalid = dict.fromkeys(INVALID_REASONS, 0)
+        self._invalid_logged = dict.fromkeys(INVALID_REASONS, 0)
+        self._matched = dict.fromkeys(FRAMEWORKS, 0)
+        self._bytes = 0
+        self._cri_too_long = 0
+        self._partial: dict[FileId, bytearray] = {}  # CRI 'P' pieces of a line, per file
+
+    def check(self) -> str:
+        found = self._discover(force=True)
+        if not self._patterns(found):
+            raise NothingHere(self._nothing_here())
+        return (
+            f"{len(self.options.paths)} glob(s), {len(found.slurm_files)} Slurm output file(s), "
+            f"{len(found.pod_dirs)} GPU pod(s) to follow"
+        )
+
+    def collect(self) -> Iterator[Metric]:
+        now = self._clock()
+        found = self._discover()
+        patterns = self._patterns(found)
+        with self._lock:
+            if not patterns and self._follower is None:
+                raise NothingHere(self._nothing_here())
+            if self._follower is None:
+                self._follower = FileFollower(
+                    patterns,
+                    self.paths.rootfs,
+                    start_at_end=self.options.start_at == "end",
+                    max_line_bytes=MAX_LINE_BYTES,
+                    read_budget=self.options.round_bytes,
+                    sweep_budget=self.options.round_bytes,
+                    max_files=min(self.options.max_files, default_max_files(16)),
+                    log=self.log,
+                )
+            else:
+                self._follower.set_patterns(patterns, self.paths.rootfs)
+            self._ingest(self._follower.sweep())
+            self._drop_ended(now)
+            directories = self._follower.directories()
+            families = self._families()
+            self._log_skipped_lines()
+        self._watch(directories)  # outside our lock (see collectors/training/collector.py)
+        return iter(families)
+
+    def close(self) -> None:
+        with self._lock:
+            watcher, self._watcher = self._watcher, None
+            follower, self._follower = self._follower, None
+        if watcher is not None:
+            watcher.stop()
+        if follower is not None:
+            follower.close()
+
+    # --- what to follow ---
+
+    def _discover(self, force: bool = False) -> Discovered:
+        now = self._clock()
+        if force or self._discovered_at is None or now - self._discovered_at >= self.options.discovery_interval:
+            self._discovered_at = now
+            self._found = self._discovery.run(slurm=self.options.slurm, pods=self.options.pods)
+        return self._found
+
+    def _patterns(self, found: Discovered) -> list[str]:
+        return [
+            *self.options.paths,
+            *(glob.escape(path) for path in sorted(found.slurm_files)),
+            *(f"{glob.escape(directory)}/*/*.log" for directory in sorted(found.pod_dirs)),
+        ]
+
+    def _host_path(self, path: str) -> str:
+        """A path the follower names (under rootfs) as the host names it."""
+        root = str(self.paths.rootfs)
+        if root != "/" and path.startswith(root.rstrip("/") + "/"):
+            return path[len(root.rstrip("/")) :]
+        return path
+
+    def _job_of(self, host_path: str) -> tuple[str, bool]:
+        """(job id, whether the file is a container log in the CRI format); "" when no job is known."""
+        job = self._found.slurm_files.get(host_path)
+        if job:
+            return job, False
+        directory = host_path.rsplit("/", 2)[0]
+        pod = self._found.pod_dirs.get(directory)
+        if pod:
+            return pod, True
+        pod_log = _POD_LOG.search(host_path)
+        if pod_log:
+            return f"{pod_log.group(1)}/{pod_log.group(2)}", True
+        container_log = _CONTAINER_LOG.search(host_path)
+        if container_log:
+            return f"{container_log.group(2)}/{container_log.group(1)}", True
+        cri = "/var/log/pods/" in host_path or "/var/log/containers/" in host_path
+        match = _SLURM_DEFAULT_NAME.search(host_path)
+        if match:
+            return (f"{match.group(1)}_{match.group(2)}" if match.group(2) else match.group(1)), cri
+        return "", cri
+
+    # --- reading ---
+
+    def _on_file_event(self, path: str) -> None:
+        with self._lock:
+            if self._follower is None:
+                return
+            try:
+                self._ingest(self._follower.read_path(path))
+            except Exception as exc:  # never let one file kill the event thread; the sweep retries
+                self.log.debug("reading %s after an event failed: %s", path, exc)
+
+    def _watch(self, directories: set[str]) -> None:
+        try:
+            if self._watcher is None:
+                self._watcher = DirectoryWatcher(self._on_file_event)
+            problems = self._watcher.watch(directories)
+        except OSError as exc:
+            problems = [str(exc)]
+        if problems and problems != self._watch_problems:
+            self.log.warning("cannot watch output directories, reading them every round only: %s", "; ".join(problems))
+        self._watch_problems = problems
+
+    def _ingest(self, lines: Iterable[Line]) -> None:
+        now = self._clock()
+        read_at = self._wall_clock()
+        files: dict[str, tuple[str, bool, float]] = {}  # path -> (job id, CRI?, when last written)
+        for line in lines:
+            self._bytes += len(line.data) + 1
+            if line.context:
+                continue  # history before where reading started
+            where = files.get(line.path)
+            if where is None:
+                where = files[line.path] = (*self._job_of(self._host_path(line.path)), self._written_at(line, read_at))
+            job_id, cri, written_at = where
+            data = line.data
+            # A line without a time of its own was written no later than its file's last change:
+            # a stalled job's history, read later, is not taken for progress now.
+            stamped_at, line_time = written_at, None
+            if cri:
+                unwrapped = self._unwrap_cri(line.file, data, read_at)
+                if unwrapped is None:
+                    continue
+                data, cri_time = unwrapped
+                if cri_time is not None:
+                    stamped_at = line_time = cri_time
+            try:
+                rank, text = split_prefix(data)
+                event = parse_line(text)
+            except BadLine as bad:
+                self._invalid[bad.reason] += 1
+                continue
+            except Exception:  # whatever a line holds, it never costs the rest of the batch
+                self._invalid["bad_value"] += 1
+                continue
+            if event is None:
+                continue
+            if not job_id:
+                self._invalid["no_job"] += 1
+                continue
+            key = (job_id, event.framework)
+            job = self._jobs.get(key)
+            if job is None:
+                if len(self._jobs) >= self.options.max_jobs:
+                    self._invalid["too_many_jobs"] += 1
+                    continue
+                job = self._jobs[key] = JobState()
+            self._matched[event.framework] += 1
+            job.last_line_at = now
+            printed = getattr(event, "printed_at", None)
+            job.add(event, rank, stamped_at, printed if printed is not None else line_time)
+
+    def _written_at(self, line: Line, read_at: float) -> float:
+        """When the line's file last changed (its mtime), at most now; now if it cannot be told."""
+        try:
+            return min(read_at, os.stat(line.path).st_mtime)
+        except OSError:
+            return read_at
+
+    def _unwrap_cri(self, file: FileId, data: bytes, read_at: float) -> tuple[bytes, float | None] | None:
+        """A CRI log line -> (its text, its time); None for a partial line kept for its end, or
+        for a line not in the format (counted)."""
+        match = _CRI.match(data)
+        if match is None:
+            self._invalid["bad_cri"] += 1
+            return None
+        text = data[match.end() :]
+        if match.group(4) == b"P":
+            pieces = self._partial.setdefault(file, bytearray())
+            if len(pieces) + len(text) > MAX_LINE_BYTES:
+                self._cri_too_long += 1
+                pieces.clear()
+            else:
+                pieces += text
+            if len(self._partial) > 4 * self.options.max_files:
+                self._partial.clear()  # files gone for good; a line cut short at worst
+            return None
+        pieces = self._partial.pop(file, bytearray())
+        if pieces:
+            text = bytes(pieces) + text
+        try:
+            fraction = (match.group(2) or b".0")[:7].decode()
+            moment = datetime.fromisoformat(
+                match.group(1).decode() + fraction + match.group(3).decode().replace("Z", "+00:00")
+            ).timestamp()
+        except (ValueError, OverflowError):
+            return text, None
+        if moment > read_at + MAX_FUTURE_SECONDS:
+            return text, None
+        return text, moment
+
+    def _drop_ended(self, now: float) -> None:
+        """Drop the jobs idle for idle_timeout that are not seen running here."""
+        running = self._found.running
+        for key, job in list(self._jobs.items()):
+            if now - job.last_line_at >= self.options.idle_timeout and key[0] not in running:
+                del self._jobs[key]
+
+    def _log_skipped_lines(self) -> None:
+        new = {r: self._invalid[r] - self._invalid_logged[r] for r in INVALID_REASONS}
+        if any(new.values()):
+            self.log.warning(
+                "output lines skipped since the last round: %s; %d jobs held (max_jobs %d)",
+                ", ".join(f"{reason} {count}" for reason, count in new.items() if count),
+                len(self._jobs),
+                self.options.max_jobs,
+            )
+            self._invalid_logged = dict(self._invalid)
+
+    # --- output ---
+
+    def _families(self) -> list[Metric]:
+        families = Families(self.metrics)
+        for key in sorted(self._jobs):
+            job = self._jobs[key]
+            labels = list(key)
+            families[ITERATIONS].add_metric(labels, job.iterations)
+            families[ITERATION_SECONDS].add_metric(labels, round(job.iteration_seconds, 6))
+            if job.last_iteration_at is not None:
+                families[LAST_ITERATION].add_metric(labels, round(job.last_iteration_at, 6))
+            if job.seconds_per_iteration is not None:
+                families[SECONDS_PER_ITERATION].add_metric(labels, round(job.seconds_per_iteration, 9))
+            if job.tokens is not None:
+                families[TOKENS].add_metric(labels, round(job.tokens, 3))
+            if job.samples is not None:
+                families[SAMPLES].add_metric(labels, job.samples)
+            families[SAVES].add_metric(labels, job.saves)
+            families[SAVE_SECONDS].add_metric(labels, round(job.save_seconds, 9))
+            if key[1] == "megatron":
+                families[SAVE_IN_PROGRESS].add_metric(labels, 1 if job.save_started_at is not None else 0)
+            if job.straggler is not None:
+                s = job.straggler
+                families[STRAGGLER_SECONDS].add_metric([*labels, "fastest"], round(s.fastest_seconds, 9))
+                families[STRAGGLER_SECONDS].add_metric([*labels, "slowest"], round(s.slowest_seconds, 9))
+                families[STRAGGLER_RANK].add_metric([*labels, "fastest"], s.fastest_rank)
+                families[STRAGGLER_RANK].add_metric([*labels, "slowest"], s.slowest_rank)
+        assert self._follower is not None
+        sources = self._sources()
+        for source in ("paths", "slurm", "pods"):
+            families[FILES].add_metric([source], sources.get(source, 0))
+        families[SKIPPED_FILES].add_metric([], self._follower.skipped)
+        families[UNREADABLE].add_metric([], self._found.unreadable)
+        families[BYTES_READ].add_metric([], self._bytes)
+        for framework in FRAMEWORKS:
+            if self._matched[framework]:  # the frameworks seen: none of a node's series for the others
+                families[LINES].add_metric([framework], self._matched[framework])
+        self._invalid["too_long"] = self._follower.lines_too_long + self._cri_too_long
+        for reason in INVALID_REASONS:
+            families[INVALID].add_metric([reason], self._invalid[reason])
+        families[DISCOVERY_FAILURES].add_metric([], self._discovery.failures.get("slurm", 0))
+        return families.with_samples()
+
+    def _sources(self) -> dict[str, int]:
+        assert self._follower is not None
+        counts: dict[str, int] = {}
+        for path in self._follower.followed_paths():
+            host = self._host_path(path)
+            if host in self._found.slurm_files:
+                source = "slurm"
+            elif host.rsplit("/", 2)[0] in self._found.pod_dirs:
+                source = "pods"
+            else:
+                source = "paths"
+            counts[source] = counts.get(source, 0) + 1
+        return counts
+
+    def _nothing_here(self) -> str:
+        return (
+            "no output files to follow: no --framework-logs.paths glob, and no Slurm job's batch step "
+            "or GPU pod found on this node"
+        )

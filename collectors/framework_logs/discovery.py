@@ -1,0 +1,133 @@
+"""Finding the jobs' output files on this node.
+
+- Slurm: the jobs with a process here, from the processes' cgroups (``.../job_<id>/...``, set
+  by slurmd), else their SLURM_JOB_ID (readable by root only); for each new one, once,
+  ``scontrol -o show job <id>`` gives its ``StdOut``, ``StdErr`` and ``BatchHost``.  Only the
+  batch host follows them: the batch step and every ``srun`` step launched from it write
+  there, and on a shared file system every node of the job would otherwise count the same lines.
+- Kubernetes: the pods of the processes the GPU collector found on this node's GPUs (the
+  GPU inventory, agent/gpus.py), from the processes' cgroups, and their directories under
+  /var/log/pods (collectors/toolkit/pods.py).
+
+What runs here (Slurm job ids, pods' job ids) is also what keeps a quiet job's series: a job
+that printed nothing for ``idle_timeout`` is dropped only when it is not seen running here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lockstep.agent.collector import Paths
+from lockstep.agent.gpus import GpuInventory
+from lockstep.collectors.toolkit.pods import pod_log_directories, pod_uid_of_process
+from lockstep.collectors.toolkit.procs import slurm_job
+from lockstep.collectors.toolkit.scontrol import parse_scontrol_record, why
+
+# scontrol calls per discovery round at most (one per new job): a node that sees many new
+# jobs at once catches up over a few rounds instead of one long one.
+MAX_NEW_JOBS_PER_ROUND = 8
+
+
+@dataclass(frozen=True)
+class Discovered:
+    slurm_files: dict[str, str] = field(default_factory=dict)  # host path -> job id
+    pod_dirs: dict[str, str] = field(default_factory=dict)  # host directory -> job id (namespace/pod)
+    running: frozenset[str] = frozenset()  # job ids seen running on this node
+    unreadable: int = 0  # found files the agent may not read
+
+
+@dataclass(frozen=True)
+class _SlurmJob:
+    files: tuple[str, ...]  # empty: its batch step runs elsewhere, or it has no file
+
+
+class Discovery:
+    def __init__(
+        self,
+        paths: Paths,
+        scontrol: Callable[[list[str], float], str],
+        node: str,
+        gpu_inventory: GpuInventory,
+        timeout: float,
+        log: logging.Logger,
+    ) -> None:
+        self.paths = paths
+        self.scontrol = scontrol
+        self.node = node
+        self.gpu_inventory = gpu_inventory
+        self.timeout = timeout
+        self.log = log
+        self.failures: dict[str, int] = {}
+        self._slurm_jobs: dict[str, _SlurmJob] = {}
+
+    def run(self, slurm: bool, pods: bool) -> Discovered:
+        local = self._local_slurm_jobs()
+        slurm_files: dict[str, str] = {}
+        if slurm:
+            self._slurm_jobs = {job: known for job, known in self._slurm_jobs.items() if job in local}
+            asked = 0
+            for job in sorted(local, key=lambda j: (len(j), j)):
+                if job not in self._slurm_jobs and asked < MAX_NEW_JOBS_PER_ROUND:
+                    asked += 1
+                    known = self._ask_slurm(job)
+                    if known is not None:
+                        self._slurm_jobs[job] = known
+                for path in self._slurm_jobs.get(job, _SlurmJob(())).files:
+                    slurm_files[path] = job
+        pod_dirs = {}
+        if pods:
+            uids = set()
+            for gpu in self.gpu_inventory.published():
+                for process in gpu.processes:
+                    uid = pod_uid_of_process(self.paths.procfs, process.pid)
+                    if uid:
+                        uids.add(uid)
+            for logs in pod_log_directories(self.paths.rootfs, uids):
+                pod_dirs[logs.directory] = f"{logs.namespace}/{logs.pod}"
+        unreadable = sum(1 for path in [*slurm_files, *pod_dirs] if self._unreadable(path))
+        return Discovered(slurm_files, pod_dirs, frozenset(local) | frozenset(pod_dirs.values()), unreadable)
+
+    def _local_slurm_jobs(self) -> set[str]:
+        jobs: set[str] = set()
+        try:
+            pids = [int(entry) for entry in os.listdir(self.paths.procfs) if entry.isdigit()]
+        except OSError:
+            return jobs
+        for pid in pids:
+            job = slurm_job(self.paths.procfs, pid)
+            if job:
+                jobs.add(job)
+        return jobs
+
+    def _ask_slurm(self, job: str) -> _SlurmJob | None:
+        try:
+            out = self.scontrol(["-o", "show", "job", job], self.timeout)
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.failures["slurm"] = self.failures.get("slurm", 0) + 1
+            self.log.warning("scontrol show job failed", extra={"job_id": job, "error": why(exc)})
+            return None
+        lines = out.strip().splitlines()
+        if not lines:
+            return _SlurmJob(())
+        record = parse_scontrol_record(lines[0])
+        if record.get("BatchHost", "") != self.node:
+            return _SlurmJob(())
+        files = []
+        for key in ("StdOut", "StdErr"):
+            path = record.get(key, "")
+            # Unexpanded patterns (%j in older versions' answers) and /dev/null name no file.
+            if path.startswith("/") and "%" not in path and path != "/dev/null" and path not in files:
+                files.append(path)
+        return _SlurmJob(tuple(files))
+
+    def _unreadable(self, host_path: str) -> bool:
+        root = str(self.paths.rootfs).rstrip("/")
+        path = root + host_path
+        is_dir = os.path.isdir(path)
+        if not is_dir and not os.path.exists(path):
+            return False  # not written yet: nothing to say
+        return not os.access(path, os.R_OK | (os.X_OK if is_dir else 0))

@@ -1,0 +1,361 @@
+"""The framework_logs collector on real files: the frameworks' captured lines (tests/fixtures/
+framework_logs) in Slurm-named files, in jobs' StdOut found through scontrol, and in
+containers' CRI logs found through the GPUs' processes; growth, rotation, truncation, garbage
+and bounds, with exact values."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
+from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK, Seams
+from lockstep.collectors.framework_logs import FrameworkLogsCollector, FrameworkLogsOptions
+from lockstep.collectors.toolkit.scontrol import SCONTROL
+from tests.support import FIXTURES, collected
+
+LOGS = FIXTURES / "framework_logs"
+NOW = 1_787_400_000.0
+# A real `scontrol -o show job` record (tests/fixtures/slurm/scontrol-show-job-gres.txt, from
+# slurm-wlm on Debian), its output files set as a batch script's would be.
+REAL_JOB = (FIXTURES / "slurm" / "scontrol-show-job-gres.txt").read_text().splitlines()[0]
+
+
+def job_record(job: str, batch_host: str, stdout: str, stderr: str) -> str:
+    record = REAL_JOB.replace("JobId=2 ", f"JobId={job} ").replace("BatchHost=vm ", f"BatchHost={batch_host} ")
+    return record.replace("StdErr=/dev/null", f"StdErr={stderr}").replace("StdOut=/dev/null", f"StdOut={stdout}") + "\n"
+
+
+class World:
+    """A host root with /proc, and the collector built on it with a clock of its own."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.root = tmp_path
+        self.proc = tmp_path / "proc"
+        self.proc.mkdir()
+        self.now = [0.0]
+        self.wall = [NOW]
+        self.inventory = GpuInventory()
+        self.answers: dict[str, str] = {}
+        self.calls: list[str] = []
+
+    def scontrol(self, args: list[str], timeout: float) -> str:
+        self.calls.append(" ".join(args))
+        if args[:3] == ["-o", "show", "job"] and args[3] in self.answers:
+            return self.answers[args[3]]
+        raise OSError(f"scontrol: no answer for {args}")
+
+    def process(self, pid: int, cgroup: str) -> None:
+        (self.proc / str(pid)).mkdir(parents=True, exist_ok=True)
+        (self.proc / str(pid) / "cgroup").write_text(f"0::{cgroup}\n")
+
+    def file(self, host_path: str, text: str | bytes = "") -> Path:
+        path = self.root / host_path.lstrip("/")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return path
+
+    def collector(self, **options: object) -> FrameworkLogsCollector:
+        defaults: dict[str, object] = {"start_at": "beginning", "slurm": False, "pods": False, "node_name": "vm"}
+        seams = Seams(
+            MONOTONIC_CLOCK.replaced_by(lambda: self.now[0]),
+            WALL_CLOCK.replaced_by(lambda: self.wall[0]),
+            SCONTROL.replaced_by(self.scontrol),
+        )
+        context = CollectorContext(
+            Paths(sysfs=self.root / "sys", procfs=self.proc, rootfs=self.root),
+            FrameworkLogsOptions(**{**defaults, **options}),  # type: ignore[arg-type]
+            logging.getLogger("test"),
+            seams=seams,
+            gpu_inventory=self.inventory,
+        )
+        return FrameworkLogsCollector(context)
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    return World(tmp_path)
+
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def job(s: Samples, name: str, job_id: str, framework: str) -> float:
+    return s[(f"lockstep_framework_{name}", frozenset({"job_id": job_id, "framework": framework}.items()))]
+
+
+def jobs(s: Samples) -> list[tuple[str, str]]:
+    return sorted(
+        (dict(k[1])["job_id"], dict(k[1])["framework"]) for k in s if k[0] == "lockstep_framework_iterations_total"
+    )
+
+
+def by(s: Samples, name: str, label: str) -> dict[str, float]:
+    return {dict(k[1])[label]: v for k, v in s.items() if k[0] == f"lockstep_framework_{name}"}
+
+
+def fixture(name: str) -> str:
+    return (LOGS / f"{name}.log").read_text()
+
+
+def run(collector: FrameworkLogsCollector) -> Samples:
+    return collected(collector)
+
+
+def test_each_frameworks_lines_in_slurm_named_files(world: World) -> None:
+    world.file("/scratch/a/slurm-100.out", fixture("megatron"))
+    world.file("/scratch/a/slurm-101.out", fixture("nemo"))
+    world.file("/scratch/b/slurm-77_3.out", fixture("torchtitan"))
+    collector = world.collector(paths=("/scratch/*/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("100", "megatron"), ("101", "nemo"), ("77_3", "torchtitan")]
+    # Megatron: from iteration 1 to 500; 99 x 1.8349 + 100 x (1.8356 + 1.8342 + 1.8349 + 1.8356) s.
+    assert job(s, "iterations_total", "100", "megatron") == 499
+    assert job(s, "iteration_seconds_total", "100", "megatron") == 915.6851
+    assert job(s, "iteration_duration_seconds", "100", "megatron") == 1.8356
+    assert job(s, "samples_total", "100", "megatron") == 512 * 499
+    assert job(s, "checkpoint_saves_total", "100", "megatron") == 2
+    assert job(s, "checkpoint_save_seconds_total", "100", "megatron") == 83.0  # 2 x 41.5 s between its lines
+    assert job(s, "checkpoint_save_in_progress", "100", "megatron") == 0
+    assert by(s, "straggler_iteration_seconds", "extreme") == {"fastest": 1.80122, "slowest": 2.2109}
+    assert by(s, "straggler_rank", "extreme") == {"fastest": 5, "slowest": 12}
+    # NeMo: iterations 0 to 29, 25 x 0.189 + 4 x 0.19 s, 32 samples each, one save of 12.345 s.
+    assert job(s, "iterations_total", "101", "nemo") == 29
+    assert job(s, "iteration_seconds_total", "101", "nemo") == 5.485
+    assert job(s, "samples_total", "101", "nemo") == 928
+    assert job(s, "checkpoint_saves_total", "101", "nemo") == 1
+    assert job(s, "checkpoint_save_seconds_total", "101", "nemo") == 12.345
+    # torchtitan: steps 1 to 100 by its timestamps: 49 x 2.1 + 50 x 3.15 s + the 12.34 s save at step 50
+    # (between two step lines, as the framework's own time per step has it).
+    assert job(s, "iterations_total", "77_3", "torchtitan") == 99
+    assert job(s, "iteration_seconds_total", "77_3", "torchtitan") == 272.74
+    assert job(s, "iteration_duration_seconds", "77_3", "torchtitan") == 3.15
+    assert job(s, "checkpoint_save_seconds_total", "77_3", "torchtitan") == 12.34
+    # Lines without their own clock are stamped when read.
+    assert job(s, "last_iteration_timestamp_seconds", "101", "nemo") == NOW
+    assert by(s, "log_lines_matched_total", "framework") == {"megatron": 15, "nemo": 31, "torchtitan": 12}
+    assert by(s, "log_files", "source") == {"paths": 3, "slurm": 0, "pods": 0}
+    sizes = sum(len(fixture(name).encode()) for name in ("megatron", "nemo", "torchtitan"))
+    assert s[("lockstep_framework_log_read_bytes_total", frozenset())] == sizes
+    assert set(by(s, "log_lines_invalid_total", "reason").values()) == {0}
+
+
+def test_only_numbers_leave_the_agent_never_line_text(world: World) -> None:
+    secret = "hf_SECRETTOKEN123"
+    text = fixture("megatron").replace("/lustre/ckpt/llama-70b", f"/lustre/{secret}")
+    world.file("/scratch/slurm-5.out", f"export HF_TOKEN={secret}\n{text}")
+    collector = world.collector(paths=("/scratch/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    labels = {value for key in s for _, value in key[1]}
+    assert labels == {"5", "megatron", "fastest", "slowest", "paths", "slurm", "pods"} | {
+        "bad_value",
+        "no_job",
+        "too_long",
+        "bad_cri",
+        "too_many_jobs",
+    }
+
+
+def test_growth_from_the_end_rotation_and_truncation_count_each_report_once(world: World) -> None:
+    lines = fixture("megatron").splitlines(keepends=True)
+    iterations = [line for line in lines if "elapsed time per iteration" in line]
+    path = world.file("/scratch/slurm-9.out", iterations[0] + iterations[1])
+    collector = world.collector(paths=("/scratch/slurm-*.out",), start_at="end")
+    s = run(collector)
+    assert jobs(s) == []  # history before the agent started is not counted
+    with open(path, "a") as out:
+        out.write(iterations[2])
+    s = run(collector)
+    assert job(s, "iterations_total", "9", "megatron") == 0  # where counting starts
+    with open(path, "a") as out:
+        out.write(iterations[3])
+    assert job(run(collector), "iterations_total", "9", "megatron") == 100
+    path.rename(path.with_name("slurm-9.out.1"))  # logrotate: the rest of the old file, then the new
+    world.file("/scratch/slurm-9.out", iterations[4])
+    s = run(collector)
+    assert job(s, "iterations_total", "9", "megatron") == 200
+    assert job(s, "iteration_seconds_total", "9", "megatron") == round(100 * 1.8342 + 100 * 1.8349, 6)
+    path.write_text("")  # copytruncate: emptied in place, then written on
+    run(collector)
+    with open(path, "a") as out:
+        out.write(iterations[5])
+    s = run(collector)
+    collector.close()
+    assert job(s, "iterations_total", "9", "megatron") == 300
+
+
+def test_several_ranks_printing_count_once_the_lowest_speaks(world: World) -> None:
+    steps = [line for line in fixture("torchtitan").splitlines() if "step:" in line]
+    text = "".join(f"[rank1]:{line}\n[rank0]:{line}\n" for line in steps[:3])
+    world.file("/scratch/slurm-3.out", text)
+    collector = world.collector(paths=("/scratch/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    # rank 1 spoke first (step 1), rank 0 took over at its step 1: counting from there, 1 -> 20,
+    # by the lines' timestamps 10:00:02,099 -> 10:00:42,000 (the logging module's milliseconds).
+    assert job(s, "iterations_total", "3", "torchtitan") == 19
+    assert job(s, "iteration_seconds_total", "3", "torchtitan") == 39.901
+
+
+def test_slurm_jobs_output_found_through_scontrol_on_their_batch_host_only(world: World) -> None:
+    world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")
+    world.process(4002, "/system.slice/slurmstepd.scope/job_4243/step_0/user/task_0")
+    world.process(4003, "/system.slice/slurmstepd.scope/job_4244/step_0/user/task_0")
+    world.answers["4242"] = job_record("4242", "vm", "/home/alice/run/out-4242.txt", "/home/alice/run/err-4242.txt")
+    world.answers["4243"] = job_record("4243", "node002", "/home/bob/out.txt", "/home/bob/out.txt")
+    world.file("/home/alice/run/out-4242.txt", fixture("nemo"))
+    world.file("/home/alice/run/err-4242.txt", "Traceback? no: warnings only\n")
+    world.file("/home/bob/out.txt", fixture("nemo"))
+    collector = world.collector(slurm=True)
+    s = run(collector)
+    assert jobs(s) == [("4242", "nemo")]
+    assert job(s, "iterations_total", "4242", "nemo") == 29
+    assert by(s, "log_files", "source") == {"paths": 0, "slurm": 2, "pods": 0}
+    assert s[("lockstep_framework_discovery_failures_total", frozenset())] == 1  # job 4244: no answer
+    assert sorted(world.calls) == ["-o show job 4242", "-o show job 4243", "-o show job 4244"]
+    world.now[0] += 30
+    run(collector)
+    assert len(world.calls) == 3  # asked once per job, not every round
+    world.now[0] += 60
+    run(collector)
+    collector.close()
+    assert world.calls[3:] == ["-o show job 4244"]  # the failed one is asked again at the next discovery
+
+
+def test_a_quiet_job_is_kept_while_it_runs_here_and_dropped_after_it_ends(world: World) -> None:
+    world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")
+    world.answers["4242"] = job_record("4242", "vm", "/out/4242.out", "/out/4242.out")
+    world.file("/out/4242.out", fixture("nemo"))
+    world.file("/scratch/slurm-17.out", fixture("nemo"))
+    collector = world.collector(slurm=True, paths=("/scratch/slurm-*.out",), idle_timeout=600.0)
+    assert jobs(run(collector)) == [("17", "nemo"), ("4242", "nemo")]
+    world.now[0] += 900  # both silent for 15 minutes: a hung job looks like this
+    s = run(collector)
+    assert jobs(s) == [("4242", "nemo")]  # 17 runs nowhere here: ended; 4242's process is here
+    assert job(s, "last_iteration_timestamp_seconds", "4242", "nemo") == NOW  # the stall shows
+    shutil.rmtree(world.proc / "4001")
+    world.now[0] += 60
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == []
+
+
+POD_UID = "8f2c1b7e-3d4a-4c5b-9e6f-0a1b2c3d4e5f"
+
+
+def cri(lines: list[str], start: float = 0.0) -> str:
+    out = []
+    for i, line in enumerate(lines):
+        seconds = 1_787_306_400 + start + i
+        stamp = f"2026-08-21T10:{int(seconds - 1_787_306_400) // 60:02d}:{int(seconds) % 60:02d}.123456789Z"
+        if len(line) > 40:  # the runtime splits long lines: P pieces, then the F end
+            out.append(f"{stamp} stdout P {line[:40]}")
+            line = line[40:]
+        out.append(f"{stamp} stdout F {line}")
+    return "".join(f"{line}\n" for line in out)
+
+
+def test_gpu_pods_container_logs_in_the_cri_format(world: World) -> None:
+    world.process(
+        5001,
+        "/kubepods.slice/kubepods-burstable.slice/"
+        f"kubepods-burstable-pod{POD_UID.replace('-', '_')}.slice/cri-containerd-abc.scope",
+    )
+    world.inventory.publish(
+        (PublishedGpu(0, "GPU-0", "0000:01:00.0", 0, "H100", True, (GpuProcess(5001, 1 << 30, None, None),), ()),)
+    )
+    nemo = [line for line in fixture("nemo").splitlines()][:5]
+    world.file(f"/var/log/pods/team-a_llama-0_{POD_UID}/trainer/0.log", cri(nemo))
+    world.file("/var/log/pods/team-b_other-0_11111111-2222-3333-4444-555555555555/x/0.log", cri(nemo))
+    collector = world.collector(pods=True)
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("team-a/llama-0", "nemo")]
+    assert job(s, "iterations_total", "team-a/llama-0", "nemo") == 4
+    # The line's own CRI time, not the time it was read: 2026-08-21T10:00:04.123456Z.
+    assert job(s, "last_iteration_timestamp_seconds", "team-a/llama-0", "nemo") == 1_787_306_404.123456
+    assert by(s, "log_files", "source") == {"paths": 0, "slurm": 0, "pods": 1}
+
+
+def test_garbage_is_counted_by_reason_and_costs_nothing_else(world: World) -> None:
+    good = fixture("nemo")
+    bad = (
+        "Training epoch 0, iteration 40/99 | train_step_timing in s: nan | consumed_samples: 1\n"
+        + "x" * (70 * 1024)
+        + "\n\x00\xff\xfe binary \x1b[99;99;99m\n"
+    )
+    world.file("/scratch/slurm-1.out", good + bad)
+    world.file("/scratch/unnamed.out", good)
+    world.file("/var/log/containers/x.log", "not a cri line\n")
+    collector = world.collector(paths=("/scratch/*.out", "/var/log/containers/*.log"))
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("1", "nemo")]
+    assert job(s, "iterations_total", "1", "nemo") == 29
+    assert by(s, "log_lines_invalid_total", "reason") == {
+        "bad_value": 1,
+        "no_job": 31,  # every NeMo line of the file no job is known for
+        "too_long": 1,
+        "bad_cri": 1,
+        "too_many_jobs": 0,
+    }
+
+
+def test_jobs_beyond_max_jobs_are_refused_and_counted(world: World) -> None:
+    for job_id in (1, 2, 3):
+        world.file(f"/scratch/slurm-{job_id}.out", fixture("nemo"))
+    collector = world.collector(paths=("/scratch/slurm-*.out",), max_jobs=2)
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("1", "nemo"), ("2", "nemo")]
+    assert by(s, "log_lines_invalid_total", "reason")["too_many_jobs"] == 31
+
+
+def test_bytes_read_per_round_are_bounded(world: World) -> None:
+    size = len(fixture("nemo").encode())
+    world.file("/scratch/slurm-1.out", fixture("nemo") * 4)
+    collector = world.collector(paths=("/scratch/slurm-*.out",), round_bytes=size)
+    read = [run(collector)[("lockstep_framework_log_read_bytes_total", frozenset())] for _ in range(5)]
+    s = run(collector)
+    collector.close()
+    assert [later - earlier for earlier, later in zip([0.0, *read], read)] == [size, size, size, size, 0]
+    # Four copies of iterations 0-29: each copy's 0 after 29 starts counting again.
+    assert job(s, "iterations_total", "1", "nemo") == 4 * 29
+
+
+def test_nothing_configured_or_found_is_nothing_here(world: World) -> None:
+    collector = world.collector(slurm=True, pods=True)
+    with pytest.raises(NothingHere):
+        run(collector)
+    collector.close()
+
+
+def test_history_of_a_stalled_job_is_stamped_with_its_files_last_change(world: World) -> None:
+    """A job that stopped printing 12 minutes ago, whose output the agent reads only now (a new
+    agent, a job found late): its last report is when its file last changed, not now."""
+    path = world.file("/scratch/slurm-8.out", fixture("nemo"))
+    os.utime(path, (NOW - 720, NOW - 720))
+    collector = world.collector(paths=("/scratch/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    assert job(s, "last_iteration_timestamp_seconds", "8", "nemo") == NOW - 720
+
+
+def test_configured_container_logs_name_their_pod(world: World) -> None:
+    """A glob over /var/log/containers (the kubelet's links, <pod>_<namespace>_<container>-<id>.log)
+    or /var/log/pods: the job is the pod, the lines in the CRI format."""
+    nemo = fixture("nemo").splitlines()[:3]
+    world.file("/var/log/containers/llama-0_team-a_trainer-0123abcd.log", cri(nemo))
+    world.file(f"/var/log/pods/team-b_gpt-1_{POD_UID}/trainer/0.log", cri(nemo))
+    collector = world.collector(paths=("/var/log/containers/*.log", "/var/log/pods/*/*/*.log"))
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("team-a/llama-0", "nemo"), ("team-b/gpt-1", "nemo")]
+    assert job(s, "iterations_total", "team-b/gpt-1", "nemo") == 2
