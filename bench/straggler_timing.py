@@ -36,6 +36,7 @@ from tests.support.training_replay import (  # noqa: E402
     Series,
     firing_timeline,
     load_written,
+    onset_seconds,
     replay_as_written,
 )
 
@@ -77,7 +78,7 @@ def compose(series: Series, ranks: int, straggler: int, size: int) -> Series:
 
 
 def measure(name: str, size: int | None, work: Path) -> str:
-    meta, _ = load_written(name)
+    meta, written = load_written(name)
     started = time.monotonic()
     series, ended, _origin = replay_as_written(name, work / "logs", SCRAPE, AFTER_MINUTES)
     ranks = int(meta["ranks"])
@@ -86,7 +87,7 @@ def measure(name: str, size: int | None, work: Path) -> str:
     points = max(max(values) for values in series.values()) + 1
     rule_files = [str(REPO / path) for path in render.RULE_FILES.values()]
     timeline = firing_timeline(series, points, SCRAPE, rule_files, SCRAPE, work)
-    onset, end = float(meta["onset_seconds"]), ended * SCRAPE
+    onset, end = onset_seconds(meta, written), ended * SCRAPE
     straggler = f"{SUSTAINED} {meta['job_id']} {meta['straggler_rank']}"
     named = sorted(t for t, alerts in timeline.items() if straggler in alerts)
     others = sorted({a for alerts in timeline.values() for a in alerts} - {straggler})

@@ -24,7 +24,7 @@ import pytest
 
 from alerts import render
 from tests.support import REPO
-from tests.support.training_replay import firing_timeline, load_written, replay_as_written
+from tests.support.training_replay import firing_timeline, load_written, onset_seconds, replay_as_written
 
 # Tier: real processes and tools (tests/conftest.py).
 pytestmark = pytest.mark.real
@@ -43,12 +43,12 @@ RUNS = ["slow-from-start-2", "slow-from-start-4", "hour-then-slow-8"]
 def test_the_slow_rank_is_named_within_30_minutes_held_until_the_end_and_nothing_else_fires(
     name: str, tmp_path: Path
 ) -> None:
-    meta, _ = load_written(name)
+    meta, ranks = load_written(name)
     series, ended, _origin = replay_as_written(name, tmp_path / "logs", SCRAPE, AFTER_MINUTES)
     points = max(max(values) for values in series.values()) + 1
     rule_files = [str(REPO / path) for path in render.RULE_FILES.values()]
     timeline = firing_timeline(series, points, SCRAPE, rule_files, SCRAPE, tmp_path)
-    onset = float(meta["onset_seconds"])
+    onset = onset_seconds(meta, ranks)
     end = ended * SCRAPE  # the first evaluation after the job's last step
     straggler = f"{SUSTAINED} {meta['job_id']} {meta['straggler_rank']}"
 

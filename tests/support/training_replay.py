@@ -230,6 +230,18 @@ def load_written(name: str, root: Path = TRAINING_FIXTURES) -> tuple[dict[str, A
     return meta, ranks
 
 
+def onset_seconds(meta: dict[str, Any], ranks: list[list[WrittenStep]]) -> float:
+    """When the straggler's first slow step began, in seconds after the run's first record (the
+    replay's time 0): the end of its step before `onset_step` (0 for a rank slow from the start).
+    The run decides the onset at a step (every rank's clock agrees on it), so its time is the
+    log's, not case.json's `onset_seconds`, which is when the ranks were asked to begin it."""
+    onset = int(meta["onset_step"])
+    if onset == 0:
+        return 0.0
+    origin = min(steps[0].ts for steps in ranks)
+    return ranks[int(meta["straggler_rank"])][onset - 1].ts - origin
+
+
 def replay_as_written(name: str, directory: Path, scrape: int, after_minutes: float,
                       until: float | None = None, root: Path = TRAINING_FIXTURES,
                       ) -> tuple[Series, int, float]:  # fmt: skip
