@@ -36,7 +36,7 @@ DEADLINE = 30 * 60  # the issue's: named within 30 minutes of the onset
 # minutes, plus one evaluation).
 QUIET_AFTER_END = 120 + SCRAPE
 SUSTAINED = "LockstepTrainingStragglerSustained"
-RUNS = ["slow-from-start-2", "slow-from-start-4", "hour-then-slow-8"]
+RUNS = ["slow-from-start-2", "slow-from-start-4", "slight-from-start-4", "hour-then-slow-8"]
 
 
 @pytest.mark.parametrize("name", RUNS)
