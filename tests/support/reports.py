@@ -1,0 +1,185 @@
+"""Reports for the report's tests: a hand-made one with something in every section, and the
+canonical form of a report read from a live Prometheus (its golden files compare that)."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from lockstep.agent.report.build import grafana_link
+from lockstep.agent.report.model import (
+    Alert,
+    CheckpointRoot,
+    Event,
+    Gpu,
+    Hang,
+    Interval,
+    Job,
+    Point,
+    PostMortem,
+    Report,
+    Steps,
+    Straggler,
+)
+from lockstep.agent.report.notes import notes_for, verdict_for
+
+T0 = 1767225600.0  # 2026-01-01T00:00:00Z
+GIB = 2**30
+
+
+def sample_report() -> Report:
+    job = Job(
+        job_id="4242",
+        cluster="h100-a",
+        state="ended",
+        start=T0,
+        end=T0 + 14 * 3600 + 120,
+        duration_seconds=14 * 3600 + 120,
+        user="alice",
+        account="llm-pretrain",
+        partition="h100",
+        job_name="llama-70b-pretrain",
+        nodes=["n12:12400", "n25:12400"],
+        hosts=["n12", "n25"],
+        ranks=16,
+        gpus=16,
+    )
+    gpus = [
+        Gpu("n12", "5", "GPU-5", 0.97, 70 * GIB, 80 * GIB, 610.0, 700.0, {"hw_thermal_slowdown": 18000.0}),
+        Gpu("n25", "3", "GPU-3", 0.004, 1 * GIB, 80 * GIB, 71.0, 75.0, idle=True),
+        Gpu("n25", "6", "GPU-6", 0.95, 70 * GIB, 80 * GIB, 150.0, 690.0, xid_errors={"79": 1}),
+    ]
+    steps = Steps(
+        source="training",
+        steps=2400,
+        median_step_seconds=21.0,
+        timeline=[Point(T0 + i * 60, v) for i, v in enumerate([21.0, 21.0, 22.0, 29.0, 29.0, 21.0, 21.0, 20.0])],
+        stalls=[Interval(T0 + 13 * 3600, T0 + 14 * 3600, 3600.0)],
+        tokens_per_second=[Point(T0 + i * 60, v) for i, v in enumerate([1000.0, 1010.0, 800.0, 790.0, 1000.0])],
+        last_step=T0 + 13 * 3600,
+    )
+    stragglers = [
+        Straggler(
+            kind="training",
+            rank="5",
+            host="n12",
+            node="n12:12400",
+            gpu="5",
+            start=T0 + 3600,
+            end=T0 + 5 * 3600,
+            seconds=4 * 3600,
+            ratio=1.4,
+            share_lost=0.09,
+            evidence=["GPU 5 throttled (hw_thermal_slowdown) 62% of the time"],
+        )
+    ]
+    checkpoints = [
+        CheckpointRoot(
+            root="/lustre/ckpt/job=4242",
+            node="n12",
+            saves=12,
+            expected_interval_seconds=3600.0,
+            cadence_seconds=3600.0,
+            durations_seconds=[40.0, 2460.0],
+            stalls=[Interval(T0 + 6 * 3600, T0 + 6 * 3600 + 2460, 2460.0)],
+            last_success=T0 + 12 * 3600,
+            work_at_risk_seconds=2 * 3600 + 120,
+        )
+    ]
+    hangs = [Hang("LockstepTrainingHung", T0 + 13 * 3600 + 300, rank="", host="", gpu="6")]
+    alerts = [
+        Alert("LockstepTrainingHung", "critical", T0 + 13 * 3600 + 300, T0 + 14 * 3600, {"gpu": "6", "job_id": "4242"}),
+        Alert("LockstepGPUFellOffBus", "critical", T0 + 13 * 3600, T0 + 14 * 3600, {"gpu": "6"}),
+    ]
+    events = [Event("fabric", "n25", "IB mlx5_0/1 link down", 2)]
+    report = Report(
+        job=job,
+        verdict="",
+        generated_at=T0 + 15 * 3600,
+        prometheus="http://prometheus:9090",
+        grafana_url=grafana_link("http://grafana.example.com", job),
+        gpus=gpus,
+        steps=steps,
+        stragglers=stragglers,
+        checkpoints=checkpoints,
+        hangs=hangs,
+        post_mortem=PostMortem(rank="6", host="n25", gpu="6", stopped_at=T0 + 13 * 3600, how="named by X"),
+        alerts=alerts,
+        events=events,
+    )
+    report.notes = notes_for(report)
+    report.verdict = verdict_for(report)
+    return report
+
+
+def canonical(report: Report, duration_seconds: float) -> Report:
+    """The report with what depends on when Prometheus scraped taken out: every time is T0, the
+    job lasted `duration_seconds`, counts and measured durations are dropped or coarsened; what
+    the report concludes (who, what, which alerts, which notes) stays.  Notes and the verdict are
+    made again from the result, so the text stays consistent with itself."""
+    r = copy.deepcopy(report)
+    r.generated_at = T0
+    r.prometheus = "http://prometheus"
+    job = r.job
+    job.start, job.end, job.duration_seconds = T0, T0 + duration_seconds, duration_seconds
+    job.nodes = ["agent" for _ in job.nodes]
+    r.grafana_url = grafana_link("http://grafana.example.com", job)
+    for gpu in r.gpus:
+        gpu.utilization_avg = None if gpu.utilization_avg is None else round(gpu.utilization_avg, 2)
+        gpu.memory_peak_bytes = None if gpu.memory_peak_bytes is None else round(gpu.memory_peak_bytes / GIB) * GIB
+        gpu.power_avg_watts = None if gpu.power_avg_watts is None else round(gpu.power_avg_watts, -1)
+        gpu.power_max_watts = None if gpu.power_max_watts is None else round(gpu.power_max_watts, -1)
+        # A reason's share of the job, in tenths.
+        gpu.throttle_seconds = {
+            reason: round(seconds / duration_seconds, 1) * duration_seconds
+            for reason, seconds in gpu.throttle_seconds.items()
+            if round(seconds / duration_seconds, 1) > 0
+        }
+        gpu.xid_errors = {k: 1 for k in gpu.xid_errors}
+        gpu.ecc_errors = {k: 1 for k in gpu.ecc_errors}
+    steps = r.steps
+    steps.steps = 0
+    steps.median_step_seconds = None if steps.median_step_seconds is None else round(steps.median_step_seconds)
+    steps.timeline, steps.tokens_per_second = [], []
+    steps.stalls = [Interval(T0, T0, 0.0) for _ in steps.stalls]
+    steps.last_step = None
+    for s in r.stragglers:
+        s.node = "agent" if s.node else ""
+        s.start = s.end = T0
+        s.seconds = 0.0
+        s.ratio = round(s.ratio, 1)
+        s.share_lost = round(s.share_lost * 20) / 20  # in steps of 5 %
+        s.evidence = [coarse(e) for e in s.evidence]
+    for root in r.checkpoints:
+        root.saves = 0
+        root.cadence_seconds = None
+        root.durations_seconds = []
+        root.stalls = [Interval(T0, T0, 0.0) for _ in root.stalls]
+        root.last_success = None
+        root.work_at_risk_seconds = None
+    for h in r.hangs:
+        h.start = T0
+    if r.post_mortem is not None:
+        r.post_mortem.stopped_at = None
+    for a in r.alerts:
+        a.start = a.end = T0
+        a.labels = {k: ("agent" if k == "instance" else v) for k, v in a.labels.items()}
+    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
+    alerts = []
+    for a in r.alerts:
+        key = (a.alertname, tuple(sorted(a.labels.items())))
+        if key not in seen:
+            seen.add(key)
+            alerts.append(a)
+    r.alerts = sorted(alerts, key=lambda a: (a.alertname, sorted(a.labels.items())))
+    for e in r.events:
+        e.count = 0
+    r.notes = notes_for(r)
+    r.verdict = verdict_for(r)
+    return r
+
+
+def coarse(evidence: str) -> str:
+    """A piece of evidence without its measured share or count."""
+    evidence = re.sub(r"\s*\(?\d+(\.\d+)?%[^;)]*\)?", "", evidence)
+    return re.sub(r": [\d.]+(e[+-]?\d+)?( s)? ", ": ", evidence)
