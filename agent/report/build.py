@@ -47,6 +47,8 @@ JOB_SERIES = (
     "lockstep_nccl_ras_rank_info",
     "lockstep_checkpoint_info",
 )
+# Those that exist only while the job runs.
+LIVE_SERIES = tuple(name for name in JOB_SERIES if name != "lockstep_checkpoint_info")
 LOOKBACK_SECONDS = 31 * 86400  # how far back a job is looked for
 RUNNING_WITHIN = 90.0  # a job with a sample this recent is running
 TIMELINE_POINTS = 240  # points of the step timeline (and of every range query)
@@ -120,9 +122,9 @@ class Scope:
         inside = ",".join(f"{k}={quote(v)}" for k, v in labels.items())
         return f"{name}{{{inside}}}"
 
-    def job_series(self) -> str:
-        """Every series that names the job (JOB_SERIES)."""
-        return self.job().replace("{", "{__name__=~" + quote("|".join(JOB_SERIES)) + ",", 1)
+    def job_series(self, names: tuple[str, ...] = ()) -> str:
+        """Every series that names the job (JOB_SERIES), or those of the names given."""
+        return self.job().replace("{", "{__name__=~" + quote("|".join(names or JOB_SERIES)) + ",", 1)
 
     def nodes(self, name: str, matchers: str = "") -> str:
         parts = [f"instance=~{quote('|'.join(re.escape(i) for i in self.instances))}"]
@@ -213,16 +215,27 @@ def find_job(scope: Scope, now: float) -> None:
         scope.cluster = found[0] if found[0] else None
         any_series = scope.job_series()
     # Coarse buckets over the lookback, then the first and last sample within the edge buckets.
+    # The job runs while its live series exist (a checkpoint root outlives its job) and ends with
+    # Slurm's record of it where there is one (an NCCL Inspector dump may outlive it too).
     bucket = LOOKBACK_SECONDS / 500
-    coarse = scope.prom.query_range(
-        f"count(count_over_time({any_series}[{duration(bucket)}]))", now - LOOKBACK_SECONDS, now, bucket
-    )
-    points = sorted(t for s in coarse for t, _ in s.points)
+
+    def buckets(selector: str) -> list[float]:
+        coarse = scope.prom.query_range(
+            f"count(count_over_time({selector}[{duration(bucket)}]))", now - LOOKBACK_SECONDS, now, bucket
+        )
+        return sorted(t for s in coarse for t, _ in s.points)
+
+    alive = scope.job_series(LIVE_SERIES)
+    points = buckets(alive)
     if not points:
         raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
     fine = bucket / 500
-    first = scope.prom.query_range(f"min(timestamp({any_series}))", points[0] - bucket, points[0], fine)
-    last = scope.prom.query_range(f"max(timestamp({any_series}))", points[-1] - bucket, min(now, points[-1]), fine)
+    first = scope.prom.query_range(f"min(timestamp({alive}))", points[0] - bucket, points[0], fine)
+    slurm = scope.job("lockstep_slurm_job_info")
+    ending = buckets(slurm)
+    ender = slurm if ending else alive
+    ending = ending or points
+    last = scope.prom.query_range(f"max(timestamp({ender}))", ending[-1] - bucket, min(now, ending[-1]), fine)
     starts = [v for s in first for _, v in s.points]
     ends = [v for s in last for _, v in s.points]
     scope.start = min(starts) if starts else points[0] - bucket
@@ -260,7 +273,10 @@ def job_section(scope: Scope, now: float) -> Job:
         + f" or last_over_time({scope.job('lockstep_nccl_collectives_total')}[{scope.whole}])"
         + f" or last_over_time({scope.job('lockstep_nccl_ras_rank_info')}[{scope.whole}])))"
     )
-    job.ranks = int(ranks[0].value) if ranks else 0
+    size = scope.at_end(
+        f"max(max_over_time({scope.job('lockstep_nccl_communicator_ranks')}[{scope.whole}]))"
+    )  # RAS knows every rank, not only this node's
+    job.ranks = int(max([s.value for s in ranks + size], default=0))
     hosts = scope.at_end(
         "group by (host) (last_over_time("
         + f"{scope.job('lockstep_training_steps_total')}[{scope.whole}])"
@@ -551,8 +567,8 @@ def evidence(scope: Scope, straggler: Straggler) -> list[str]:
         found.append(f"IB {s.labels.get('device')}/{s.labels.get('port')} congested ({s.value:.0%} transmit wait)")
     for s in ask(f"min_over_time(lockstep_filesystem_responsive{{{node}}}[{w}]) == 0"):
         found.append(f"mount {s.labels.get('mountpoint')} hung")
-    for s in ask(f"increase(lockstep_nfs_major_timeouts_total{{{node}}}[{w}]) > 0"):
-        found.append(f"NFS {s.labels.get('mountpoint', s.labels.get('server', ''))}: {s.value:.0f} major timeouts")
+    for s in ask(f"sum by (mountpoint) (increase(lockstep_nfs_major_timeouts_total{{{node}}}[{w}])) > 0"):
+        found.append(f"NFS {s.labels.get('mountpoint', '')}: {s.value:.0f} major timeouts")
     pressure = (("cpu", "some", T.SUSPECT_CPU_PRESSURE_RATIO), ("io", "full", T.SUSPECT_IO_PRESSURE_RATIO))
     for resource, kind, limit in pressure:
         for s in ask(
@@ -562,7 +578,7 @@ def evidence(scope: Scope, straggler: Straggler) -> list[str]:
                 found.append(f"{resource.upper()} pressure ({kind}) {s.value / scope.scale:.0%} of the time")
     if straggler.kind == "training":
         found += data_wait_evidence(scope, straggler, w)
-    return found
+    return list(dict.fromkeys(found))
 
 
 def data_wait_evidence(scope: Scope, straggler: Straggler, w: str) -> list[str]:
@@ -736,7 +752,11 @@ EVENTS = (
     ("fabric", "increase(lockstep_ib_port_symbol_errors_total{SEL}[WIN]) > 0", "IB {device}/{port} symbol errors"),
     ("fabric", "increase(lockstep_pfc_pause_storm_events_total{SEL}[WIN]) > 0", "PFC pause storm on {interface}"),
     ("filesystem", "min_over_time(lockstep_filesystem_responsive{SEL}[WIN]) == 0", "{mountpoint} unresponsive"),
-    ("filesystem", "increase(lockstep_nfs_major_timeouts_total{SEL}[WIN]) > 0", "NFS major timeouts on {mountpoint}"),
+    (
+        "filesystem",
+        "sum by (instance, mountpoint) (increase(lockstep_nfs_major_timeouts_total{SEL}[WIN])) > 0",
+        "NFS major timeouts on {mountpoint}",
+    ),
 )
 
 

@@ -42,6 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--save", action="store_true", help="compute the report and store its JSON (the Slurm epilog's command)"
     )
     parser.add_argument("--grafana", metavar="URL", default=GRAFANA_URL, help="Grafana base URL for the link")
+    parser.add_argument(
+        "--at", type=float, metavar="UNIX_TIME", help="the report as Prometheus saw the job at this time (default now)"
+    )
     # Test-only: the simulated node's clock runs this many times as fast as Prometheus' (demo --speed).
     parser.add_argument("--time-scale", dest="time_scale", type=float, default=1.0, help=argparse.SUPPRESS)
 
@@ -76,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         if not args.time_scale > 0:
             raise ReportError("--time-scale must be above 0")
         report = build_report(
-            prometheus, args.job_id, args.cluster, time_scale=args.time_scale, grafana_url=args.grafana
+            prometheus, args.job_id, args.cluster, now=args.at, time_scale=args.time_scale, grafana_url=args.grafana
         )
     if args.save:
         try:

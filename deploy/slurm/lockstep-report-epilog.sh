@@ -11,6 +11,7 @@
 #   LOCKSTEP_REPORT_STORE    where reports are kept (default /var/lib/lockstep/reports)
 #   LOCKSTEP_CLUSTER         the cluster label, when Prometheus sees several clusters
 #   LOCKSTEP_REPORT_DELAY    seconds to wait first, for the job's last scrape (default 30)
+#   LOCKSTEP_REPORT_OPTIONS  further options of `lockstep report`, e.g. --grafana https://grafana.example
 #   LOCKSTEP                 the lockstep command (default: lockstep on PATH)
 # It always exits 0: a report that could not be made must neither drain the node nor hold the
 # job; the reason goes to syslog (logger) and stderr.
@@ -28,9 +29,10 @@ set -- report "$job" --save --refresh
 [ -n "${LOCKSTEP_PROMETHEUS_URL:-}" ] && set -- "$@" --prometheus "$LOCKSTEP_PROMETHEUS_URL"
 [ -n "${LOCKSTEP_REPORT_STORE:-}" ] && set -- "$@" --store "$LOCKSTEP_REPORT_STORE"
 [ -n "${LOCKSTEP_CLUSTER:-}" ] && set -- "$@" --cluster "$LOCKSTEP_CLUSTER"
-# LOCKSTEP may be a command with arguments (python -m lockstep.agent.cli): split on purpose.
+# LOCKSTEP may be a command with arguments (python -m lockstep.agent.cli), and the options
+# several words: both split on purpose.
 # shellcheck disable=SC2086
-if ! message="$(${LOCKSTEP:-lockstep} "$@" 2>&1)"; then
+if ! message="$(${LOCKSTEP:-lockstep} "$@" ${LOCKSTEP_REPORT_OPTIONS:-} 2>&1)"; then
     logger -t lockstep-report "job $job: $message" 2>/dev/null || true
     echo "lockstep-report-epilog: job $job: $message" >&2
 fi

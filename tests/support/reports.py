@@ -130,10 +130,11 @@ def canonical(report: Report, duration_seconds: float) -> Report:
         gpu.power_avg_watts = None if gpu.power_avg_watts is None else round(gpu.power_avg_watts, -1)
         gpu.power_max_watts = None if gpu.power_max_watts is None else round(gpu.power_max_watts, -1)
         # A reason's share of the job, in tenths.
+        measured = report.job.duration_seconds or 1.0
         gpu.throttle_seconds = {
-            reason: round(seconds / duration_seconds, 1) * duration_seconds
+            reason: round(seconds / measured, 1) * duration_seconds
             for reason, seconds in gpu.throttle_seconds.items()
-            if round(seconds / duration_seconds, 1) > 0
+            if round(seconds / measured, 1) > 0
         }
         gpu.xid_errors = {k: 1 for k in gpu.xid_errors}
         gpu.ecc_errors = {k: 1 for k in gpu.ecc_errors}

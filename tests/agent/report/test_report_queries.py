@@ -73,7 +73,7 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
     bucket = 31 * 86400 / 500
     rules = [
         Rule(r"^count by \(cluster\)", vector(({"cluster": "a"}, 5.0))),
-        Rule(r"^count\(count_over_time", matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))),
+        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))),
         Rule(r"^min\(timestamp", matrix(({}, [(T - 2 * bucket - 50, T - 2 * bucket - 60)]))),
         Rule(r"^max\(timestamp", matrix(({}, [(T - bucket - 100, T - bucket - 105), (T - bucket, T - bucket - 5)]))),
         Rule(r"^max\(count_over_time", vector(({}, 101.0))),
@@ -98,3 +98,20 @@ def test_flat_runs_longer_than_the_stall_window_on_the_jobs_clock() -> None:
 def test_a_save_in_progress_longer_than_its_limit_is_a_stall_each_time() -> None:
     points = [(T, 0.0), (T + 1, 100.0), (T + 2, 700.0), (T + 3, 0.0), (T + 4, 50.0), (T + 5, 20.0), (T + 6, 900.0)]
     assert stalled_saves(points, 600.0) == [Interval(T + 1, T + 2, 700.0), Interval(T + 5, T + 6, 900.0)]
+
+
+def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> None:
+    bucket = 31 * 86400 / 500
+    rules = [
+        Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
+        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 3 * bucket, 1.0), (T - bucket, 3.0)]))),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket, 1.0)]))),
+        Rule(r"^min\(timestamp", matrix(({}, [(T - 3 * bucket - 50, T - 3 * bucket - 60)]))),
+        Rule(r"^max\(timestamp\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket - 5, T - 3 * bucket - 10)]))),
+        Rule(r"^max\(timestamp\(\{__name__", matrix(({}, [(T - bucket, T - bucket - 1)]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    assert (scope.cluster, scope.start, scope.end) == (None, T - 3 * bucket - 60, T - 3 * bucket - 10)
+    assert scope.instances == []
