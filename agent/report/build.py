@@ -230,12 +230,15 @@ def find_job(scope: Scope, now: float) -> None:
     if not points:
         raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
     fine = bucket / 500
-    first = scope.prom.query_range(f"min(timestamp({alive}))", points[0] - bucket, points[0], fine)
+    # (Each range ends half a step late, so that its last evaluation is the bucket's own.)
+    first = scope.prom.query_range(f"min(timestamp({alive}))", points[0] - bucket, points[0] + fine / 2, fine)
     slurm = scope.job("lockstep_slurm_job_info")
     ending = buckets(slurm)
     ender = slurm if ending else alive
     ending = ending or points
-    last = scope.prom.query_range(f"max(timestamp({ender}))", ending[-1] - bucket, min(now, ending[-1]), fine)
+    last = scope.prom.query_range(
+        f"max(timestamp({ender}))", ending[-1] - bucket, min(now, ending[-1] + fine / 2), fine
+    )
     starts = [v for s in first for _, v in s.points]
     ends = [v for s in last for _, v in s.points]
     scope.start = min(starts) if starts else points[0] - bucket
