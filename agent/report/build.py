@@ -568,7 +568,8 @@ def evidence(scope: Scope, straggler: Straggler) -> list[str]:
     words = f"rate(lockstep_ib_port_transmitted_bytes_total{{{node}}}[{w}]) / 4"
     for s in ask(f"{wait} / ({wait} + {words} > 0) > {T.SUSPECT_IB_TRANSMIT_WAIT_RATIO}"):
         found.append(f"IB {s.labels.get('device')}/{s.labels.get('port')} congested ({s.value:.0%} transmit wait)")
-    for s in ask(f"min_over_time(lockstep_filesystem_responsive{{{node}}}[{w}]) == 0"):
+    responsive = f"lockstep_filesystem_responsive{{{node}}}[{w}]"
+    for s in ask(f"count_over_time({responsive}) - sum_over_time({responsive}) >= 2"):
         found.append(f"mount {s.labels.get('mountpoint')} hung")
     for s in ask(f"sum by (mountpoint) (increase(lockstep_nfs_major_timeouts_total{{{node}}}[{w}])) > 0"):
         found.append(f"NFS {s.labels.get('mountpoint', '')}: {s.value:.0f} major timeouts")
@@ -754,7 +755,13 @@ EVENTS = (
     ("fabric", "increase(lockstep_ib_port_link_error_recovery_total{SEL}[WIN]) > 0", "IB {device}/{port} recoveries"),
     ("fabric", "increase(lockstep_ib_port_symbol_errors_total{SEL}[WIN]) > 0", "IB {device}/{port} symbol errors"),
     ("fabric", "increase(lockstep_pfc_pause_storm_events_total{SEL}[WIN]) > 0", "PFC pause storm on {interface}"),
-    ("filesystem", "min_over_time(lockstep_filesystem_responsive{SEL}[WIN]) == 0", "{mountpoint} unresponsive"),
+    # Unresponsive at two scrapes or more (one slow statfs on a busy node is no event).
+    (
+        "filesystem",
+        "count_over_time(lockstep_filesystem_responsive{SEL}[WIN])"
+        " - sum_over_time(lockstep_filesystem_responsive{SEL}[WIN]) >= 2",
+        "{mountpoint} unresponsive",
+    ),
     (
         "filesystem",
         "sum by (instance, mountpoint) (increase(lockstep_nfs_major_timeouts_total{SEL}[WIN])) > 0",

@@ -125,17 +125,16 @@ def canonical(report: Report, duration_seconds: float) -> Report:
     job.nodes = ["agent" for _ in job.nodes]
     r.grafana_url = grafana_link("http://grafana.example.com", job)
     for gpu in r.gpus:
-        gpu.utilization_avg = None if gpu.utilization_avg is None else round(gpu.utilization_avg, 2)
+        # Utilization in tenths, and idle when that is 0: a GPU that idles after a hang averages
+        # 1-3 % over the job depending on how much of its busy first minute was scraped.
+        gpu.utilization_avg = None if gpu.utilization_avg is None else round(gpu.utilization_avg, 1)
+        gpu.idle = gpu.utilization_avg is not None and gpu.utilization_avg < 0.01
         gpu.memory_peak_bytes = None if gpu.memory_peak_bytes is None else round(gpu.memory_peak_bytes / GIB) * GIB
         gpu.power_avg_watts = None if gpu.power_avg_watts is None else round(gpu.power_avg_watts, -1)
         gpu.power_max_watts = None if gpu.power_max_watts is None else round(gpu.power_max_watts, -1)
-        # A reason's share of the job, in tenths.
-        measured = report.job.duration_seconds or 1.0
-        gpu.throttle_seconds = {
-            reason: round(seconds / measured, 1) * duration_seconds
-            for reason, seconds in gpu.throttle_seconds.items()
-            if round(seconds / measured, 1) > 0
-        }
+        # Throttling as its reasons only: a GPU throttled from 25 minutes into a 35-minute run is
+        # right at the alert's 25 % (the straggler's evidence and the alerts keep what matters).
+        gpu.throttle_seconds = {reason: 0.0 for reason in gpu.throttle_seconds}
         gpu.xid_errors = {k: 1 for k in gpu.xid_errors}
         gpu.ecc_errors = {k: 1 for k in gpu.ecc_errors}
     steps = r.steps
@@ -149,7 +148,7 @@ def canonical(report: Report, duration_seconds: float) -> Report:
         s.start = s.end = T0
         s.seconds = 0.0
         s.ratio = round(s.ratio, 1)
-        s.share_lost = round(s.share_lost * 20) / 20  # in steps of 5 %
+        s.share_lost = 0.0  # grows with the time observed after the fault
         s.evidence = [coarse(e) for e in s.evidence]
     for root in r.checkpoints:
         root.saves = 0
