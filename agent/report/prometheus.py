@@ -8,6 +8,7 @@ exits 1, never a traceback.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -46,7 +47,7 @@ class Prometheus:
     url: str
     timeout: float = 30.0
     queries: int = 0
-    log: list[str] = field(default_factory=list)  # every expression sent, in order (bench, debugging)
+    log: list[tuple[str, float]] = field(default_factory=list)  # each expression sent and its seconds (bench)
 
     def __post_init__(self) -> None:
         self.url = check_url(self.url)
@@ -63,7 +64,13 @@ class Prometheus:
 
     def _post(self, endpoint: str, params: dict[str, str]) -> Any:
         self.queries += 1
-        self.log.append(params["query"])
+        started = time.monotonic()
+        try:
+            return self._ask(endpoint, params)
+        finally:
+            self.log.append((params["query"], time.monotonic() - started))
+
+    def _ask(self, endpoint: str, params: dict[str, str]) -> Any:
         body = urllib.parse.urlencode(params).encode()
         request = urllib.request.Request(
             f"{self.url}/api/v1/{endpoint}",
