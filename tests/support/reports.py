@@ -130,8 +130,8 @@ def canonical(report: Report, duration_seconds: float) -> Report:
         gpu.utilization_avg = None if gpu.utilization_avg is None else round(gpu.utilization_avg, 1)
         gpu.idle = gpu.utilization_avg is not None and gpu.utilization_avg < 0.01
         gpu.memory_peak_bytes = None if gpu.memory_peak_bytes is None else round(gpu.memory_peak_bytes / GIB) * GIB
-        gpu.power_avg_watts = None if gpu.power_avg_watts is None else round(gpu.power_avg_watts, -1)
-        gpu.power_max_watts = None if gpu.power_max_watts is None else round(gpu.power_max_watts, -1)
+        # Power: a hung GPU's peak is its busy first minute or not, as it was scraped.
+        gpu.power_avg_watts = gpu.power_max_watts = None
         # Throttling as its reasons only: a GPU throttled from 25 minutes into a 35-minute run is
         # right at the alert's 25 % (the straggler's evidence and the alerts keep what matters).
         gpu.throttle_seconds = {reason: 0.0 for reason in gpu.throttle_seconds}
