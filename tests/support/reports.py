@@ -114,9 +114,10 @@ def sample_report() -> Report:
 
 def canonical(report: Report, duration_seconds: float) -> Report:
     """The report with what depends on when Prometheus scraped taken out: every time is T0, the
-    job lasted `duration_seconds`, counts and measured durations are dropped or coarsened; what
-    the report concludes (who, what, which alerts, which notes) stays.  Notes and the verdict are
-    made again from the result, so the text stays consistent with itself."""
+    job lasted `duration_seconds`; counts, measured durations, utilization, power and alerts are
+    dropped or coarsened; what the report concludes (who straggled, with what evidence, what
+    stalled, who stopped first) stays.  Notes and the verdict are made again from the result, so
+    the text stays consistent with itself."""
     r = copy.deepcopy(report)
     duration_seconds = float(duration_seconds)
     r.generated_at = T0
