@@ -422,36 +422,56 @@ def flat_runs(points: list[tuple[float, float]], scope: Scope) -> list[Interval]
 # --- stragglers --------------------------------------------------------------------------------
 
 
-def runs_of(series: Iterable[Series], scope: Scope) -> dict[tuple[tuple[str, str], ...], list[tuple[float, float]]]:
-    return {tuple(sorted(s.labels.items())): s.points for s in series if len(s.points) >= MIN_STRAGGLER_POINTS}
+Key = tuple[tuple[str, str], ...]
+
+
+def by_time(series: Iterable[Series], group: Callable[[dict[str, str]], str]) -> dict[tuple[str, float], list]:
+    """Each point of each series under (its group, its time): the peers it is compared with."""
+    out: dict[tuple[str, float], list[tuple[Key, float]]] = {}
+    for s in series:
+        key = tuple(sorted(s.labels.items()))
+        for t, v in s.points:
+            if math.isfinite(v):
+                out.setdefault((group(s.labels), t), []).append((key, v))
+    return out
 
 
 def training_stragglers(scope: Scope) -> list[Straggler]:
+    """Ranks whose own work per step (compute + data wait) is above the sustained straggler
+    ratio times their job's median rank's.  One range query of every rank's work per step and
+    one of the job's wall step time; the medians and ratios are taken here (asking Prometheus
+    for them evaluates every rank's rates once per use: 66 s of a 1,024-rank day's report)."""
     w = duration(scope.window)
     by = "(cluster, instance, job_id, rank, host)"
     work = (
-        f"((sum by {by} (rate({scope.job('lockstep_training_compute_seconds_total')}[{w}]))"
+        f"(sum by {by} (rate({scope.job('lockstep_training_compute_seconds_total')}[{w}]))"
         f" + sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}])))"
-        f" / (sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0))"
+        f" / (sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
     )
     wall = (
-        f"(sum by {by} (rate({scope.job('lockstep_training_step_seconds_total')}[{w}]))"
-        f" / (sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0))"
+        f"sum(rate({scope.job('lockstep_training_step_seconds_total')}[{w}]))"
+        f" / (sum(rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
     )
-    median = f"quantile by (cluster, job_id) (0.5, {work})"
-    peers = f"count by (cluster, job_id) ({work}) >= {T.STRAGGLER_SUSTAINED_MIN_PEERS}"
-    ratio = f"({work} / on (cluster, job_id) group_left () ({median} > 0))"
-    flagged = f"{ratio} > {T.TRAINING_STRAGGLER_SUSTAINED_RATIO} and on (cluster, job_id) ({peers})"
-    ratios = runs_of(scope.over_job(flagged), scope)
-    if not ratios:
+    peers = by_time(scope.over_job(work), lambda labels: "")
+    if not peers:
         return []
-    lost = runs_of(
-        scope.over_job(f"(({work} - on (cluster, job_id) group_left () {median}) / {wall}) and ({flagged})"), scope
-    )
+    walls = {t: v for s in scope.over_job(wall) for t, v in s.points}
+    flagged: dict[Key, list[tuple[float, float, float]]] = {}
+    for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
+        if len(values) < T.STRAGGLER_SUSTAINED_MIN_PEERS:
+            continue
+        median = statistics.median(v for _, v in values)
+        if median <= 0:
+            continue
+        for key, v in values:
+            if v / median > T.TRAINING_STRAGGLER_SUSTAINED_RATIO:
+                lost = (v - median) / walls[t] if walls.get(t) else 0.0
+                flagged.setdefault(key, []).append((t, v / median, lost))
     out = []
-    for key, points in ratios.items():
+    for key, points in flagged.items():
+        if len(points) < MIN_STRAGGLER_POINTS:
+            continue
         labels = dict(key)
-        lost_points = lost.get(key, [])
         out.append(
             Straggler(
                 kind="training",
@@ -461,30 +481,38 @@ def training_stragglers(scope: Scope) -> list[Straggler]:
                 start=points[0][0],
                 end=points[-1][0],
                 seconds=round(len(points) * scope.step * scope.scale, 1),
-                ratio=round(statistics.mean(v for _, v in points), 3),
-                share_lost=round(sum(v for _, v in lost_points) * scope.step / scope.span, 4),
+                ratio=round(statistics.mean(r for _, r, _ in points), 3),
+                share_lost=round(sum(lost for _, _, lost in points) * scope.step / scope.span, 4),
             )
         )
     return sorted(out, key=lambda s: -s.share_lost)
 
 
 def nccl_stragglers(scope: Scope) -> list[Straggler]:
+    """Ranks of a communicator whose peers wait more than NCCL_STRAGGLER_WAIT_SHARE of their
+    collective time for them: 1 - (its time per collective) / (the communicator's median).  Two
+    range queries (every rank's time per collective and collectives per second); the rest here."""
     w = duration(scope.window)
     by = "(cluster, instance, job_id, comm, rank, host)"
     ops = f"sum by {by} (rate({scope.job('lockstep_nccl_collectives_total')}[{w}]))"
-    per_op = f"(sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}])) / ({ops} > 0))"
-    median = f"quantile by (cluster, job_id, comm) (0.5, {per_op})"
-    peers = f"count by (cluster, job_id, comm) ({per_op}) > 2"
-    share = f"(1 - {per_op} / on (cluster, job_id, comm) group_left () ({median} > 0))"
-    flagged = f"{share} > {T.NCCL_STRAGGLER_WAIT_SHARE} and on (cluster, job_id, comm) ({peers})"
-    shares = runs_of(scope.over_job(flagged), scope)
-    if not shares:
+    per_op = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}])) / ({ops} > 0)"
+    peers = by_time(scope.over_job(per_op), lambda labels: labels.get("comm", ""))
+    if not peers:
         return []
-    # Seconds per second the median peer spends waiting for it: (median - its time) x its op rate.
-    lost = runs_of(
-        scope.over_job(f"(({median} - on (cluster, job_id, comm) group_right () {per_op}) * {ops}) and ({flagged})"),
-        scope,
-    )
+    rates = {(tuple(sorted(s.labels.items())), t): v for s in scope.over_job(ops) for t, v in s.points}
+    flagged: dict[Key, list[tuple[float, float, float]]] = {}
+    for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
+        if len(values) <= 2:
+            continue
+        median = statistics.median(v for _, v in values)
+        if median <= 0:
+            continue
+        for key, v in values:
+            share = 1 - v / median
+            if share > T.NCCL_STRAGGLER_WAIT_SHARE:
+                # Seconds per second the median peer waits for it: (median - its time) x its op rate.
+                lost = min((median - v) * rates.get((key, t), 0.0) / scope.scale, 1.0)
+                flagged.setdefault(key, []).append((t, share, lost))
     gpus = {
         (s.labels.get("comm", ""), s.labels.get("rank", "")): s.labels.get("gpu", "")
         for s in scope.at_end(
@@ -493,10 +521,11 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
         )
     }
     out = []
-    for key, points in shares.items():
+    for key, points in flagged.items():
+        if len(points) < MIN_STRAGGLER_POINTS:
+            continue
         labels = dict(key)
         comm, rank = labels.get("comm", ""), labels.get("rank", "")
-        lost_points = lost.get(key, [])
         out.append(
             Straggler(
                 kind="nccl",
@@ -508,8 +537,8 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
                 start=points[0][0],
                 end=points[-1][0],
                 seconds=round(len(points) * scope.step * scope.scale, 1),
-                ratio=round(statistics.mean(v for _, v in points), 3),
-                share_lost=round(sum(min(v / scope.scale, 1.0) for _, v in lost_points) * scope.step / scope.span, 4),
+                ratio=round(statistics.mean(r for _, r, _ in points), 3),
+                share_lost=round(sum(lost for _, _, lost in points) * scope.step / scope.span, 4),
             )
         )
     return sorted(out, key=lambda s: -s.share_lost)

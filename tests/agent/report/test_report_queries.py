@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.agent.report.build import Scope, find_job, flat_runs, stalled_saves, steps_section
+from lockstep.agent.report.build import Scope, find_job, flat_runs, stalled_saves, steps_section, training_stragglers
 from lockstep.agent.report.model import Interval, Point
 from lockstep.agent.report.prometheus import Prometheus, ReportError
 from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, serving, vector
@@ -115,3 +115,29 @@ def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> No
         find_job(scope, T)
     assert (scope.cluster, scope.start, scope.end) == (None, T - 3 * bucket - 60, T - 3 * bucket - 10)
     assert scope.instances == []
+
+
+def test_a_rank_above_the_sustained_ratio_at_three_points_or_more_is_a_straggler() -> None:
+    def rank(r: str, values: list[float]) -> tuple[dict[str, str], list[tuple[float, float]]]:
+        labels = {"cluster": "c1", "instance": "n1:12400", "job_id": "4242", "rank": r, "host": "n1"}
+        return labels, [(T + 60 * i, v) for i, v in enumerate(values)]
+
+    rules = [
+        Rule(
+            r"^\(sum by \(cluster, instance, job_id, rank, host\) \(rate\(lockstep_training_compute",
+            matrix(
+                rank("0", [10.0, 10.0, 10.0, 10.0, 10.0]),
+                rank("1", [10.0, 10.0, 10.0, 10.0, 10.0]),
+                rank("2", [10.0, 11.0, 10.0, 10.0, 10.0]),  # one point at 1.1x: jitter
+                rank("3", [10.0, 14.0, 14.0, 14.0, 10.0]),  # three points at 1.4x
+            ),
+        ),
+        Rule(r"^sum\(rate\(lockstep_training_step_seconds_total", matrix(({}, [(T + 60 * i, 20.0) for i in range(5)]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 300, step=60, window=60)
+        found = training_stragglers(scope)
+    assert [(s.rank, s.start, s.end, s.seconds, s.ratio, s.share_lost) for s in found] == [
+        # At T+60 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
+        ("3", T + 60, T + 180, 180.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 300, 4))
+    ]
