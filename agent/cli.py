@@ -1,4 +1,4 @@
-"""The ``lockstep`` command: run, once, doctor, demo, config check, config example.
+"""The ``lockstep`` command: run, once, doctor, demo, report, config check, config example.
 
 Exit status: 0 fine; 1 a collector failed (``once``) or the agent could not start;
 2 bad usage or bad configuration (every problem printed, no traceback).
@@ -25,6 +25,7 @@ from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.options import declared_options
 from lockstep.agent.registry import Discovery, discover
+from lockstep.agent.report import command as report_command
 from lockstep.agent.scheduler import HEALTHY_STATES
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
@@ -112,6 +113,8 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
         default=1.0,
         help="simulated seconds per real second (default 1; e.g. 60 shows an hour of the scenario in a minute)",
     )
+    report = commands.add_parser("report", help="what happened to a job, from Prometheus (docs/report.md)")
+    report_command.add_arguments(report)
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser("check", help="validate a config file without starting anything")
@@ -359,6 +362,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "config":
         return config_check(args.file, discovery)
+    if args.command == "report":
+        return report_command.run(args)
 
     try:
         prepared = prepare(args, discovery)

@@ -1,0 +1,825 @@
+"""A job's report from Prometheus: find the job's time range, then ask for its series only.
+
+Every query names the job (`job_id`, and `cluster` when given) or the agents that saw it
+(`instance=~...`), and every range is the job's own: the cost follows the job's size and length,
+never the fleet's (bench/report.py measures a 1,024-rank, 24-hour job).
+
+Durations measured on Prometheus' clock are multiplied by `time_scale` (1 in production; the
+demo's --speed in the end-to-end tests, where the simulated node's clock runs faster).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from lockstep.agent.report import thresholds as T
+from lockstep.agent.report.model import (
+    Alert,
+    CheckpointRoot,
+    Event,
+    Gpu,
+    Hang,
+    Interval,
+    Job,
+    Point,
+    PostMortem,
+    Report,
+    Steps,
+    Straggler,
+)
+from lockstep.agent.report.notes import notes_for, verdict_for
+from lockstep.agent.report.prometheus import Prometheus, ReportError, Sample, Series
+
+# The series whose job_id label finds a job: Slurm's, the training logs', NCCL's, checkpoints'.
+JOB_SERIES = (
+    "lockstep_slurm_job_info",
+    "lockstep_slurm_job_gpu_info",
+    "lockstep_training_steps_total",
+    "lockstep_framework_iterations_total",
+    "lockstep_nccl_collectives_total",
+    "lockstep_nccl_ras_rank_info",
+    "lockstep_checkpoint_info",
+)
+# Those that exist only while the job runs.
+LIVE_SERIES = tuple(name for name in JOB_SERIES if name != "lockstep_checkpoint_info")
+LOOKBACK_SECONDS = 31 * 86400  # how far back a job is looked for
+RUNNING_WITHIN = 90.0  # a job with a sample this recent is running
+TIMELINE_POINTS = 240  # points of the step timeline (and of every range query)
+HANG_ALERTS = (
+    "LockstepTrainingHung",
+    "LockstepNCCLRankStuck",
+    "LockstepJobEndedHung",
+    "LockstepNCCLHang",
+    "LockstepTrainingStalled",
+)
+MIN_STRAGGLER_POINTS = 3  # a rank flagged at fewer points of the timeline is jitter, not a straggler
+
+
+@dataclass(frozen=True)
+class StepSource:
+    """Where a job's steps are counted: the training collector's step logs or, for a job without
+    them, the framework_logs collector's iterations (issue 37)."""
+
+    name: str
+    steps: str
+    seconds: str
+    tokens: str
+    per_rank: bool
+
+
+STEP_SOURCES = (
+    StepSource(
+        "training",
+        "lockstep_training_steps_total",
+        "lockstep_training_step_seconds_total",
+        "lockstep_training_tokens_total",
+        True,
+    ),
+    StepSource(
+        "framework",
+        "lockstep_framework_iterations_total",
+        "lockstep_framework_iteration_seconds_total",
+        "lockstep_framework_tokens_total",
+        False,
+    ),
+)
+
+
+def quote(value: str) -> str:
+    return json.dumps(value)
+
+
+def duration(seconds: float) -> str:
+    """A PromQL range of at least a second, in milliseconds."""
+    return f"{max(1000, int(math.ceil(seconds * 1000)))}ms"
+
+
+@dataclass
+class Scope:
+    """The job as the queries see it: who, when, on which agents."""
+
+    prom: Prometheus
+    job_id: str
+    cluster: str | None
+    start: float = 0.0
+    end: float = 0.0
+    step: float = 60.0
+    window: float = 60.0  # rate() window of the range queries
+    instances: list[str] = field(default_factory=list)
+    scale: float = 1.0
+
+    def job(self, name: str = "", **extra: str) -> str:
+        labels = {"job_id": self.job_id, **extra}
+        if self.cluster is not None:
+            labels["cluster"] = self.cluster
+        inside = ",".join(f"{k}={quote(v)}" for k, v in labels.items())
+        return f"{name}{{{inside}}}"
+
+    def job_series(self, names: tuple[str, ...] = ()) -> str:
+        """Every series that names the job (JOB_SERIES), or those of the names given."""
+        return self.job().replace("{", "{__name__=~" + quote("|".join(names or JOB_SERIES)) + ",", 1)
+
+    def nodes(self, name: str, matchers: str = "") -> str:
+        parts = [f"instance=~{quote('|'.join(re.escape(i) for i in self.instances))}"]
+        if self.cluster is not None:
+            parts.append(f"cluster={quote(self.cluster)}")
+        if matchers:
+            parts.append(matchers)
+        return f"{name}{{{','.join(parts)}}}"
+
+    @property
+    def span(self) -> float:
+        return max(self.end - self.start, 1.0)
+
+    @property
+    def whole(self) -> str:
+        """The job's whole range, for *_over_time and increase at its end."""
+        return duration(self.span + self.step)
+
+    def at_end(self, expr: str) -> list[Sample]:
+        return self.prom.query(expr, self.end)
+
+    def over_job(self, expr: str) -> list[Series]:
+        return self.prom.query_range(expr, self.start, self.end, self.step)
+
+
+def build_report(
+    prom: Prometheus,
+    job_id: str,
+    cluster: str | None = None,
+    *,
+    now: float | None = None,
+    time_scale: float = 1.0,
+    grafana_url: str = T.GRAFANA_URL,
+) -> Report:
+    now = time.time() if now is None else now
+    scope = Scope(prom, job_id, cluster, scale=time_scale)
+    find_job(scope, now)
+    job = job_section(scope, now)
+    gpus = gpu_section(scope)
+    steps = steps_section(scope)
+    stragglers = training_stragglers(scope) + nccl_stragglers(scope)
+    for straggler in stragglers:
+        straggler.evidence = evidence(scope, straggler)
+    checkpoints = checkpoint_section(scope)
+    alerts = alert_section(scope, now)
+    hangs = [
+        Hang(a.alertname, a.start, a.labels.get("rank", ""), a.labels.get("host", ""), a.labels.get("gpu", ""))
+        for a in alerts
+        if a.alertname in HANG_ALERTS
+    ]
+    post_mortem = post_mortem_of(scope, steps, hangs)
+    events = event_section(scope)
+    report = Report(
+        job=job,
+        verdict="",
+        generated_at=now,
+        prometheus=prom.url,
+        grafana_url=grafana_link(grafana_url, job),
+        gpus=gpus,
+        steps=steps,
+        stragglers=stragglers,
+        checkpoints=checkpoints,
+        hangs=hangs,
+        post_mortem=post_mortem,
+        alerts=alerts,
+        events=events,
+    )
+    report.notes = notes_for(report)
+    report.verdict = verdict_for(report)
+    return report
+
+
+# --- the job and its range ---------------------------------------------------------------------
+
+
+def find_job(scope: Scope, now: float) -> None:
+    """Set the scope's cluster (when one), range, resolution and agents; ReportError if unknown."""
+    any_series = scope.job_series()
+    lookback = duration(LOOKBACK_SECONDS)
+    clusters = scope.prom.query(f"count by (cluster) (last_over_time({any_series}[{lookback}]))", now)
+    if not clusters:
+        where = f" in cluster {scope.cluster}" if scope.cluster is not None else ""
+        raise ReportError(f"job {scope.job_id}{where} is unknown to Prometheus at {scope.prom.url} (last 31 days)")
+    if scope.cluster is None:
+        found = sorted(s.labels.get("cluster", "") for s in clusters)
+        if len(found) > 1:
+            raise ReportError(f"job {scope.job_id} ran in clusters {', '.join(found)}: choose one with --cluster")
+        scope.cluster = found[0] if found[0] else None
+        any_series = scope.job_series()
+    # Coarse buckets over the lookback, then the first and last sample within the edge buckets.
+    # The job runs while its live series exist (a checkpoint root outlives its job) and ends with
+    # Slurm's record of it where there is one (an NCCL Inspector dump may outlive it too).
+    bucket = LOOKBACK_SECONDS / 500
+
+    def buckets(selector: str) -> list[float]:
+        coarse = scope.prom.query_range(
+            f"count(count_over_time({selector}[{duration(bucket)}]))", now - LOOKBACK_SECONDS, now, bucket
+        )
+        return sorted(t for s in coarse for t, _ in s.points)
+
+    alive = scope.job_series(LIVE_SERIES)
+    points = buckets(alive)
+    if not points:
+        raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
+    fine = bucket / 500
+    # (Each range ends half a step late, so that its last evaluation is the bucket's own.)
+    first = scope.prom.query_range(f"min(timestamp({alive}))", points[0] - bucket, points[0] + fine / 2, fine)
+    slurm = scope.job("lockstep_slurm_job_info")
+    ending = buckets(slurm)
+    ender = slurm if ending else alive
+    ending = ending or points
+    last = scope.prom.query_range(
+        f"max(timestamp({ender}))", ending[-1] - bucket, min(now, ending[-1] + fine / 2), fine
+    )
+    starts = [v for s in first for _, v in s.points]
+    ends = [v for s in last for _, v in s.points]
+    scope.start = min(starts) if starts else points[0] - bucket
+    scope.end = max(ends) if ends else points[-1]
+    if now - scope.end < RUNNING_WITHIN:
+        scope.end = now
+    samples = scope.prom.query(f"max(count_over_time({any_series}[{duration(scope.span + 1)}]))", scope.end)
+    count = samples[0].value if samples else 2
+    interval = scope.span / max(count - 1, 1)
+    scope.step = max(scope.span / TIMELINE_POINTS, interval, 1.0)
+    scope.window = max(scope.step, 4 * interval)
+    instances = scope.at_end(f"count by (instance) (last_over_time({any_series}[{scope.whole}]))")
+    scope.instances = sorted(s.labels.get("instance", "") for s in instances if s.labels.get("instance"))
+
+
+def job_section(scope: Scope, now: float) -> Job:
+    state = "running" if now - scope.end < RUNNING_WITHIN else "ended"
+    job = Job(
+        job_id=scope.job_id,
+        cluster=scope.cluster or "",
+        state=state,
+        start=scope.start,
+        end=scope.end,
+        duration_seconds=round(scope.span * scope.scale, 1),
+        nodes=list(scope.instances),
+    )
+    info = scope.at_end(f"last_over_time({scope.job('lockstep_slurm_job_info')}[{scope.whole}])")
+    if info:
+        labels = info[0].labels
+        job.user, job.account = labels.get("user", ""), labels.get("account", "")
+        job.partition, job.job_name = labels.get("partition", ""), labels.get("job_name", "")
+    ranks = scope.at_end(
+        "count(group by (rank) (last_over_time("
+        + f"{scope.job('lockstep_training_steps_total')}[{scope.whole}])"
+        + f" or last_over_time({scope.job('lockstep_nccl_collectives_total')}[{scope.whole}])"
+        + f" or last_over_time({scope.job('lockstep_nccl_ras_rank_info')}[{scope.whole}])))"
+    )
+    size = scope.at_end(
+        f"max(max_over_time({scope.job('lockstep_nccl_communicator_ranks')}[{scope.whole}]))"
+    )  # RAS knows every rank, not only this node's
+    job.ranks = int(max([s.value for s in ranks + size], default=0))
+    hosts = scope.at_end(
+        "group by (host) (last_over_time("
+        + f"{scope.job('lockstep_training_steps_total')}[{scope.whole}])"
+        + f" or last_over_time({scope.job('lockstep_nccl_collectives_total')}[{scope.whole}]))"
+    )
+    job.hosts = sorted({s.labels["host"] for s in hosts if s.labels.get("host")}, key=natural)
+    gpus = scope.at_end(f"count(last_over_time({scope.job('lockstep_slurm_job_gpu_info')}[{scope.whole}]))")
+    job.gpus = int(gpus[0].value) if gpus else 0
+    return job
+
+
+def natural(text: str) -> tuple[object, ...]:
+    """Sort key that puts rank 10 after rank 9 and node010 after node009."""
+    return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
+
+
+def host_of_instance(scope: Scope) -> dict[str, str]:
+    """Each agent's host name (Slurm's node name, else the Kubernetes node, else the address)."""
+    names = {i: i.rsplit(":", 1)[0] for i in scope.instances}
+    if not scope.instances:
+        return names
+    for s in scope.at_end(f"last_over_time({scope.nodes('lockstep_slurm_node_info')}[{scope.whole}])"):
+        if s.labels.get("slurm_node"):
+            names[s.labels["instance"]] = s.labels["slurm_node"]
+    return names
+
+
+# --- GPUs --------------------------------------------------------------------------------------
+
+
+def gpu_section(scope: Scope) -> list[Gpu]:
+    if not scope.instances:
+        return []
+    hosts = host_of_instance(scope)
+    held = scope.at_end(f"last_over_time({scope.job('lockstep_slurm_job_gpu_info')}[{scope.whole}])")
+    gpus: dict[tuple[str, str], Gpu] = {}
+    for s in held:
+        key = (s.labels.get("instance", ""), s.labels.get("uuid", ""))
+        gpus[key] = Gpu(node=hosts.get(key[0], key[0]), gpu=s.labels.get("gpu", ""), uuid=key[1])
+    if not gpus:
+        return []
+    whole = scope.whole
+
+    def each(expr: str, put: Callable[[Gpu, Sample], object]) -> None:
+        for sample in scope.at_end(expr):
+            gpu = gpus.get((sample.labels.get("instance", ""), sample.labels.get("uuid", "")))
+            if gpu is not None:
+                put(gpu, sample)
+
+    def setter(name: str) -> Callable[[Gpu, Sample], None]:
+        return lambda g, s: setattr(g, name, s.value)
+
+    each(f"avg_over_time({scope.nodes('lockstep_gpu_utilization_ratio')}[{whole}])", setter("utilization_avg"))
+    each(f"max_over_time({scope.nodes('lockstep_gpu_memory_used_bytes')}[{whole}])", setter("memory_peak_bytes"))
+    each(f"max_over_time({scope.nodes('lockstep_gpu_memory_total_bytes')}[{whole}])", setter("memory_total_bytes"))
+    each(f"avg_over_time({scope.nodes('lockstep_gpu_power_watts')}[{whole}])", setter("power_avg_watts"))
+    each(f"max_over_time({scope.nodes('lockstep_gpu_power_watts')}[{whole}])", setter("power_max_watts"))
+    each(
+        f"increase({scope.nodes('lockstep_gpu_clock_event_seconds_total')}[{whole}]) > 0",
+        lambda g, s: g.throttle_seconds.__setitem__(s.labels.get("reason", "?"), round(s.value, 1)),
+    )
+    each(
+        f"increase({scope.nodes('lockstep_gpu_xid_errors_total')}[{whole}]) > 0",
+        lambda g, s: g.xid_errors.__setitem__(s.labels.get("xid", "?"), round(s.value)),
+    )
+    each(
+        f"increase({scope.nodes('lockstep_gpu_ecc_errors_total')}[{whole}]) > 0",
+        lambda g, s: g.ecc_errors.__setitem__(s.labels.get("type", "?"), round(s.value)),
+    )
+    # Reasons without a time counter (NVML has none for hw_slowdown): the share of samples active.
+    each(
+        f"avg_over_time({scope.nodes('lockstep_gpu_clock_event_active')}[{whole}]) > 0",
+        lambda g, s: g.throttle_seconds.setdefault(
+            s.labels.get("reason", "?"), round(s.value * scope.span * scope.scale, 1)
+        ),
+    )
+    out = sorted(gpus.values(), key=lambda g: (natural(g.node), natural(g.gpu)))
+    for gpu in out:
+        for name in ("utilization_avg", "power_avg_watts", "power_max_watts"):
+            value = getattr(gpu, name)
+            if value is not None:
+                setattr(gpu, name, round(value, 3))
+        gpu.idle = gpu.utilization_avg is not None and gpu.utilization_avg < T.GPU_IDLE_ACTIVITY_RATIO
+    return out
+
+
+# --- steps -------------------------------------------------------------------------------------
+
+
+def step_source(scope: Scope) -> StepSource | None:
+    """The job's step counters: the training collector's when the job has them, otherwise the
+    framework_logs collector's iterations; None when the job logs neither."""
+    for source in STEP_SOURCES:
+        if scope.at_end(f"count(last_over_time({scope.job(source.steps)}[{scope.whole}]))"):
+            return source
+    return None
+
+
+def steps_section(scope: Scope) -> Steps:
+    source = step_source(scope)
+    if source is None:
+        return Steps()
+    w = duration(scope.window)
+    steps_sel, seconds_sel = scope.job(source.steps), scope.job(source.seconds)
+    out = Steps(source=source.name)
+    done = scope.at_end(f"max(max_over_time({steps_sel}[{scope.whole}]))")
+    out.steps = done[0].value if done else 0
+    timeline = scope.over_job(f"avg(rate({seconds_sel}[{w}]) / (rate({steps_sel}[{w}]) > 0))")
+    out.timeline = [Point(t, round(v, 4)) for s in timeline for t, v in s.points if math.isfinite(v)]
+    if out.timeline:
+        out.median_step_seconds = round(statistics.median(p.value for p in out.timeline), 4)
+    tokens = scope.over_job(f"sum(rate({scope.job(source.tokens)}[{w}]))")
+    out.tokens_per_second = [Point(t, round(v / scope.scale, 1)) for s in tokens for t, v in s.points]
+    # Stalls on Prometheus' clock: how long the job's step count stayed where it was.
+    count = scope.over_job(f"max({steps_sel})")
+    points = [p for s in count for p in s.points]
+    out.stalls = flat_runs(points, scope)
+    changes = [t for (t, v), (_, prev) in zip(points[1:], points[:-1]) if v != prev]
+    out.last_step = changes[-1] if changes else (points[0][0] if points else None)
+    return out
+
+
+def flat_runs(points: list[tuple[float, float]], scope: Scope) -> list[Interval]:
+    """Runs of an unchanged value at least TRAINING_STALL_WINDOW long (on the job's clock)."""
+    window = T.seconds(T.TRAINING_STALL_WINDOW)
+    stalls = []
+    i = 0
+    while i < len(points):
+        j = i
+        while j + 1 < len(points) and points[j + 1][1] == points[i][1]:
+            j += 1
+        end = points[j + 1][0] if j + 1 < len(points) else points[j][0]
+        length = (end - points[i][0]) * scope.scale
+        if length >= window:
+            stalls.append(Interval(points[i][0], end, round(length, 1)))
+        i = j + 1
+    return stalls
+
+
+# --- stragglers --------------------------------------------------------------------------------
+
+
+Key = tuple[tuple[str, str], ...]
+
+
+def by_time(series: Iterable[Series], group: Callable[[dict[str, str]], str]) -> dict[tuple[str, float], list]:
+    """Each point of each series under (its group, its time): the peers it is compared with."""
+    out: dict[tuple[str, float], list[tuple[Key, float]]] = {}
+    for s in series:
+        key = tuple(sorted(s.labels.items()))
+        for t, v in s.points:
+            if math.isfinite(v):
+                out.setdefault((group(s.labels), t), []).append((key, v))
+    return out
+
+
+def training_stragglers(scope: Scope) -> list[Straggler]:
+    """Ranks whose own work per step (compute + data wait) is above the sustained straggler
+    ratio times their job's median rank's.  One range query of every rank's work per step and
+    one of the job's wall step time; the medians and ratios are taken here (asking Prometheus
+    for them evaluates every rank's rates once per use: 66 s of a 1,024-rank day's report)."""
+    w = duration(scope.window)
+    by = "(cluster, instance, job_id, rank, host)"
+    work = (
+        f"(sum by {by} (rate({scope.job('lockstep_training_compute_seconds_total')}[{w}]))"
+        f" + sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}])))"
+        f" / (sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
+    )
+    wall = (
+        f"sum(rate({scope.job('lockstep_training_step_seconds_total')}[{w}]))"
+        f" / (sum(rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
+    )
+    peers = by_time(scope.over_job(work), lambda labels: "")
+    if not peers:
+        return []
+    walls = {t: v for s in scope.over_job(wall) for t, v in s.points}
+    flagged: dict[Key, list[tuple[float, float, float]]] = {}
+    for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
+        if len(values) < T.STRAGGLER_SUSTAINED_MIN_PEERS:
+            continue
+        median = statistics.median(v for _, v in values)
+        if median <= 0:
+            continue
+        for key, v in values:
+            if v / median > T.TRAINING_STRAGGLER_SUSTAINED_RATIO:
+                lost = (v - median) / walls[t] if walls.get(t) else 0.0
+                flagged.setdefault(key, []).append((t, v / median, lost))
+    out = []
+    for key, points in flagged.items():
+        if len(points) < MIN_STRAGGLER_POINTS:
+            continue
+        labels = dict(key)
+        out.append(
+            Straggler(
+                kind="training",
+                rank=labels.get("rank", ""),
+                host=labels.get("host", ""),
+                node=labels.get("instance", ""),
+                start=points[0][0],
+                end=points[-1][0],
+                seconds=round(len(points) * scope.step * scope.scale, 1),
+                ratio=round(statistics.mean(r for _, r, _ in points), 3),
+                share_lost=round(sum(lost for _, _, lost in points) * scope.step / scope.span, 4),
+            )
+        )
+    return sorted(out, key=lambda s: -s.share_lost)
+
+
+def nccl_stragglers(scope: Scope) -> list[Straggler]:
+    """Ranks of a communicator whose peers wait more than NCCL_STRAGGLER_WAIT_SHARE of their
+    collective time for them: 1 - (its time per collective) / (the communicator's median).  Two
+    range queries (every rank's time per collective and collectives per second); the rest here."""
+    w = duration(scope.window)
+    by = "(cluster, instance, job_id, comm, rank, host)"
+    ops = f"sum by {by} (rate({scope.job('lockstep_nccl_collectives_total')}[{w}]))"
+    per_op = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}])) / ({ops} > 0)"
+    peers = by_time(scope.over_job(per_op), lambda labels: labels.get("comm", ""))
+    if not peers:
+        return []
+    rates = {(tuple(sorted(s.labels.items())), t): v for s in scope.over_job(ops) for t, v in s.points}
+    flagged: dict[Key, list[tuple[float, float, float]]] = {}
+    for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
+        if len(values) <= 2:
+            continue
+        median = statistics.median(v for _, v in values)
+        if median <= 0:
+            continue
+        for key, v in values:
+            share = 1 - v / median
+            if share > T.NCCL_STRAGGLER_WAIT_SHARE:
+                # Seconds per second the median peer waits for it: (median - its time) x its op rate.
+                lost = min((median - v) * rates.get((key, t), 0.0) / scope.scale, 1.0)
+                flagged.setdefault(key, []).append((t, share, lost))
+    gpus = {
+        (s.labels.get("comm", ""), s.labels.get("rank", "")): s.labels.get("gpu", "")
+        for s in scope.at_end(
+            f"last_over_time({scope.job('lockstep_nccl_rank_info')}[{scope.whole}])"
+            f" or last_over_time({scope.job('lockstep_nccl_ras_rank_info')}[{scope.whole}])"
+        )
+    }
+    out = []
+    for key, points in flagged.items():
+        if len(points) < MIN_STRAGGLER_POINTS:
+            continue
+        labels = dict(key)
+        comm, rank = labels.get("comm", ""), labels.get("rank", "")
+        out.append(
+            Straggler(
+                kind="nccl",
+                rank=rank,
+                host=labels.get("host", ""),
+                node=labels.get("instance", ""),
+                gpu=gpus.get((comm, rank), ""),
+                comm=comm,
+                start=points[0][0],
+                end=points[-1][0],
+                seconds=round(len(points) * scope.step * scope.scale, 1),
+                ratio=round(statistics.mean(r for _, r, _ in points), 3),
+                share_lost=round(sum(lost for _, _, lost in points) * scope.step / scope.span, 4),
+            )
+        )
+    return sorted(out, key=lambda s: -s.share_lost)
+
+
+def evidence(scope: Scope, straggler: Straggler) -> list[str]:
+    """What else the straggler's node (and its GPUs of the job) shows while it straggled: the
+    straggler rules' suspects, by their thresholds."""
+    instance = straggler.node
+    hosts = host_of_instance(scope)
+    # The rank's host may be another agent's node (its logs read elsewhere): that agent's series.
+    for inst, host in hosts.items():
+        if straggler.host and host == straggler.host:
+            instance = inst
+    if not instance:
+        return []
+    length = max(straggler.end - straggler.start, 0) + scope.window
+    w = duration(length)
+    node = f"instance={quote(instance)}" + (f",cluster={quote(scope.cluster)}" if scope.cluster is not None else "")
+    prom = scope.prom
+    found: list[str] = []
+
+    def ask(expr: str) -> list[Sample]:
+        return prom.query(expr, straggler.end)
+
+    reasons = "|".join(T.SUSPECT_GPU_THROTTLE_REASONS)
+    job_gpus = {
+        s.labels.get("uuid", ""): s.labels.get("gpu", "")
+        for s in ask(f"last_over_time({scope.job('lockstep_slurm_job_gpu_info', instance=instance)}[{scope.whole}])")
+    }
+    for s in ask(f'avg_over_time(lockstep_gpu_clock_event_active{{{node},reason=~"{reasons}"}}[{w}])'):
+        share = s.value
+        gpu = job_gpus.get(s.labels.get("uuid", ""))
+        if gpu is not None and share >= T.SUSPECT_GPU_THROTTLE_SHARE:
+            found.append(f"GPU {gpu} throttled ({s.labels.get('reason')}) {share:.0%} of the time")
+            if not straggler.gpu and straggler.kind == "training":
+                straggler.gpu = gpu
+    for s in ask(f"rate(lockstep_pfc_pause_seconds_total{{{node}}}[{w}])"):
+        share = s.value / scope.scale
+        if share > T.SUSPECT_PFC_PAUSE_RATIO:
+            where = f"{s.labels.get('interface', '?')} priority {s.labels.get('priority', '?')}"
+            found.append(f"PFC pause on {where} {share:.0%} of the time ({s.labels.get('direction', '')})")
+    ib_errors = (
+        "lockstep_ib_port_symbol_errors_total",
+        "lockstep_ib_port_link_error_recovery_total",
+        "lockstep_ib_port_link_downed_total",
+        "lockstep_ib_port_receive_errors_total",
+    )
+    for name in ib_errors:
+        for s in ask(f"increase({name}{{{node}}}[{w}]) > 0"):
+            what = name.removeprefix("lockstep_ib_port_").removesuffix("_total").replace("_", " ")
+            found.append(f"IB {s.labels.get('device')}/{s.labels.get('port')}: {s.value:.0f} {what}")
+    for s in ask(f"min_over_time(lockstep_ib_port_state{{{node}}}[{w}]) < 4"):
+        found.append(f"IB {s.labels.get('device')}/{s.labels.get('port')} down")
+    wait = f"rate(lockstep_ib_port_transmit_wait_total{{{node}}}[{w}])"
+    words = f"rate(lockstep_ib_port_transmitted_bytes_total{{{node}}}[{w}]) / 4"
+    for s in ask(f"{wait} / ({wait} + {words} > 0) > {T.SUSPECT_IB_TRANSMIT_WAIT_RATIO}"):
+        found.append(f"IB {s.labels.get('device')}/{s.labels.get('port')} congested ({s.value:.0%} transmit wait)")
+    responsive = f"lockstep_filesystem_responsive{{{node}}}[{w}]"
+    for s in ask(f"count_over_time({responsive}) - sum_over_time({responsive}) >= 2"):
+        found.append(f"mount {s.labels.get('mountpoint')} hung")
+    for s in ask(f"sum by (mountpoint) (increase(lockstep_nfs_major_timeouts_total{{{node}}}[{w}])) > 0"):
+        found.append(f"NFS {s.labels.get('mountpoint', '')}: {s.value:.0f} major timeouts")
+    pressure = (("cpu", "some", T.SUSPECT_CPU_PRESSURE_RATIO), ("io", "full", T.SUSPECT_IO_PRESSURE_RATIO))
+    for resource, kind, limit in pressure:
+        for s in ask(
+            f'rate(lockstep_host_pressure_stalled_seconds_total{{{node},resource="{resource}",kind="{kind}"}}[{w}])'
+        ):
+            if s.value / scope.scale > limit:
+                found.append(f"{resource.upper()} pressure ({kind}) {s.value / scope.scale:.0%} of the time")
+    if straggler.kind == "training":
+        found += data_wait_evidence(scope, straggler, w)
+    return list(dict.fromkeys(found))
+
+
+def data_wait_evidence(scope: Scope, straggler: Straggler, w: str) -> list[str]:
+    by = "(rank)"
+    steps = f"sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}]))"
+    data = scope.prom.query(
+        f"sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}])) / ({steps} > 0)",
+        straggler.end,
+    )
+    work = scope.prom.query(
+        f"(sum by {by} (rate({scope.job('lockstep_training_compute_seconds_total')}[{w}]))"
+        f" + sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}]))) / ({steps} > 0)",
+        straggler.end,
+    )
+    data_of = {s.labels.get("rank"): s.value for s in data}
+    work_of = {s.labels.get("rank"): s.value for s in work}
+    if straggler.rank not in data_of or straggler.rank not in work_of or len(work_of) < 2:
+        return []
+    excess = work_of[straggler.rank] - statistics.median(work_of.values())
+    extra_wait = data_of[straggler.rank] - statistics.median(data_of.values())
+    if excess > 0 and extra_wait > T.SUSPECT_DATA_WAIT_SHARE * excess:
+        return [f"data loader: {extra_wait:.3g} s more data wait per step than the median rank"]
+    return []
+
+
+# --- checkpoints -------------------------------------------------------------------------------
+
+
+def checkpoint_section(scope: Scope) -> list[CheckpointRoot]:
+    roots = scope.at_end(f"last_over_time({scope.job('lockstep_checkpoint_info')}[{scope.whole}])")
+    if not roots:
+        return []
+    hosts = host_of_instance(scope)
+    wanted = {(s.labels.get("instance", ""), s.labels.get("root", "")) for s in roots}
+    root_re = "|".join(re.escape(r) for _, r in sorted(wanted))
+    instance_re = "|".join(re.escape(i) for i, _ in sorted(wanted))
+    matchers = [f"root=~{quote(root_re)}", f"instance=~{quote(instance_re)}"]
+    if scope.cluster is not None:
+        matchers.append(f"cluster={quote(scope.cluster)}")
+    inside = ",".join(matchers)
+
+    def ranged(name: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
+        return {
+            (s.labels.get("instance", ""), s.labels.get("root", "")): s.points
+            for s in scope.over_job(f"{name}{{{inside}}}")
+        }
+
+    def at_end(expr: str) -> dict[tuple[str, str], float]:
+        return {(s.labels.get("instance", ""), s.labels.get("root", "")): s.value for s in scope.at_end(expr)}
+
+    success = ranged("lockstep_checkpoint_last_success_timestamp_seconds")
+    durations = ranged("lockstep_checkpoint_last_duration_seconds")
+    progress = ranged("lockstep_checkpoint_in_progress_seconds")
+    interval = at_end(f"max_over_time(lockstep_checkpoint_expected_interval_seconds{{{inside}}}[{scope.whole}])")
+    saves = at_end(f"increase(lockstep_checkpoint_saves_total{{{inside}}}[{scope.whole}])")
+    out = []
+    for key in sorted(wanted):
+        root = CheckpointRoot(root=key[1], node=hosts.get(key[0], key[0]))
+        root.expected_interval_seconds = interval.get(key)
+        root.saves = round(saves.get(key, 0))
+        points = success.get(key, [])
+        completed = [(t, v) for (t, v), prev in zip(points, [(0.0, math.nan), *points]) if v != prev[1] and v > 0]
+        values = sorted({v for _, v in completed})
+        if len(values) >= 2:
+            root.cadence_seconds = round(statistics.median(b - a for a, b in zip(values, values[1:])), 1)
+        duration_at = dict(durations.get(key, []))
+        root.durations_seconds = [round(duration_at[t], 1) for t, _ in completed if t in duration_at]
+        if points:
+            root.last_success = points[-1][1] or None
+            seen_change = [t for t, _ in completed if t > points[0][0]]
+            if seen_change:
+                root.work_at_risk_seconds = round((scope.end - seen_change[-1]) * scope.scale, 1)
+            elif points[-1][1] > 0 and 0 <= scope.end - points[-1][1] <= scope.span * scope.scale + 86400:
+                root.work_at_risk_seconds = round(scope.end - points[-1][1], 1)
+        limit = T.CHECKPOINT_STALL_INTERVALS * (root.expected_interval_seconds or T.CHECKPOINT_DEFAULT_INTERVAL_SECONDS)
+        root.stalls = stalled_saves(progress.get(key, []), limit)
+        out.append(root)
+    return out
+
+
+def stalled_saves(points: list[tuple[float, float]], limit: float) -> list[Interval]:
+    """Saves in progress for longer than limit (in_progress_seconds is on the node's clock)."""
+    stalls: list[Interval] = []
+    run: list[tuple[float, float]] = []
+    for t, v in [*points, (math.inf, 0.0)]:
+        if v > 0 and (not run or v >= run[-1][1]):
+            run.append((t, v))
+            continue
+        if run and run[-1][1] > limit:
+            stalls.append(Interval(run[0][0], run[-1][0], round(run[-1][1], 1)))
+        run = [(t, v)] if v > 0 else []
+    return stalls
+
+
+# --- alerts, hangs, events ---------------------------------------------------------------------
+
+
+def alert_section(scope: Scope, now: float) -> list[Alert]:
+    """The alerts that fired about the job (its job_id) or its agents (node alerts, no job_id),
+    from the job's start to a quarter of an hour after its end (LockstepJobEndedHung comes then)."""
+    until = min(now, scope.end + 900)
+    cluster = f",cluster={quote(scope.cluster)}" if scope.cluster is not None else ""
+    exprs = [f'ALERTS{{alertstate="firing",job_id={quote(scope.job_id)}{cluster}}}']
+    if scope.instances:
+        exprs.append(scope.nodes("ALERTS", 'alertstate="firing",job_id=""'))
+    found: list[Alert] = []
+    for expr in exprs:
+        for s in scope.prom.query_range(expr, scope.start, until, scope.step):
+            labels = {k: v for k, v in s.labels.items() if k not in ("__name__", "alertstate")}
+            found.append(
+                Alert(
+                    alertname=labels.pop("alertname", ""),
+                    severity=labels.pop("severity", ""),
+                    start=s.points[0][0],
+                    end=s.points[-1][0],
+                    labels=labels,
+                )
+            )
+    return sorted(found, key=lambda a: (a.start, a.alertname, sorted(a.labels.items())))
+
+
+def post_mortem_of(scope: Scope, steps: Steps, hangs: list[Hang]) -> PostMortem | None:
+    """Which rank stopped first, when the job hung: the rank furthest behind in NCCL (RAS), else
+    the rank with the fewest steps, else the rank or GPU the hang alert named."""
+    stalled_at_end = bool(steps.stalls) and steps.stalls[-1].end >= scope.end - scope.step
+    if not hangs and not stalled_at_end:
+        return None
+    behind = scope.at_end(
+        f"max by (rank, host, instance, gpu) (max_over_time({scope.job('lockstep_nccl_rank_collectives_behind')}"
+        f"[{scope.whole}])) > 0"
+    )
+    if behind:
+        worst = max(behind, key=lambda s: s.value)
+        return PostMortem(
+            rank=worst.labels.get("rank", ""),
+            host=worst.labels.get("host", ""),
+            gpu=worst.labels.get("gpu", "") or gpu_from_hangs(hangs, worst.labels.get("rank", "")),
+            how=f"{worst.value:.0f} collective(s) behind the other ranks (NCCL RAS)",
+        )
+    per_rank = scope.at_end(
+        f"max by (rank, host) (max_over_time({scope.job('lockstep_training_steps_total')}[{scope.whole}]))"
+    )
+    if len({s.value for s in per_rank}) > 1:
+        first = min(per_rank, key=lambda s: (s.value, natural(s.labels.get("rank", ""))))
+        rank = first.labels.get("rank", "")
+        return PostMortem(
+            rank=rank,
+            host=first.labels.get("host", ""),
+            gpu=gpu_from_hangs(hangs, rank),
+            stopped_at=steps.last_step,
+            how=f"stopped at step {first.value:.0f}, behind the other ranks",
+        )
+    named = [h for h in hangs if h.rank or h.gpu]
+    if named:
+        h = named[0]
+        return PostMortem(rank=h.rank, host=h.host, gpu=h.gpu, stopped_at=steps.last_step, how=f"named by {h.alert}")
+    return PostMortem(rank="", stopped_at=steps.last_step, how="every rank stopped at the same step")
+
+
+def gpu_from_hangs(hangs: list[Hang], rank: str) -> str:
+    for h in hangs:
+        if h.gpu and (not h.rank or h.rank == rank):
+            return h.gpu
+    return ""
+
+
+EVENTS = (
+    ("fabric", "increase(lockstep_ib_port_link_downed_total{SEL}[WIN]) > 0", "IB {device}/{port} link down"),
+    ("fabric", "min_over_time(lockstep_ib_port_state{SEL}[WIN]) < 4", "IB {device}/{port} not active"),
+    ("fabric", "increase(lockstep_ib_port_link_error_recovery_total{SEL}[WIN]) > 0", "IB {device}/{port} recoveries"),
+    ("fabric", "increase(lockstep_ib_port_symbol_errors_total{SEL}[WIN]) > 0", "IB {device}/{port} symbol errors"),
+    ("fabric", "increase(lockstep_pfc_pause_storm_events_total{SEL}[WIN]) > 0", "PFC pause storm on {interface}"),
+    # Unresponsive at two scrapes or more (one slow statfs on a busy node is no event).
+    (
+        "filesystem",
+        "count_over_time(lockstep_filesystem_responsive{SEL}[WIN])"
+        " - sum_over_time(lockstep_filesystem_responsive{SEL}[WIN]) >= 2",
+        "{mountpoint} unresponsive",
+    ),
+    (
+        "filesystem",
+        "sum by (instance, mountpoint) (increase(lockstep_nfs_major_timeouts_total{SEL}[WIN])) > 0",
+        "NFS major timeouts on {mountpoint}",
+    ),
+)
+
+
+def event_section(scope: Scope) -> list[Event]:
+    if not scope.instances:
+        return []
+    hosts = host_of_instance(scope)
+    selector = scope.nodes("")[1:-1]
+    out = []
+    for kind, template, what in EVENTS:
+        expr = template.replace("SEL", selector).replace("WIN", scope.whole)
+        for s in scope.at_end(expr):
+            labels = {k: v for k, v in s.labels.items()}
+            count = 0.0 if "_over_time" in expr else round(s.value)
+            out.append(Event(kind, hosts.get(labels.get("instance", ""), ""), fill(what, labels), count))
+    return sorted(out, key=lambda e: (e.kind, natural(e.node), e.what))
+
+
+def fill(template: str, labels: dict[str, str]) -> str:
+    return re.sub(r"\{(\w+)\}", lambda m: labels.get(m.group(1), "?"), template)
+
+
+def grafana_link(base: str, job: Job) -> str:
+    query = {"var-job_id": job.job_id, "from": str(int(job.start * 1000)), "to": str(int(job.end * 1000))}
+    if job.cluster:
+        query = {"var-cluster": job.cluster, **query}
+    return f"{base.rstrip('/')}/d/{T.SLURM_JOB_DASHBOARD_UID}?{urllib.parse.urlencode(query)}"

@@ -1,0 +1,101 @@
+"""`lockstep report JOB_ID`: its flags, and the command (read the stored report, or make one).
+
+Exit status: 0 a report was written; 1 none could be made (Prometheus unreachable, job unknown,
+a bad URL, a store or output file that cannot be read or written), said in one line; 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from lockstep.agent.report import html, store, text
+from lockstep.agent.report.build import build_report
+from lockstep.agent.report.model import Report, to_json
+from lockstep.agent.report.prometheus import Prometheus, ReportError
+from lockstep.agent.report.thresholds import GRAFANA_URL
+
+PROMETHEUS_ENV = "LOCKSTEP_PROMETHEUS_URL"
+DEFAULT_PROMETHEUS = "http://localhost:9090"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job_id", metavar="JOB_ID", help="Slurm job id, or the job_id of the training/NCCL series")
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="Prometheus (or Thanos, Mimir, VictoriaMetrics) query URL "
+        f"(default ${PROMETHEUS_ENV} or {DEFAULT_PROMETHEUS})",
+    )
+    parser.add_argument("--cluster", metavar="C", help="the cluster label, when one Prometheus sees several")
+    parser.add_argument("--format", choices=("text", "json", "html"), default="text")
+    parser.add_argument("--output", metavar="FILE", type=Path, help="write the report here instead of stdout")
+    parser.add_argument("--refresh", action="store_true", help="recompute from Prometheus even if a report is stored")
+    parser.add_argument(
+        "--store",
+        metavar="DIR",
+        help=f"where finished jobs' reports are kept (default ${store.STORE_ENV} or {store.DEFAULT_STORE})",
+    )
+    parser.add_argument(
+        "--save", action="store_true", help="compute the report and store its JSON (the Slurm epilog's command)"
+    )
+    parser.add_argument("--grafana", metavar="URL", default=GRAFANA_URL, help="Grafana base URL for the link")
+    parser.add_argument(
+        "--at", type=float, metavar="UNIX_TIME", help="the report as Prometheus saw the job at this time (default now)"
+    )
+    # Test-only: the simulated node's clock runs this many times as fast as Prometheus' (demo --speed).
+    parser.add_argument("--time-scale", dest="time_scale", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt == "json":
+        return to_json(report)
+    if fmt == "html":
+        return html.render(report)
+    return text.render(report)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        return _run(args)
+    except ReportError as exc:
+        print(f"lockstep: report: {exc}", file=sys.stderr)
+        return 1
+
+
+def _run(args: argparse.Namespace) -> int:
+    where = store.store_dir(args.store)
+    report = None
+    if not (args.refresh or args.save):
+        try:
+            report = store.load(where, args.job_id, args.cluster)
+        except ValueError as exc:
+            raise ReportError(f"stored report unreadable: {exc}") from None
+    if report is None:
+        url = args.prometheus or os.environ.get(PROMETHEUS_ENV) or DEFAULT_PROMETHEUS
+        prometheus = Prometheus(url)
+        if not args.time_scale > 0:
+            raise ReportError("--time-scale must be above 0")
+        report = build_report(
+            prometheus, args.job_id, args.cluster, now=args.at, time_scale=args.time_scale, grafana_url=args.grafana
+        )
+    if args.save:
+        try:
+            path = store.save(where, report)
+        except OSError as exc:
+            raise ReportError(f"cannot store the report in {where}: {exc.strerror or exc}") from None
+        print(f"lockstep: report of job {args.job_id} stored in {path}", file=sys.stderr)
+        if args.output is None:
+            return 0
+    body = render(report, args.format)
+    if args.output is None:
+        sys.stdout.write(body)
+        sys.stdout.flush()
+        return 0
+    try:
+        args.output.write_text(body)
+    except OSError as exc:
+        raise ReportError(f"cannot write {args.output}: {exc.strerror or exc}") from None
+    return 0

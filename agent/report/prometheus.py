@@ -1,0 +1,107 @@
+"""The report's only way to Prometheus: instant and range queries over its HTTP API (urllib).
+
+Every query the report makes goes through `Prometheus`, which counts them (bench/report.py
+prints the count) and turns every failure into one `ReportError` line: the CLI prints it and
+exits 1, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ReportError(Exception):
+    """A report cannot be made: the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Series:
+    labels: dict[str, str]
+    points: list[tuple[float, float]]
+
+
+def check_url(url: str) -> str:
+    """The base URL without a trailing slash; ReportError when it is not an http(s) URL."""
+    parsed = urllib.parse.urlsplit(url)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ReportError(f"--prometheus {url!r} is not an http:// or https:// URL")
+    return url.rstrip("/")
+
+
+@dataclass
+class Prometheus:
+    """A Prometheus server (or anything with its query API: Thanos, Mimir, VictoriaMetrics)."""
+
+    url: str
+    timeout: float = 30.0
+    queries: int = 0
+    log: list[tuple[str, float]] = field(default_factory=list)  # each expression sent and its seconds (bench)
+
+    def __post_init__(self) -> None:
+        self.url = check_url(self.url)
+
+    def query(self, expr: str, at: float) -> list[Sample]:
+        data = self._post("query", {"query": expr, "time": _ts(at)})
+        if data["resultType"] == "scalar":
+            return [Sample({}, float(data["result"][1]))]
+        return [Sample(dict(r["metric"]), float(r["value"][1])) for r in data["result"]]
+
+    def query_range(self, expr: str, start: float, end: float, step: float) -> list[Series]:
+        data = self._post("query_range", {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)})
+        return [Series(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
+
+    def _post(self, endpoint: str, params: dict[str, str]) -> Any:
+        self.queries += 1
+        started = time.monotonic()
+        try:
+            return self._ask(endpoint, params)
+        finally:
+            self.log.append((params["query"], time.monotonic() - started))
+
+    def _ask(self, endpoint: str, params: dict[str, str]) -> Any:
+        body = urllib.parse.urlencode(params).encode()
+        request = urllib.request.Request(
+            f"{self.url}/api/v1/{endpoint}",
+            data=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                payload = response.read()
+        except urllib.error.HTTPError as exc:
+            raise ReportError(f"Prometheus at {self.url} answered {exc.code}: {_error_of(exc.read())}") from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ReportError(f"cannot reach Prometheus at {self.url}: {reason}") from None
+        try:
+            answer = json.loads(payload)
+        except ValueError:
+            raise ReportError(f"{self.url} is not a Prometheus query API (its answer is not JSON)") from None
+        if not isinstance(answer, dict) or answer.get("status") != "success" or "data" not in answer:
+            raise ReportError(f"Prometheus at {self.url} failed a query: {_error_of(payload)}")
+        return answer["data"]
+
+
+def _ts(value: float) -> str:
+    return f"{value:.3f}"
+
+
+def _error_of(payload: bytes) -> str:
+    try:
+        answer = json.loads(payload)
+        return str(answer.get("error") or answer.get("status") or "no error given").splitlines()[0][:300]
+    except (ValueError, AttributeError):
+        text = payload.decode(errors="replace").strip().splitlines()
+        return (text[0] if text else "empty answer")[:300]

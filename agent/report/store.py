@@ -1,0 +1,52 @@
+"""Finished jobs keep their report: the Slurm epilog (deploy/slurm/lockstep-report-epilog.sh)
+writes the compact JSON to the store when the job ends; `lockstep report` reads it first.
+
+One file per job: STORE/<cluster>/<job_id>.json (`_` for no cluster), written atomically.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from lockstep.agent.report.model import Report, from_json, to_json
+
+DEFAULT_STORE = "/var/lib/lockstep/reports"
+STORE_ENV = "LOCKSTEP_REPORT_STORE"
+_SAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def store_dir(given: str | None) -> Path:
+    return Path(given or os.environ.get(STORE_ENV) or DEFAULT_STORE)
+
+
+def path_of(store: Path, job_id: str, cluster: str | None) -> Path:
+    return store / (_SAFE.sub("_", cluster) if cluster else "_") / f"{_SAFE.sub('_', job_id)}.json"
+
+
+def load(store: Path, job_id: str, cluster: str | None) -> Report | None:
+    """The stored report, None when there is none; ValueError when the file is not a report."""
+    path = path_of(store, job_id, cluster)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ValueError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        return from_json(text)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+def save(store: Path, report: Report) -> Path:
+    path = path_of(store, report.job.job_id, report.job.cluster or None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+    with os.fdopen(fd, "w") as out:
+        out.write(to_json(report, compact=True))
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path

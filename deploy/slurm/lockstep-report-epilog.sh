@@ -1,0 +1,39 @@
+#!/bin/sh
+# Slurm epilog: keep the report of a job that ended, whatever its end (completed, failed,
+# cancelled, timed out, node failure).  Run it as EpilogSlurmctld (once per job, on the
+# controller) in slurm.conf:
+#     EpilogSlurmctld=/usr/local/sbin/lockstep-report-epilog.sh
+# It writes the report's compact JSON to $LOCKSTEP_REPORT_STORE/<cluster>/<job_id>.json, which
+# `lockstep report JOB` then reads first (docs/report.md, "Finished jobs keep their report").
+#
+# Configuration, in /etc/default/lockstep-report (or LOCKSTEP_REPORT_DEFAULTS) or the environment:
+#   LOCKSTEP_PROMETHEUS_URL  the query URL (default http://localhost:9090)
+#   LOCKSTEP_REPORT_STORE    where reports are kept (default /var/lib/lockstep/reports)
+#   LOCKSTEP_CLUSTER         the cluster label, when Prometheus sees several clusters
+#   LOCKSTEP_REPORT_DELAY    seconds to wait first, for the job's last scrape (default 30)
+#   LOCKSTEP_REPORT_OPTIONS  further options of `lockstep report`, e.g. --grafana https://grafana.example
+#   LOCKSTEP                 the lockstep command (default: lockstep on PATH)
+# It always exits 0: a report that could not be made must neither drain the node nor hold the
+# job; the reason goes to syslog (logger) and stderr.
+defaults="${LOCKSTEP_REPORT_DEFAULTS:-/etc/default/lockstep-report}"
+# shellcheck disable=SC1090
+[ -r "$defaults" ] && . "$defaults"
+
+job="${SLURM_JOB_ID:-${SLURM_JOBID:-}}"
+if [ -z "$job" ]; then
+    echo "lockstep-report-epilog: no SLURM_JOB_ID: not run by Slurm?" >&2
+    exit 0
+fi
+sleep "${LOCKSTEP_REPORT_DELAY:-30}"
+set -- report "$job" --save --refresh
+[ -n "${LOCKSTEP_PROMETHEUS_URL:-}" ] && set -- "$@" --prometheus "$LOCKSTEP_PROMETHEUS_URL"
+[ -n "${LOCKSTEP_REPORT_STORE:-}" ] && set -- "$@" --store "$LOCKSTEP_REPORT_STORE"
+[ -n "${LOCKSTEP_CLUSTER:-}" ] && set -- "$@" --cluster "$LOCKSTEP_CLUSTER"
+# LOCKSTEP may be a command with arguments (python -m lockstep.agent.cli), and the options
+# several words: both split on purpose.
+# shellcheck disable=SC2086
+if ! message="$(${LOCKSTEP:-lockstep} "$@" ${LOCKSTEP_REPORT_OPTIONS:-} 2>&1)"; then
+    logger -t lockstep-report "job $job: $message" 2>/dev/null || true
+    echo "lockstep-report-epilog: job $job: $message" >&2
+fi
+exit 0

@@ -1,0 +1,275 @@
+"""`lockstep report` end to end: a real Prometheus scrapes the real agent on the demo scenarios,
+with the alert rules loaded, and the report of each scenario's job is read back through the CLI.
+
+One Prometheus (Debian `prometheus`) scrapes one `lockstep demo --speed 10` per scenario, each
+target labelled cluster=<scenario>, every 1.5 s (15 simulated seconds), as
+tests/alerts/test_hangs_e2e.py does; the rules are rendered with every `for:` and range window
+divided by the same 10 (alerts/compression.py), leaving out the alerts that read time() (the
+simulated clock runs ten times as fast as Prometheus').  The report is made with
+`--time-scale 10`, so its durations are the simulated job's.
+
+Each scenario's report is compared with its golden files, tests/golden/report-<scenario>.txt
+and .json: the report with what depends on scrape timing taken out (tests/support/reports.py
+`canonical`); `pytest --update-golden` (./dev/regenerate) rewrites them.  Exact assertions
+name, per scenario, the rank held responsible, its evidence and the rank that stopped first.
+The Slurm epilog script stores the report of the job killed while hung, which is then read back
+with Prometheus gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from alerts import render
+from alerts import thresholds as T
+from alerts.compression import Compression
+from lockstep.agent.report import text
+from lockstep.agent.report.model import Report, from_json, to_json
+from tests.support import GOLDEN, LOCKSTEP, REPO, free_port, require_real
+from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
+from tests.support.reports import canonical
+
+# Tier: a real Prometheus scrapes the real agent (tests/conftest.py).
+pytestmark = pytest.mark.e2e
+
+SPEED = 10
+# The collectors of a job's evidence, and those a scenario's fault needs besides (fewer agents'
+# threads on a shared 2-core machine: a demo starved of CPU reads its step logs late).
+COLLECTORS = ("gpu", "slurm", "training", "nccl_inspector", "nccl_ras", "checkpoint")
+EXTRA_COLLECTORS = {
+    "straggler-nfs": ("filesystem",),
+    "straggler-pfc": ("ethtool",),
+    "checkpoint-stall": ("host", "filesystem"),
+}
+SCENARIOS = (
+    "healthy",
+    "straggler",
+    "straggler-thermal",
+    "straggler-data",
+    "straggler-nfs",
+    "straggler-pfc",
+    "nccl-straggler",
+    "hang-steps",
+    "hang-nccl",
+    "hang-killed",
+    "checkpoint-stall",
+)
+OBSERVE = 210  # real seconds: the straggler-* scenarios turn slow 25 simulated minutes (150 s) in
+# The agent's own health: on a loaded 2-core machine a scrape can time out, which is no part of
+# the jobs' story (tests/alerts/test_alerts_e2e.py proves these alerts).
+AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
+EPILOG = REPO / "deploy" / "slurm" / "lockstep-report-epilog.sh"
+
+
+@dataclass
+class Run:
+    reports: dict[str, Report] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    store: Path = Path()
+    epilog: subprocess.CompletedProcess[str] | None = None
+    stored_text: subprocess.CompletedProcess[str] | None = None
+
+
+def report_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LOCKSTEP, "report", *args], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    tmp = tmp_path_factory.mktemp("report")
+    processes: list = []
+    try:
+        compression = Compression(for_scale=1 / SPEED, range_scale=1 / SPEED, min_range=1)
+        for name, rendered in render.render_rule_files(compression).items():
+            groups = yaml.safe_load(rendered)["groups"]
+            for group in groups:
+                group["rules"] = [
+                    r
+                    for r in group["rules"]
+                    if "record" in r or ("time()" not in r["expr"] and r["alert"] not in AGENT_HEALTH)
+                ]
+            (tmp / Path(name).name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+        config = tmp / "lockstep.yml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "collectors": {
+                        c: {"interval": "1s", "deadline": "10s"}
+                        for c in {*COLLECTORS, *(c for extra in EXTRA_COLLECTORS.values() for c in extra)}
+                    }
+                }
+            )
+        )
+        (tmp / "targets.json").write_text("[]")
+        prometheus_config = {
+            "global": {"scrape_interval": "1500ms", "scrape_timeout": "1500ms", "evaluation_interval": "1500ms"},
+            "rule_files": [str(tmp / Path(name).name) for name in render.RULE_FILES.values()],
+            "scrape_configs": [
+                {
+                    "job_name": T.AGENT_JOB,
+                    "file_sd_configs": [{"files": [str(tmp / "targets.json")], "refresh_interval": "1s"}],
+                }
+            ],
+        }
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
+        url = start_prometheus(tmp, free_port(), processes)
+        demos = {}
+        for scenario in SCENARIOS:
+            port = free_port()
+            args = [*LOCKSTEP, "demo", "--scenario", scenario, "--speed", str(SPEED), "--config", str(config)]
+            enabled = (*COLLECTORS, *EXTRA_COLLECTORS.get(scenario, ()))
+            args += ["--collector.disable-defaults", *(f"--collector.{c}" for c in enabled)]
+            log = tmp / f"demo-{scenario}.log"
+            processes.append(start_logged([*args, "--listen", f"127.0.0.1:{port}"], log))
+            demos[scenario] = (f"http://127.0.0.1:{port}/healthz", processes[-1], log, port)
+        ready: dict[str, float] = {}
+        give_up = time.monotonic() + 120
+        while len(ready) < len(demos):
+            assert time.monotonic() < give_up, f"not serving after 120 s: {sorted(set(demos) - set(ready))}"
+            for scenario, (health, proc, log, _port) in demos.items():
+                if scenario not in ready and is_ready(health, proc, log):
+                    ready[scenario] = time.monotonic()
+                    targets = [
+                        {"targets": [f"127.0.0.1:{demos[s][3]}"], "labels": {"cluster": s}} for s in sorted(ready)
+                    ]
+                    (tmp / "targets.json.tmp").write_text(json.dumps(targets))
+                    os.replace(tmp / "targets.json.tmp", tmp / "targets.json")
+            time.sleep(0.2)
+        time.sleep(max(0.0, max(ready.values()) + OBSERVE - time.monotonic()))
+        # Every report as Prometheus saw its job at one moment, the demos stopped from then on (the
+        # reports are then made on a quiet machine, in any order, each from the same data).
+        at = time.time()
+        stop_all(processes[1:])
+        del processes[1:]
+        result = Run(store=tmp / "store")
+        for scenario in SCENARIOS:
+            got = report_cli(
+                "4242",
+                *("--prometheus", url, "--cluster", scenario, "--time-scale", str(SPEED), "--refresh"),
+                *("--at", f"{at:.3f}"),
+                *("--format", "json", "--store", str(result.store)),
+            )
+            if got.returncode != 0:
+                result.errors[scenario] = got.stderr
+                continue
+            result.reports[scenario] = from_json(got.stdout)
+            result.texts[scenario] = text.render(result.reports[scenario])
+        # The job killed while hung: the Slurm epilog stores its report ...
+        env = {
+            **os.environ,
+            "SLURM_JOB_ID": "4242",
+            "LOCKSTEP": " ".join(LOCKSTEP),
+            "LOCKSTEP_PROMETHEUS_URL": url,
+            "LOCKSTEP_REPORT_STORE": str(result.store),
+            "LOCKSTEP_CLUSTER": "hang-killed",
+            "LOCKSTEP_REPORT_DELAY": "0",
+            "LOCKSTEP_REPORT_OPTIONS": f"--time-scale {SPEED}",
+            "LOCKSTEP_REPORT_DEFAULTS": str(tmp / "no-defaults"),
+        }
+        result.epilog = subprocess.run(["sh", str(EPILOG)], capture_output=True, text=True, timeout=120, env=env)
+        # ... which `lockstep report` reads with Prometheus gone.
+        stop_all(processes)
+        processes.clear()
+        result.stored_text = report_cli(
+            "4242", "--cluster", "hang-killed", "--prometheus", url, "--store", str(result.store)
+        )
+        yield result
+    finally:
+        stop_all(processes)
+
+
+def golden_check(name: str, output: str, update: bool) -> None:
+    golden = GOLDEN / name
+    if update:
+        golden.write_text(output)
+    assert golden.exists(), f"{golden} missing: run pytest --update-golden"
+    assert output == golden.read_text(), f"report differs from {golden} (pytest --update-golden rewrites it)"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_scenarios_report_matches_its_golden_files(
+    run: Run, scenario: str, request: pytest.FixtureRequest
+) -> None:
+    assert scenario not in run.errors, run.errors.get(scenario)
+    stable = canonical(run.reports[scenario], OBSERVE * SPEED)
+    update = bool(request.config.getoption("--update-golden"))
+    golden_check(f"report-{scenario}.json", to_json(stable), update)
+    golden_check(f"report-{scenario}.txt", text.render(stable), update)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_report_fits_100_columns_and_names_the_job(run: Run, scenario: str) -> None:
+    lines = run.texts[scenario].splitlines()
+    assert [line for line in lines if len(line) > 100] == []
+    assert lines[0] == f"Lockstep report: job 4242 (cluster {scenario})"
+    report = run.reports[scenario]
+    assert (report.job.job_id, report.job.cluster, report.job.user, report.job.ranks) == ("4242", scenario, "alice", 16)
+
+
+@dataclass(frozen=True)
+class Expected:
+    stragglers: tuple[tuple[str, str, str, str], ...] = ()  # kind, rank, gpu, the first evidence's start
+    stopped_first: tuple[str, str] | None = None  # rank, GPU
+    hang_alerts: tuple[str, ...] = ()
+    checkpoint_stalls: int = 0
+
+
+EXPECTED = {
+    "healthy": Expected(),
+    "straggler": Expected(stragglers=(("training", "3", "3", "GPU 3 throttled (hw_slowdown)"),)),
+    "straggler-thermal": Expected(stragglers=(("training", "3", "3", "GPU 3 throttled (sw_thermal_slowdown)"),)),
+    "straggler-data": Expected(stragglers=(("training", "3", "", "data loader: "),)),
+    "straggler-nfs": Expected(stragglers=(("training", "3", "", "mount /home hung"),)),
+    "straggler-pfc": Expected(stragglers=(("training", "3", "", "PFC pause on ens3f0np0 priority 3"),)),
+    "nccl-straggler": Expected(stragglers=(("nccl", "5", "5", ""),)),
+    "hang-steps": Expected(stopped_first=("", "6"), hang_alerts=("LockstepTrainingHung",)),
+    "hang-nccl": Expected(stopped_first=("6", "6"), hang_alerts=("LockstepNCCLRankStuck",)),
+    "hang-killed": Expected(stopped_first=("6", "6"), hang_alerts=("LockstepNCCLRankStuck", "LockstepJobEndedHung")),
+    "checkpoint-stall": Expected(checkpoint_stalls=1),
+}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_report_names_what_went_wrong(run: Run, scenario: str) -> None:
+    report = run.reports[scenario]
+    wanted = EXPECTED[scenario]
+    print(f"report-e2e: {scenario}: {report.job}")  # shown when the test fails
+    stragglers = tuple(
+        (s.kind, s.rank, s.gpu, s.evidence[0][: len(e)] if s.evidence else "")
+        for s, (_, _, _, e) in zip(report.stragglers, wanted.stragglers)
+    )
+    assert (stragglers, len(report.stragglers)) == (wanted.stragglers, len(wanted.stragglers))
+    pm = report.post_mortem
+    assert (None if pm is None else (pm.rank, pm.gpu)) == wanted.stopped_first
+    assert [h.alert for h in report.hangs if h.alert in wanted.hang_alerts] == list(wanted.hang_alerts)
+    assert sum(len(root.stalls) for root in report.checkpoints) == wanted.checkpoint_stalls
+    if scenario == "healthy":
+        assert report.notes == [
+            "Nothing to report: no straggler, stall, hang, throttling, idle GPU or alert during the job."
+        ]
+        assert report.alerts == []
+
+
+def test_the_epilog_stores_the_report_of_the_job_killed_while_hung(run: Run) -> None:
+    assert run.epilog is not None and run.stored_text is not None
+    assert (run.epilog.returncode, run.epilog.stderr) == (0, "")
+    stored = run.store / "hang-killed" / "4242.json"
+    body = stored.read_text()
+    assert "\n" not in body and body.startswith('{"schema":"lockstep.report/v1",')
+    report = from_json(body)
+    assert report.job.state == "ended"
+    assert report.post_mortem is not None and (report.post_mortem.rank, report.post_mortem.gpu) == ("6", "6")
+    # Read back from the store with Prometheus gone: the stored report, as text.
+    assert (run.stored_text.returncode, run.stored_text.stderr) == (0, "")
+    assert run.stored_text.stdout == text.render(report)

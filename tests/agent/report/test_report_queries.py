@@ -1,0 +1,143 @@
+"""The report's code around its queries, fed chosen answers by a stand-in for Prometheus' API on
+a loopback socket (tests/support/fake_prometheus.py): the steps' fallback to the framework_logs
+collector's series, how a job is found, and the flat runs that make stalls.  The queries
+themselves are proven on a real Prometheus by test_report_e2e.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from lockstep.agent.report.build import Scope, find_job, flat_runs, stalled_saves, steps_section, training_stragglers
+from lockstep.agent.report.model import Interval, Point
+from lockstep.agent.report.prometheus import Prometheus, ReportError
+from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, serving, vector
+
+T = 1_800_000_000.0
+
+
+def test_steps_fall_back_to_the_framework_logs_series_when_the_job_has_no_training_series() -> None:
+    rules = [
+        Rule(r"^count\(last_over_time\(lockstep_framework_iterations_total", vector(({}, 1.0))),
+        Rule(r"^max\(max_over_time\(lockstep_framework_iterations_total", vector(({}, 120.0))),
+        Rule(
+            r"^avg\(rate\(lockstep_framework_iteration_seconds_total.*lockstep_framework_iterations_total",
+            matrix(({}, [(T, 2.0), (T + 60, 2.5), (T + 120, 3.0)])),
+        ),
+        Rule(r"^sum\(rate\(lockstep_framework_tokens_total", matrix(({}, [(T, 4000.0), (T + 60, 3000.0)]))),
+        Rule(
+            r"^max\(lockstep_framework_iterations_total",
+            matrix(({}, [(T + 60 * i, v) for i, v in enumerate([10, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 30])])),
+        ),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 720, step=60, window=60)
+        steps = steps_section(scope)
+    assert steps.source == "framework"
+    assert steps.steps == 120
+    assert steps.timeline == [Point(T, 2.0), Point(T + 60, 2.5), Point(T + 120, 3.0)]
+    assert steps.median_step_seconds == 2.5
+    assert steps.tokens_per_second == [Point(T, 4000.0), Point(T + 60, 3000.0)]
+    assert steps.stalls == [Interval(T + 60, T + 720, 660.0)]  # 20 from T+60 until 30 at T+720
+    assert steps.last_step == T + 720
+    # The training series were asked for first, the rest only of the framework's.
+    assert fake.seen[0] == 'count(last_over_time(lockstep_training_steps_total{job_id="4242",cluster="c1"}[780000ms]))'
+    assert [q for q in fake.seen[1:] if "lockstep_training" in q] == []
+
+
+def test_a_job_without_step_series_has_an_empty_steps_section() -> None:
+    with serving(FakePrometheus()) as fake:
+        steps = steps_section(Scope(Prometheus(fake.url), "4242", None, start=T, end=T + 600, step=60))
+    assert (steps.source, steps.steps, steps.timeline) == ("", 0, [])
+    assert fake.seen == [
+        'count(last_over_time(lockstep_training_steps_total{job_id="4242"}[660000ms]))',
+        'count(last_over_time(lockstep_framework_iterations_total{job_id="4242"}[660000ms]))',
+    ]
+
+
+def test_an_unknown_job_is_one_line_naming_it() -> None:
+    with serving(FakePrometheus()) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        with pytest.raises(ReportError) as caught:
+            find_job(scope, T)
+    assert str(caught.value) == f"job 77 is unknown to Prometheus at {fake.url} (last 31 days)"
+
+
+def test_a_job_in_two_clusters_asks_for_one() -> None:
+    rules = [Rule(r"^count by \(cluster\)", vector(({"cluster": "b"}, 3.0), ({"cluster": "a"}, 5.0)))]
+    with serving(FakePrometheus(rules)) as fake:
+        with pytest.raises(ReportError, match=r"^job 77 ran in clusters a, b: choose one with --cluster$"):
+            find_job(Scope(Prometheus(fake.url), "77", None), T)
+
+
+def test_the_job_range_is_its_first_and_last_sample() -> None:
+    bucket = 31 * 86400 / 500
+    rules = [
+        Rule(r"^count by \(cluster\)", vector(({"cluster": "a"}, 5.0))),
+        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))),
+        Rule(r"^min\(timestamp", matrix(({}, [(T - 2 * bucket - 50, T - 2 * bucket - 60)]))),
+        Rule(r"^max\(timestamp", matrix(({}, [(T - bucket - 100, T - bucket - 105), (T - bucket, T - bucket - 5)]))),
+        Rule(r"^max\(count_over_time", vector(({}, 101.0))),
+        Rule(r"^count by \(instance\)", vector(({"instance": "n2:12400"}, 1.0), ({"instance": "n1:12400"}, 1.0))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    assert scope.cluster == "a"
+    assert (scope.start, scope.end) == (T - 2 * bucket - 60, T - bucket - 5)
+    assert scope.step == pytest.approx((bucket - 5 + 60) / 100)  # a scrape interval: 101 samples
+    assert scope.instances == ["n1:12400", "n2:12400"]
+
+
+def test_flat_runs_longer_than_the_stall_window_on_the_jobs_clock() -> None:
+    scope = Scope(Prometheus("http://unused"), "1", None, scale=10.0)
+    points = [(T, 1.0), (T + 30, 2.0), (T + 60, 2.0), (T + 90, 2.0), (T + 120, 3.0), (T + 150, 3.0)]
+    # At 10x, 2.0 held for 90 s of Prometheus time is 15 minutes of the job's: a stall; 3.0's 30 s is 5.
+    assert flat_runs(points, scope) == [Interval(T + 30, T + 120, 900.0)]
+
+
+def test_a_save_in_progress_longer_than_its_limit_is_a_stall_each_time() -> None:
+    points = [(T, 0.0), (T + 1, 100.0), (T + 2, 700.0), (T + 3, 0.0), (T + 4, 50.0), (T + 5, 20.0), (T + 6, 900.0)]
+    assert stalled_saves(points, 600.0) == [Interval(T + 1, T + 2, 700.0), Interval(T + 5, T + 6, 900.0)]
+
+
+def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> None:
+    bucket = 31 * 86400 / 500
+    rules = [
+        Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
+        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 3 * bucket, 1.0), (T - bucket, 3.0)]))),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket, 1.0)]))),
+        Rule(r"^min\(timestamp", matrix(({}, [(T - 3 * bucket - 50, T - 3 * bucket - 60)]))),
+        Rule(r"^max\(timestamp\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket - 5, T - 3 * bucket - 10)]))),
+        Rule(r"^max\(timestamp\(\{__name__", matrix(({}, [(T - bucket, T - bucket - 1)]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    assert (scope.cluster, scope.start, scope.end) == (None, T - 3 * bucket - 60, T - 3 * bucket - 10)
+    assert scope.instances == []
+
+
+def test_a_rank_above_the_sustained_ratio_at_three_points_or_more_is_a_straggler() -> None:
+    def rank(r: str, values: list[float]) -> tuple[dict[str, str], list[tuple[float, float]]]:
+        labels = {"cluster": "c1", "instance": "n1:12400", "job_id": "4242", "rank": r, "host": "n1"}
+        return labels, [(T + 60 * i, v) for i, v in enumerate(values)]
+
+    rules = [
+        Rule(
+            r"^\(sum by \(cluster, instance, job_id, rank, host\) \(rate\(lockstep_training_compute",
+            matrix(
+                rank("0", [10.0, 10.0, 10.0, 10.0, 10.0]),
+                rank("1", [10.0, 10.0, 10.0, 10.0, 10.0]),
+                rank("2", [10.0, 11.0, 10.0, 10.0, 10.0]),  # one point at 1.1x: jitter
+                rank("3", [10.0, 14.0, 14.0, 14.0, 10.0]),  # three points at 1.4x
+            ),
+        ),
+        Rule(r"^sum\(rate\(lockstep_training_step_seconds_total", matrix(({}, [(T + 60 * i, 20.0) for i in range(5)]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 300, step=60, window=60)
+        found = training_stragglers(scope)
+    assert [(s.rank, s.start, s.end, s.seconds, s.ratio, s.share_lost) for s in found] == [
+        # At T+60 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
+        ("3", T + 60, T + 180, 180.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 300, 4))
+    ]
