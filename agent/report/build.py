@@ -437,10 +437,11 @@ def by_time(series: Iterable[Series], group: Callable[[dict[str, str]], str]) ->
 
 
 def training_stragglers(scope: Scope) -> list[Straggler]:
-    """Ranks whose own work per step (compute + data wait) is above the sustained straggler
-    ratio times their job's median rank's.  One range query of every rank's work per step and
-    one of the job's wall step time; the medians and ratios are taken here (asking Prometheus
-    for them evaluates every rank's rates once per use: 66 s of a 1,024-rank day's report)."""
+    """Ranks whose own work per step (compute + data wait) is above the straggler evidence
+    ratio times their peers' (the job's median rank's; the one peer's in a 2-rank job).  One
+    range query of every rank's work per step and one of the job's wall step time; the medians
+    and ratios are taken here (asking Prometheus for them evaluates every rank's rates once per
+    use: 66 s of a 1,024-rank day's report)."""
     w = duration(scope.window)
     by = "(cluster, instance, job_id, rank, host)"
     work = (
@@ -458,15 +459,16 @@ def training_stragglers(scope: Scope) -> list[Straggler]:
     walls = {t: v for s in scope.over_job(wall) for t, v in s.points}
     flagged: dict[Key, list[tuple[float, float, float]]] = {}
     for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
-        if len(values) < T.STRAGGLER_SUSTAINED_MIN_PEERS:
+        if len(values) < T.STRAGGLER_MIN_PEERS:
             continue
         median = statistics.median(v for _, v in values)
-        if median <= 0:
-            continue
         for key, v in values:
-            if v / median > T.TRAINING_STRAGGLER_SUSTAINED_RATIO:
-                lost = (v - median) / walls[t] if walls.get(t) else 0.0
-                flagged.setdefault(key, []).append((t, v / median, lost))
+            # As LockstepTrainingStragglerSustained: over the job's median rank's, or over its
+            # one peer's in a 2-rank job (where the median is the mean of the two).
+            peer = median if len(values) > 2 else next(p for k, p in values if k != key)
+            if peer > 0 and v / peer > T.TRAINING_STRAGGLER_EVIDENCE_RATIO:
+                lost = (v - peer) / walls[t] if walls.get(t) else 0.0
+                flagged.setdefault(key, []).append((t, v / peer, lost))
     out = []
     for key, points in flagged.items():
         if len(points) < MIN_STRAGGLER_POINTS:

@@ -75,7 +75,7 @@ def notes_for(report: Report) -> list[str]:
     for s in report.stragglers:
         if s.kind == "training":
             how = f"did {s.ratio - 1:.0%} more work per step than the median rank"
-            limit = f"a straggler from {T.TRAINING_STRAGGLER_SUSTAINED_RATIO}x sustained"
+            limit = f"a straggler from {T.TRAINING_STRAGGLER_EVIDENCE_RATIO}x its peers, sustained"
         else:
             how = f"kept its peers waiting {s.ratio:.0%} of their collective time"
             limit = f"straggler above {T.NCCL_STRAGGLER_WAIT_SHARE:.0%}"

@@ -9,8 +9,8 @@ never contradicts an alert: both judge by the same number.
 from __future__ import annotations
 
 TRAINING_STRAGGLER_COMPUTE_RATIO = 1.25
-TRAINING_STRAGGLER_SUSTAINED_RATIO = 1.05
-STRAGGLER_SUSTAINED_MIN_PEERS = 3
+TRAINING_STRAGGLER_EVIDENCE_RATIO = 1.05
+STRAGGLER_MIN_PEERS = 2
 SUSPECT_GPU_THROTTLE_REASONS = ("hw_slowdown", "hw_thermal_slowdown", "sw_thermal_slowdown", "hw_power_brake")
 SUSPECT_GPU_THROTTLE_SHARE = 0.1
 SUSPECT_PFC_PAUSE_RATIO = 0.02

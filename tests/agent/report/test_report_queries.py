@@ -141,3 +141,29 @@ def test_a_rank_above_the_sustained_ratio_at_three_points_or_more_is_a_straggler
         # At T+60 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
         ("3", T + 60, T + 180, 180.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 300, 4))
     ]
+
+
+def test_a_2_rank_jobs_straggler_is_judged_against_its_one_peer_as_the_alert_does() -> None:
+    """In a 2-rank job the median is the mean of the two: a rank 10 % slower than its peer is
+    4.8 % above it.  As LockstepTrainingStragglerSustained, the report compares it with its one
+    peer (1.1x), and names it."""
+    rules = [
+        Rule(
+            r"^\(sum by \(cluster, instance, job_id, rank, host\) \(rate\(lockstep_training_compute",
+            matrix(
+                (
+                    {"cluster": "c1", "instance": "n1:12400", "job_id": "7", "rank": "0", "host": "n1"},
+                    [(T + 60 * i, 10.0) for i in range(4)],
+                ),
+                (
+                    {"cluster": "c1", "instance": "n1:12400", "job_id": "7", "rank": "1", "host": "n1"},
+                    [(T + 60 * i, 11.0) for i in range(4)],
+                ),
+            ),  # fmt: skip
+        ),
+        Rule(r"^sum\(rate\(lockstep_training_step_seconds_total", matrix(({}, [(T + 60 * i, 20.0) for i in range(4)]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "7", "c1", start=T, end=T + 240, step=60, window=60)
+        found = training_stragglers(scope)
+    assert [(s.rank, s.ratio) for s in found] == [("1", 1.1)]
