@@ -18,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from alerts.render import GROUP_EVAL_ORDER
+
 OUT = Path(__file__).resolve().parent / "stragglers.test.yml"
 MINUTES = 90
 STEPS_PER_MINUTE = 60
@@ -433,6 +435,7 @@ def render(ratios: dict[str, str] | None = None) -> str:
     document = {
         "rule_files": ["../lockstep-recording.rules.yml", "../lockstep-alerts.rules.yml"],
         "evaluation_interval": "1m",
+        "group_eval_order": GROUP_EVAL_ORDER,
         "tests": [healthy(), faults(), onsets(), witnesses()],
     }
     text = yaml.dump(document, sort_keys=False, width=10_000)

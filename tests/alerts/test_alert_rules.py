@@ -97,6 +97,41 @@ def test_the_generated_straggler_unit_tests_are_current() -> None:
     assert stragglers.OUT.read_text() == stragglers.render(), "run: .venv/bin/python -m alerts.tests.stragglers"
 
 
+def _records_read(expr: str) -> set[str]:
+    """The recorded names (level:metric:operations) an expression reads."""
+    without_strings = re.sub(r'"[^"]*"', '""', expr)
+    return set(re.findall(r"\b[a-zA-Z_][a-zA-Z0-9_]*:[a-zA-Z0-9_:]*[a-zA-Z0-9_]", without_strings))
+
+
+def test_each_recording_group_comes_after_the_groups_it_reads() -> None:
+    """The order promtool's tests evaluate the groups in (render.GROUP_EVAL_ORDER) is the rule
+    files' order: a record read before the group recording it is evaluated would be one
+    evaluation old in the tests and fresh in none."""
+    recorded_by: dict[str, int] = {}
+    for index, group in enumerate(rules.RECORDING_GROUPS):
+        for rule in group.rules:
+            recorded_by.setdefault(rule.record, index)
+    late = []
+    for index, group in enumerate(rules.RECORDING_GROUPS):
+        seen_in_group = set()
+        for rule in group.rules:
+            for name in _records_read(rule.expr) - seen_in_group:
+                if recorded_by.get(name, -1) >= index:
+                    late.append(f"{group.name}: {rule.record} reads {name}")
+            seen_in_group.add(rule.record)
+    assert late == []
+    assert render.GROUP_EVAL_ORDER == [group.name for group in (*rules.RECORDING_GROUPS, *rules.ALERT_GROUPS)]
+
+
+@pytest.mark.parametrize("test_file", TESTS, ids=lambda path: path.name)
+def test_every_promtool_test_evaluates_the_groups_in_their_order(test_file: Path) -> None:
+    """Without group_eval_order promtool evaluates the groups in a random order, and a value read
+    across groups moves by one evaluation from run to run."""
+    assert yaml.safe_load(test_file.read_text()).get("group_eval_order") == render.GROUP_EVAL_ORDER, (
+        f"{test_file.name}: set group_eval_order to alerts/render.py's GROUP_EVAL_ORDER"
+    )
+
+
 @pytest.mark.real
 def test_promtool_check_rules_is_clean(tmp_path: Path) -> None:
     promtool = require_promtool()

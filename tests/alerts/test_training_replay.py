@@ -45,6 +45,7 @@ def promtool(series: dict, points: int, checks: list[dict[str, Any]], tmp: Path)
     test = {
         "rule_files": [str(REPO / path) for path in render.RULE_FILES.values()],
         "evaluation_interval": f"{SCRAPE}s",
+        "group_eval_order": render.GROUP_EVAL_ORDER,
         "tests": [{"interval": f"{SCRAPE}s", "input_series": input_series(series, points), "promql_expr_test": checks}],
     }
     path = tmp / "replay.test.yml"

@@ -34,6 +34,7 @@ from typing import Any
 
 import yaml
 
+from alerts import render
 from lockstep import __version__
 from lockstep.agent.collector import CollectorContext, Paths
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK, Seams
@@ -304,6 +305,7 @@ def firing_timeline(series: Series, points: int, scrape: int, rule_files: list[s
     test = {
         "rule_files": rule_files,
         "evaluation_interval": f"{scrape}s",
+        "group_eval_order": render.GROUP_EVAL_ORDER,
         "tests": [
             {
                 "interval": f"{scrape}s",
