@@ -45,13 +45,13 @@ from alerts.recording import (
     TRAINING_RECORDING,
 )
 from alerts.storage import CHECKPOINT_ALERTS, STORAGE_ALERTS
-from alerts.straggler_recording import STRAGGLER_RECORDING
+from alerts.straggler_recording import STRAGGLER_RECORDING_GROUPS
 from alerts.training import STRAGGLER_ALERTS, TRAINING_ALERTS
 
 RECORDING_GROUPS = (
     TRAINING_RECORDING,
     GPU_RECORDING,
-    STRAGGLER_RECORDING,
+    *STRAGGLER_RECORDING_GROUPS,
     NCCL_RECORDING,
     FRAMEWORK_RECORDING,
     HANG_RECORDING,

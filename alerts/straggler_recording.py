@@ -74,6 +74,37 @@ def _evidence() -> tuple[Recording, ...]:
     )
 
 
+# The evidence test's verdicts (LockstepTrainingStragglerSustained), each valued at the rank's
+# mean ratio to its peers over the window.  The evidence: that ratio, at every evaluation of the
+# window, averaged above the ratio and held above the floor in all but the spare share; judged
+# since STRAGGLER_EVIDENCE_SINCE; and the rank the last to arrive at the collectives for at least
+# half the window, where its job reports comm wait.  The hold: what keeps a firing alert, the
+# mean over the shorter hold window above the hold ratio (the alert joins it to its own state).
+EW = T.STRAGGLER_EVIDENCE_WINDOW
+EVIDENCE = f"job_rank:lockstep_training_straggler_evidence:ratio{EW}"
+HOLD = f"job_rank:lockstep_training_straggler_hold:ratio{EW}"
+
+
+def _verdicts() -> tuple[Recording, ...]:
+    mean_ratio = f"avg_over_time({PEERS_5M}[{EW}])"
+    return (
+        Recording(
+            EVIDENCE,
+            f"{mean_ratio} > {num(T.TRAINING_STRAGGLER_EVIDENCE_RATIO)}\n"
+            f"and\nquantile_over_time({num(T.STRAGGLER_EVIDENCE_SPARE)}, {PEERS_5M}[{EW}])"
+            f" > {num(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR)}\n"
+            f"and\n{PEERS_5M} offset {T.STRAGGLER_EVIDENCE_SINCE}\n"
+            f"and\n(\n  avg_over_time({LAST_TO_ARRIVE}[{EW}]) >= {num(T.STRAGGLER_LAST_TO_ARRIVE_SHARE)}\n"
+            f"  or {PEERS_5M} unless on (cluster, job_id, rank) {COMM_WAIT_5M}\n)",
+        ),
+        Recording(
+            HOLD,
+            f"{mean_ratio}\nand\navg_over_time({PEERS_5M}[{T.STRAGGLER_HOLD_WINDOW}])"
+            f" > {num(T.TRAINING_STRAGGLER_HOLD_RATIO)}",
+        ),
+    )
+
+
 def _gpu_pace(window: str) -> str:
     """What a busy GPU's pace is measured by: its SM clock, averaged over the window.
 
@@ -183,50 +214,81 @@ def _rank_suspects() -> tuple[Recording, ...]:
     return tuple(rules)
 
 
-STRAGGLER_RECORDING = Group(
-    "lockstep-stragglers.recording",
-    (
-        _work_per_step("5m"),
-        Recording(f"job:{WORK}:median5m", f"quantile {job_by()} (0.5, job_rank:{WORK}:mean5m)"),
-        Recording(
-            f"job_rank:{WORK}:ratio_to_median5m",
-            f"job_rank:{WORK}:mean5m\n/ {JOB_ON} group_left ()\njob:{WORK}:median5m",
+# The straggler records in six groups, each after the groups it reads (alerts/rules.py): a
+# Prometheus evaluates each group in turn on one goroutine, so at 1,024 nodes x 8 ranks one
+# group of them all took 4.4 s, and each of these takes under a second (docs/performance.md).
+STRAGGLER_RECORDING_GROUPS = (
+    # Each rank's 5-minute time per step, over its job's median and over its peers', and whether
+    # it arrives last at the collectives: read at every evaluation by the evidence test.
+    Group(
+        "lockstep-stragglers-5m.recording",
+        (
+            _work_per_step("5m"),
+            Recording(f"job:{WORK}:median5m", f"quantile {job_by()} (0.5, job_rank:{WORK}:mean5m)"),
+            Recording(
+                f"job_rank:{WORK}:ratio_to_median5m",
+                f"job_rank:{WORK}:mean5m\n/ {JOB_ON} group_left ()\njob:{WORK}:median5m",
+            ),
+            *_evidence(),
         ),
-        _work_per_step(W),
-        *_median_and_mad("job_rank", WORK, W),
-        *_evidence(),
-        Recording(
-            f"job_rank:lockstep_training_data_wait_seconds:mean{W}",
-            f"rate(lockstep_training_data_wait_seconds_total[{W}])\n/ (rate(lockstep_training_steps_total[{W}]) > 0)",
+    ),
+    # The evidence test's verdicts, judged once here for LockstepTrainingStragglerSustained.
+    Group("lockstep-stragglers-evidence.recording", _verdicts()),
+    # Each rank's 30-minute time per step against its job's (the suspects' slow ranks, the
+    # dashboards).
+    Group("lockstep-stragglers-30m.recording", (_work_per_step(W), *_median_and_mad("job_rank", WORK, W))),
+    # Each busy GPU's 30-minute pace against its job's (LockstepGPUStragglerSustained).
+    Group(
+        "lockstep-stragglers-gpu.recording",
+        (
+            Recording(f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}", _gpu_pace(W)),
+            *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
         ),
-        Recording(
-            f"job:lockstep_training_data_wait_seconds:median{W}",
-            f"quantile {job_by()} (0.5, job_rank:lockstep_training_data_wait_seconds:mean{W})",
+    ),
+    # What each node shows: its host, its throttled GPUs and its suspects.
+    Group(
+        "lockstep-stragglers-nodes.recording",
+        (
+            # Which host each agent runs on, for ranks whose series another agent exports:
+            # the Slurm node name, else the Kubernetes node name the scrape adds.
+            # One agent per host (topk): the joins on it must find one, or PromQL refuses them.
+            Recording(
+                HOST_INFO,
+                f"topk by (cluster, host) (\n  1,\n  max by ({TARGET}, host) (\n"
+                '    label_replace(lockstep_slurm_node_info{slurm_node!=""}, "host", "$1", "slurm_node", "(.+)")\n'
+                f"    or on (cluster, instance)\n"
+                f"    label_replace(\n"
+                f'      group by ({TARGET}) (lockstep_build_info{{node!=""}}), "host", "$1", "node", "(.+)"\n'
+                "    )\n"
+                "  )\n)",
+            ),
+            Recording(
+                GPU_THROTTLE,
+                f'avg_over_time(lockstep_gpu_clock_event_active{{reason=~"{SLOWDOWN_REASONS}"}}[{W}])'
+                f" > {num(T.SUSPECT_GPU_THROTTLE_SHARE)}",
+            ),
+            *(_suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)") for name, expr in NODE_SUSPECTS),
+            Recording(
+                HOST_SUSPECT,
+                f"max by (cluster, host, suspect) (\n  {INSTANCE_SUSPECT}\n"
+                f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
+            ),
         ),
-        Recording(f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}", _gpu_pace(W)),
-        *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
-        # Suspects.  Which host each agent runs on, for ranks whose series another agent exports:
-        # the Slurm node name, else the Kubernetes node name the scrape adds.
-        # One agent per host (topk): the joins on it must find one, or PromQL refuses them.
-        Recording(
-            HOST_INFO,
-            f"topk by (cluster, host) (\n  1,\n  max by ({TARGET}, host) (\n"
-            '    label_replace(lockstep_slurm_node_info{slurm_node!=""}, "host", "$1", "slurm_node", "(.+)")\n'
-            f"    or on (cluster, instance)\n"
-            f'    label_replace(group by ({TARGET}) (lockstep_build_info{{node!=""}}), "host", "$1", "node", "(.+)")\n'
-            "  )\n)",
+    ),
+    # Each slow rank's suspects: its node's, and its own data wait.
+    Group(
+        "lockstep-stragglers-suspects.recording",
+        (
+            Recording(
+                f"job_rank:lockstep_training_data_wait_seconds:mean{W}",
+                f"rate(lockstep_training_data_wait_seconds_total[{W}])\n"
+                f"/ (rate(lockstep_training_steps_total[{W}]) > 0)",
+            ),
+            Recording(
+                f"job:lockstep_training_data_wait_seconds:median{W}",
+                f"quantile {job_by()} (0.5, job_rank:lockstep_training_data_wait_seconds:mean{W})",
+            ),
+            *_rank_suspects(),
         ),
-        Recording(
-            GPU_THROTTLE,
-            f'avg_over_time(lockstep_gpu_clock_event_active{{reason=~"{SLOWDOWN_REASONS}"}}[{W}])'
-            f" > {num(T.SUSPECT_GPU_THROTTLE_SHARE)}",
-        ),
-        *(_suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)") for name, expr in NODE_SUSPECTS),
-        Recording(
-            HOST_SUSPECT,
-            f"max by (cluster, host, suspect) (\n  {INSTANCE_SUSPECT}\n"
-            f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)",
-        ),
-        *_rank_suspects(),
     ),
 )

@@ -127,8 +127,9 @@ def test_each_recording_group_comes_after_the_groups_it_reads() -> None:
 def test_every_promtool_test_evaluates_the_groups_in_their_order(test_file: Path) -> None:
     """Without group_eval_order promtool evaluates the groups in a random order, and a value read
     across groups moves by one evaluation from run to run."""
+    block = "group_eval_order:\n" + "".join(f"  - {name}\n" for name in render.GROUP_EVAL_ORDER)
     assert yaml.safe_load(test_file.read_text()).get("group_eval_order") == render.GROUP_EVAL_ORDER, (
-        f"{test_file.name}: set group_eval_order to alerts/render.py's GROUP_EVAL_ORDER"
+        f"{test_file.name}: its group_eval_order must be alerts/render.py's GROUP_EVAL_ORDER:\n{block}"
     )
 
 
