@@ -52,6 +52,7 @@ from lockstep.collectors.framework_logs.metrics import (
 from lockstep.collectors.framework_logs.parsers import FRAMEWORKS, BadLine, parse_line, split_prefix
 from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line, default_max_files
 from lockstep.collectors.toolkit.scontrol import SCONTROL, run_scontrol
+from lockstep.collectors.toolkit.skipped import SkippedLines
 
 # Jobs held at once by default: a node runs a few jobs at a time, and a finished one stays
 # idle_timeout longer.  14 series a job at most: 256 jobs bound the collector at about 3,600
@@ -157,8 +158,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         self._found = Discovered()
         self._discovered_at: float | None = None
         self._jobs: dict[tuple[str, str], JobState] = {}
-        self._invalid = dict.fromkeys(INVALID_REASONS, 0)
-        self._invalid_logged = dict.fromkeys(INVALID_REASONS, 0)
+        self._invalid = SkippedLines(INVALID_REASONS)
         self._matched = dict.fromkeys(FRAMEWORKS, 0)
         self._bytes = 0
         self._cri_too_long = 0
@@ -197,7 +197,9 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             self._drop_ended(now)
             directories = self._follower.directories()
             families = self._families()
-            self._log_skipped_lines()
+            self._invalid.log_new(
+                self.log, "output lines", f"{len(self._jobs)} jobs held (max_jobs {self.options.max_jobs})"
+            )
         self._watch(directories)  # outside our lock (see collectors/training/collector.py)
         return iter(families)
 
@@ -370,17 +372,6 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         for key, job in list(self._jobs.items()):
             if now - job.last_line_at >= self.options.idle_timeout and key[0] not in running:
                 del self._jobs[key]
-
-    def _log_skipped_lines(self) -> None:
-        new = {r: self._invalid[r] - self._invalid_logged[r] for r in INVALID_REASONS}
-        if any(new.values()):
-            self.log.warning(
-                "output lines skipped since the last round: %s; %d jobs held (max_jobs %d)",
-                ", ".join(f"{reason} {count}" for reason, count in new.items() if count),
-                len(self._jobs),
-                self.options.max_jobs,
-            )
-            self._invalid_logged = dict(self._invalid)
 
     # --- output ---
 

@@ -35,6 +35,8 @@ The toolkit (``lockstep.collectors.toolkit``):
   bound, killing what it started;
 - ``scontrol``: the ``SCONTROL`` seam (one fake answers every collector that asks Slurm), its
   real implementation and its ``Key=Value`` records parsed;
+- ``skipped``: lines skipped by reason (a collector's invalid-lines counter), logged once a
+  round;
 - ``pods``: the Kubernetes pod a process runs in (from its cgroup) and the pod's log
   directory under /var/log/pods.
 

@@ -16,6 +16,7 @@ from lockstep.agent.collector import Collector, CollectorContext, Families, Noth
 from lockstep.agent.options import option, parse_choice, parse_duration, parse_positive_int, parse_string_list
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
 from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line
+from lockstep.collectors.toolkit.skipped import SkippedLines
 from lockstep.collectors.training.metrics import (
     COMM_WAIT_SECONDS,
     COMPUTE_SECONDS,
@@ -110,13 +111,12 @@ class TrainingCollector(Collector[TrainingOptions]):
         self._follower: FileFollower | None = None
         self._watcher: DirectoryWatcher | None = None
         self._ranks: dict[tuple[str, str, str], RankState] = {}
-        self._invalid = dict.fromkeys(INVALID_REASONS, 0)
+        self._invalid = SkippedLines(INVALID_REASONS)
         # Files first read from their end: the step already under way there (the step of
         # the line before the starting point), whose remaining records are not counted:
         # its beginning was never read.
         self._under_way: dict[FileId, str] = {}
         self._watch_problems: list[str] = []
-        self._invalid_logged = dict.fromkeys(INVALID_REASONS, 0)  # counts already logged
         self._writers_checked_at: float | None = None
 
     def check(self) -> str:
@@ -150,7 +150,9 @@ class TrainingCollector(Collector[TrainingOptions]):
                     rank.finish_step()
             directories = self._follower.directories()
             families = self._families()
-            self._log_skipped_lines()
+            self._invalid.log_new(
+                self.log, "log lines", f"{len(self._ranks)} ranks held (max_ranks {self.options.max_ranks})"
+            )
         # Outside our lock: watchdog's dispatcher holds its own lock while it calls
         # _on_file_event, which takes ours.
         self._watch(directories)
@@ -277,18 +279,6 @@ class TrainingCollector(Collector[TrainingOptions]):
             rank.add(record, now)
             rank.log = (line.path.rsplit("/", 1)[-1], line.file[1])
             rank.writers = None  # it logs: nothing to count
-
-    def _log_skipped_lines(self) -> None:
-        """One line per round for the lines skipped since the last one, whatever their number."""
-        new = {r: self._invalid[r] - self._invalid_logged[r] for r in INVALID_REASONS}
-        if any(new.values()):
-            self.log.warning(
-                "log lines skipped since the last round: %s; %d ranks held (max_ranks %d)",
-                ", ".join(f"{reason} {count}" for reason, count in new.items() if count),
-                len(self._ranks),
-                self.options.max_ranks,
-            )
-            self._invalid_logged = dict(self._invalid)
 
     # --- output ---
 
