@@ -158,11 +158,15 @@ def build_report(
     now: float | None = None,
     time_scale: float = 1.0,
     grafana_url: str = T.GRAFANA_URL,
+    ended: bool = False,
 ) -> Report:
+    """The job's report as Prometheus has it at ``now``.  ``ended``: the caller knows the job has
+    ended (the Slurm epilog, `--save`): it ends at its last sample, however recent; otherwise a
+    job with a sample in the last RUNNING_WITHIN seconds is running."""
     now = time.time() if now is None else now
     scope = Scope(prom, job_id, cluster, scale=time_scale)
-    find_job(scope, now)
-    job = job_section(scope, now)
+    find_job(scope, now, ended)
+    job = job_section(scope, now, ended)
     gpus = gpu_section(scope)
     steps = steps_section(scope)
     stragglers = training_stragglers(scope) + nccl_stragglers(scope)
@@ -200,7 +204,7 @@ def build_report(
 # --- the job and its range ---------------------------------------------------------------------
 
 
-def find_job(scope: Scope, now: float) -> None:
+def find_job(scope: Scope, now: float, ended: bool = False) -> None:
     """Set the scope's cluster (when one), range, resolution and agents; ReportError if unknown."""
     any_series = scope.job_series()
     lookback = duration(LOOKBACK_SECONDS)
@@ -243,7 +247,7 @@ def find_job(scope: Scope, now: float) -> None:
     ends = [v for s in last for _, v in s.points]
     scope.start = min(starts) if starts else points[0] - bucket
     scope.end = max(ends) if ends else points[-1]
-    if now - scope.end < RUNNING_WITHIN:
+    if not ended and now - scope.end < RUNNING_WITHIN:
         scope.end = now
     samples = scope.prom.query(f"max(count_over_time({any_series}[{duration(scope.span + 1)}]))", scope.end)
     count = samples[0].value if samples else 2
@@ -254,8 +258,8 @@ def find_job(scope: Scope, now: float) -> None:
     scope.instances = sorted(s.labels.get("instance", "") for s in instances if s.labels.get("instance"))
 
 
-def job_section(scope: Scope, now: float) -> Job:
-    state = "running" if now - scope.end < RUNNING_WITHIN else "ended"
+def job_section(scope: Scope, now: float, ended: bool = False) -> Job:
+    state = "ended" if ended or now - scope.end >= RUNNING_WITHIN else "running"
     job = Job(
         job_id=scope.job_id,
         cluster=scope.cluster or "",
