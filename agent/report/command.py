@@ -80,6 +80,10 @@ def _run(args: argparse.Namespace) -> int:
             if not args.refresh:
                 raise ReportError(f"stored report unreadable: {exc}") from None
             kept = None
+        except ReportError:
+            if not args.refresh:
+                raise
+            kept = None
         ended = kept is not None
         if not args.refresh:
             report = kept

@@ -41,6 +41,7 @@ import pytest
 import yaml
 
 from alerts import thresholds as T
+from lockstep.agent.report import text
 from lockstep.agent.report.model import SCHEMA, from_json, to_dict
 from tests.support import REPO, AgentProcess, free_port, http_get, require_real, slurm_cluster, wait_until
 from tests.support.prometheus import PROMETHEUS, start_prometheus, stop_all
@@ -66,7 +67,7 @@ OUTLIVE = 5.0
 class Job:
     job_id: str
     name: str
-    seen_at: float = 0.0  # the timestamp of a sample of its series, before it was let end
+    seen_at: float = 0.0  # the timestamp of a sample of its series in Prometheus, before it was let end
     slurm: dict[str, str] = field(default_factory=dict)  # `scontrol show job` once the epilog ran
 
 
@@ -145,12 +146,13 @@ class Syslog:
         self.sock.close()
 
 
-def prometheus_sample(url: str, expr: str) -> float | None:
-    """The timestamp of the (first) sample ``expr`` has now, None without one."""
-    status, body = http_get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}))
+def sample_time(url: str, selector: str) -> float | None:
+    """The timestamp of the latest sample of ``selector``'s (first) series, None without one."""
+    query = urllib.parse.urlencode({"query": f"timestamp({selector})"})
+    status, body = http_get(f"{url}/api/v1/query?{query}")
     assert status == 200, body
     result = json.loads(body)["data"]["result"]
-    return float(result[0]["value"][0]) if result else None
+    return float(result[0]["value"][1]) if result else None
 
 
 def show_job(cluster: slurm_cluster.SlurmCluster, job_id: str) -> dict[str, str]:
@@ -262,7 +264,7 @@ def run() -> Iterator[Run]:
         cluster.wait_running([job.job_id for job in result.jobs.values()])
         for job in result.jobs.values():
             job.seen_at = wait_until(
-                lambda job=job: prometheus_sample(url, f'lockstep_slurm_job_info{{job_id="{job.job_id}"}}'),
+                lambda job=job: sample_time(url, f'lockstep_slurm_job_info{{job_id="{job.job_id}"}}'),
                 timeout=30,
                 step=0.2,
                 what=f"job {job.job_id}'s series in Prometheus",
@@ -368,7 +370,7 @@ def test_refresh_recomputes_from_prometheus(run: Run) -> None:
     # The same job, still ended (its report is stored); its series may have had one more scrape.
     assert (fresh.job.job_id, fresh.job.state, fresh.job.start) == (job.job_id, "ended", kept.job.start)
     assert kept.job.end <= fresh.job.end <= slurm_time(job.slurm["EndTime"]) + OUTLIVE
-    assert _, body == stored(run, job)  # the stored one as it was
+    assert stored(run, job)[1] == body  # the stored one as it was
 
 
 @pytest.mark.parametrize("failure", ["unwritable", "down"])
@@ -390,4 +392,4 @@ def test_a_report_that_cannot_be_made_neither_fails_the_job_nor_drains_the_node(
 
 
 def test_timings(run: Run) -> None:
-    print(run.timings)
+    print(run.timings, run.syslog)
