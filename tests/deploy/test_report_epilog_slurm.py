@@ -61,6 +61,7 @@ ENDINGS = {
 # The agent collects every second and Prometheus scrapes every second: a job's series outlive it
 # by a collection and a scrape, and a loaded machine delays both.
 OUTLIVE = 5.0
+EPILOG_TIMEOUT = 2  # PrologEpilogTimeout (seconds) for the epilog that slurmctld stops
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Job:
     name: str
     seen_at: float = 0.0  # the timestamp of a sample of its series in Prometheus, before it was let end
     slurm: dict[str, str] = field(default_factory=dict)  # `scontrol show job` once the epilog ran
+    completing: list[tuple[float, str]] = field(default_factory=list)  # seen COMPLETING: when, the node's state
 
 
 @dataclass
@@ -180,13 +182,21 @@ def let_end(cluster: slurm_cluster.SlurmCluster, root: Path, job: Job, name: str
 
 
 def wait_ended(cluster: slurm_cluster.SlurmCluster, job: Job, timeout: float = 60) -> None:
-    """Until the job is done and its EpilogSlurmctld too: slurmctld keeps it COMPLETING meanwhile."""
+    """Until the job is done and its EpilogSlurmctld too: slurmctld keeps it COMPLETING meanwhile.
+    Notes when it was seen COMPLETING, and the node's state then."""
 
     def done() -> bool:
         job.slurm = show_job(cluster, job.job_id)
+        if job.slurm["JobState"] == "COMPLETING":
+            node = cluster.run("scontrol", "-o", "show", "node", cluster.node)
+            job.completing.append((time.time(), node.split("State=", 1)[1].split()[0]))
         return job.slurm["JobState"] not in ("PENDING", "RUNNING", "COMPLETING")
 
-    wait_until(done, timeout=timeout, step=0.2, what=f"job {job.job_id} and its epilog to end")
+    try:
+        wait_until(done, timeout=timeout, step=0.2, what=f"job {job.job_id} ({job.name}) and its epilog to end")
+    except AssertionError as exc:
+        log = (cluster.root / "log" / "slurmctld.log").read_text(errors="replace")[-3000:]
+        raise AssertionError(f"{exc}: {job.slurm.get('JobState')}; slurmctld.log:\n{log}") from None
 
 
 def epilog_log(run: Run) -> str:
@@ -303,6 +313,15 @@ def run() -> Iterator[Run]:
         (root / "go-down").touch()
         result.jobs["down"] = submit(cluster, root, "down", "exit 0")
         wait_ended(cluster, result.jobs["down"])
+
+        # An epilog that outlives PrologEpilogTimeout: slurmctld stops it, the job COMPLETING until then.
+        with (root / "slurm.conf").open("a") as conf:
+            conf.write(f"PrologEpilogTimeout={EPILOG_TIMEOUT}\n")
+        cluster.run("scontrol", "reconfigure")
+        write_defaults(etc_default, **{**settings, "LOCKSTEP_REPORT_DELAY": "30"})
+        (root / "go-stopped").touch()
+        result.jobs["stopped"] = submit(cluster, root, "stopped", "exit 0")
+        wait_ended(cluster, result.jobs["stopped"])
         result.timings["failures"] = time.monotonic() - mark
         result.syslog = syslog.read()
         result.node = cluster.run("scontrol", "-o", "show", "node", cluster.node)
@@ -387,6 +406,23 @@ def test_a_report_that_cannot_be_made_neither_fails_the_job_nor_drains_the_node(
     assert [line.split("lockstep-report: ", 1)[1] for line in logged(run, job)] == [
         f"job {job.job_id}: lockstep: report: {reason}"
     ], run.syslog
+    fields = dict(word.split("=", 1) for word in run.node.split() if "=" in word)
+    assert (fields["State"], fields.get("Reason")) == ("IDLE", None), run.node
+
+
+def test_an_epilog_that_outlives_prolog_epilog_timeout_is_stopped_and_says_why(run: Run) -> None:
+    job = run.jobs["stopped"]
+    assert (job.slurm["JobState"], job.slurm["ExitCode"]) == ("COMPLETED", "0:0")
+    assert f"error: epilog_slurmctld JobId={job.job_id} timed out" in epilog_log(run)
+    assert not (run.store / CLUSTER / f"{job.job_id}.json").exists()
+    assert [line.split("lockstep-report: ", 1)[1] for line in logged(run, job)] == [
+        f"job {job.job_id}: stopped by SIGTERM before its report was stored (slurmctld: PrologEpilogTimeout "
+        "shorter than LOCKSTEP_REPORT_DELAY and the report?)"
+    ], run.syslog
+    # Until then the job was COMPLETING and its node free (IDLE); then stopped, not after the 30-s delay.
+    end = slurm_time(job.slurm["EndTime"])
+    assert job.completing and {state for _, state in job.completing} == {"IDLE"}, job.completing
+    assert end + EPILOG_TIMEOUT - 1 <= max(t for t, _ in job.completing) < end + 20
     fields = dict(word.split("=", 1) for word in run.node.split() if "=" in word)
     assert (fields["State"], fields.get("Reason")) == ("IDLE", None), run.node
 
