@@ -1,20 +1,22 @@
 """The report epilog under a real Slurm: slurmctld runs deploy/slurm/lockstep-report-epilog.sh as
-its EpilogSlurmctld when each job ends, as a site would install it.
+its EpilogSlurmctld when each job ends, installed as a site would install it.
 
 A single-node Slurm (tests/support/slurm_cluster.py) with Debian's SlurmUser, ``slurm``: slurmctld
-runs the epilog as that user, with an environment of its own making (only ``SLURM_*`` variables:
+runs the epilog as that user, with an environment of its own making (``SLURM_*`` variables only:
 no PATH, no HOME, nothing of slurmctld's), and discards its output.  So the script is configured
-the only way it can be, through /etc/default/lockstep-report, which slurmctld (in a mount namespace
-of its own) sees in place of the host's; its syslog (/dev/log) is a socket of the test's.  The
-script is the shipped one, installed unchanged (a copy, as an administrator would install it:
-the checkout may live where the SlurmUser cannot read).
+the one way it can be, in /etc/default/lockstep-report, which slurmctld (in a mount namespace of
+its own) sees in place of the host's; its syslog (/dev/log) is a socket of the test's.  The
+script is the shipped one, unchanged (copied, as `install` would).
 
 Its report needs the job's series in Prometheus: the real agent's Slurm collector (1-s interval)
-sees the real jobs, a real Prometheus scrapes it every second.  Each job waits for a file the test
-writes once Prometheus holds the job's series (a `sleep 2` may end before the first scrape on a
-loaded machine), then ends its own way: completed, failed (exit 3), cancelled while running.  The
-report's command is this checkout's lockstep, run by a Python the SlurmUser can execute (the
-virtual environment's interpreter may live under /root).
+sees the real jobs, and a real Prometheus scrapes it every second.  Each job waits for a file the
+test writes once Prometheus holds the job's series (a `sleep 2` may end before its first scrape
+on a loaded machine), then ends its own way: completed, failed (exit 3), cancelled while
+running; each gets its report stored, which a user then reads without Prometheus.  Then the
+ways a report cannot be made: a store the SlurmUser cannot write, Prometheus down, an epilog
+that outlives PrologEpilogTimeout; none fails the job or drains the node, and each says why in
+syslog.  The report's command is this checkout's lockstep, run by a Python the SlurmUser may
+execute (the virtual environment's interpreter may live under /root).
 """
 
 from __future__ import annotations
@@ -68,6 +70,7 @@ EPILOG_TIMEOUT = 2  # PrologEpilogTimeout (seconds) for the epilog that slurmctl
 class Job:
     job_id: str
     name: str
+    go: Path  # the file it waits for before it ends
     seen_at: float = 0.0  # the timestamp of a sample of its series in Prometheus, before it was let end
     slurm: dict[str, str] = field(default_factory=dict)  # `scontrol show job` once the epilog ran
     completing: list[tuple[float, str]] = field(default_factory=list)  # seen COMPLETING: when, the node's state
@@ -88,7 +91,6 @@ class Run:
     refreshed: subprocess.CompletedProcess[str] | None = None
     syslog: list[str] = field(default_factory=list)
     node: str = ""  # `scontrol show node` at the end
-    timings: dict[str, float] = field(default_factory=dict)
 
 
 def report_cli(command: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -168,17 +170,11 @@ def slurm_time(value: str) -> float:
 
 
 def submit(cluster: slurm_cluster.SlurmCluster, root: Path, name: str, then: str | None) -> Job:
+    """A job that waits for its go file, then runs ``then`` (None: waits to be cancelled)."""
     go = root / f"go-{name}"
     command = f"while [ ! -e {go} ]; do sleep 0.1; done; {then or 'sleep 3600'}"
     out = cluster.run("sbatch", "--parsable", "--output=/dev/null", "-J", f"epilog-{name}", "--wrap", command)
-    return Job(out.strip().split(";")[0], f"epilog-{name}")
-
-
-def let_end(cluster: slurm_cluster.SlurmCluster, root: Path, job: Job, name: str) -> None:
-    if ENDINGS.get(name, ("",))[0] is None:
-        cluster.run("scancel", job.job_id)
-    else:
-        (root / f"go-{name}").touch()
+    return Job(out.strip().split(";")[0], f"epilog-{name}", go)
 
 
 def wait_ended(cluster: slurm_cluster.SlurmCluster, job: Job, timeout: float = 60) -> None:
@@ -208,7 +204,6 @@ def run() -> Iterator[Run]:
     require_real("root and Debian slurm-wlm + munge", slurm_cluster.available() and shutil.which("unshare") is not None)
     require_real(f"the user {SLURM_USER} (Debian slurm-wlm)", _user_exists(SLURM_USER))
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
-    started = time.monotonic()
     # Not under pytest's 0700 tmp dir: the SlurmUser and the jobs' users must reach it.
     root = Path(tempfile.mkdtemp(prefix="lockstep-epilog-", dir="/tmp"))
     root.chmod(0o755)
@@ -219,7 +214,7 @@ def run() -> Iterator[Run]:
         bin_dir = root / "bin"
         bin_dir.mkdir(mode=0o755)
         command = lockstep_for(SLURM_USER, bin_dir)
-        epilog = bin_dir / EPILOG.name  # installed: `install -m 755 deploy/slurm/... /usr/local/sbin/`
+        epilog = bin_dir / EPILOG.name  # as `install -m 755 deploy/slurm/... /usr/local/sbin/` would
         shutil.copyfile(EPILOG, epilog)
         epilog.chmod(0o755)
         store = root / "store"
@@ -266,7 +261,6 @@ def run() -> Iterator[Run]:
             "LOCKSTEP_REPORT_DELAY": "0",
         }
         write_defaults(etc_default, **settings)
-        result.timings["setup"] = time.monotonic() - started
 
         # Three jobs that end their own way, and one whose report cannot be stored.
         for name, (then, _, _) in {**ENDINGS, "unwritable": ("exit 0", "", "")}.items():
@@ -279,12 +273,13 @@ def run() -> Iterator[Run]:
                 step=0.2,
                 what=f"job {job.job_id}'s series in Prometheus",
             )
-        for name in ENDINGS:
-            let_end(cluster, root, result.jobs[name], name)
+        for name, (then, _, _) in ENDINGS.items():
+            if then is None:
+                cluster.run("scancel", result.jobs[name].job_id)
+            else:
+                result.jobs[name].go.touch()
         for name in ENDINGS:
             wait_ended(cluster, result.jobs[name])
-        mark = time.monotonic()
-        result.timings["three jobs"] = mark - started - result.timings["setup"]
 
         # Read back by a user (not the SlurmUser, not root) without Prometheus; then recomputed.
         nowhere = f"http://127.0.0.1:{free_port()}"
@@ -298,20 +293,18 @@ def run() -> Iterator[Run]:
         result.refreshed = report_cli(
             command, completed, "--store", str(store), "--prometheus", url, "--refresh", "--format", "json"
         )
-        result.timings["reads"] = time.monotonic() - mark
 
         # A store the SlurmUser cannot write (root's, 0755): no report, the reason in syslog.
-        mark = time.monotonic()
         write_defaults(etc_default, **{**settings, "LOCKSTEP_REPORT_STORE": str(root / "root-store")})
         (root / "root-store").mkdir(mode=0o755)
-        let_end(cluster, root, result.jobs["unwritable"], "unwritable")
+        result.jobs["unwritable"].go.touch()
         wait_ended(cluster, result.jobs["unwritable"])
         write_defaults(etc_default, **settings)
 
         # Prometheus down when a job ends: no report, the reason in syslog, the job as it ended.
         stop_all(processes)
-        (root / "go-down").touch()
         result.jobs["down"] = submit(cluster, root, "down", "exit 0")
+        result.jobs["down"].go.touch()
         wait_ended(cluster, result.jobs["down"])
 
         # An epilog that outlives PrologEpilogTimeout: slurmctld stops it, the job COMPLETING until then.
@@ -319,10 +312,9 @@ def run() -> Iterator[Run]:
             conf.write(f"PrologEpilogTimeout={EPILOG_TIMEOUT}\n")
         cluster.run("scontrol", "reconfigure")
         write_defaults(etc_default, **{**settings, "LOCKSTEP_REPORT_DELAY": "30"})
-        (root / "go-stopped").touch()
         result.jobs["stopped"] = submit(cluster, root, "stopped", "exit 0")
+        result.jobs["stopped"].go.touch()
         wait_ended(cluster, result.jobs["stopped"])
-        result.timings["failures"] = time.monotonic() - mark
         result.syslog = syslog.read()
         result.node = cluster.run("scontrol", "-o", "show", "node", cluster.node)
         yield result
@@ -368,7 +360,7 @@ def test_slurmctld_runs_the_epilog_and_it_stores_the_report(run: Run, ending: st
     assert (got.user, got.partition, got.job_name, got.nodes) == ("root", "gpu", job.name, [run.agent])
     start, end = slurm_time(job.slurm["StartTime"]), slurm_time(job.slurm["EndTime"])
     assert start - 1 <= got.start <= job.seen_at <= got.end <= end + OUTLIVE
-    assert report.generated_at >= end
+    assert end <= report.generated_at < end + 30  # when the job ended, not at some later time
 
     # `lockstep report JOB --store STORE` reads it first: Prometheus is nowhere.
     read = run.reads[ending]
@@ -419,13 +411,11 @@ def test_an_epilog_that_outlives_prolog_epilog_timeout_is_stopped_and_says_why(r
         f"job {job.job_id}: stopped by SIGTERM before its report was stored (slurmctld: PrologEpilogTimeout "
         "shorter than LOCKSTEP_REPORT_DELAY and the report?)"
     ], run.syslog
-    # Until then the job was COMPLETING and its node free (IDLE); then stopped, not after the 30-s delay.
+    # Until then the job was COMPLETING, its node free (IDLE once slurmd's part was done); then
+    # stopped, not after the 30-s delay.
     end = slurm_time(job.slurm["EndTime"])
-    assert job.completing and {state for _, state in job.completing} == {"IDLE"}, job.completing
-    assert end + EPILOG_TIMEOUT - 1 <= max(t for t, _ in job.completing) < end + 20
+    assert job.completing and job.completing[-1][1] == "IDLE", job.completing
+    assert not [state for _, state in job.completing if "DRAIN" in state], job.completing
+    assert end + EPILOG_TIMEOUT - 1 <= job.completing[-1][0] < end + 20
     fields = dict(word.split("=", 1) for word in run.node.split() if "=" in word)
     assert (fields["State"], fields.get("Reason")) == ("IDLE", None), run.node
-
-
-def test_timings(run: Run) -> None:
-    print(run.timings, run.syslog)
