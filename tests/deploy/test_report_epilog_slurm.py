@@ -201,7 +201,8 @@ def epilog_log(run: Run) -> str:
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[Run]:
-    require_real("root and Debian slurm-wlm + munge", slurm_cluster.available() and shutil.which("unshare") is not None)
+    require_real("root and Debian slurm-wlm + munge", slurm_cluster.available())
+    require_real("mount namespaces (unshare --mount)", _mount_namespaces())
     require_real(f"the user {SLURM_USER} (Debian slurm-wlm)", _user_exists(SLURM_USER))
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     # Not under pytest's 0700 tmp dir: the SlurmUser and the jobs' users must reach it.
@@ -318,6 +319,13 @@ def run() -> Iterator[Run]:
         result.syslog = syslog.read()
         result.node = cluster.run("scontrol", "-o", "show", "node", cluster.node)
         yield result
+
+
+def _mount_namespaces() -> bool:
+    try:
+        return subprocess.run(["unshare", "--mount", "true"], capture_output=True, timeout=30).returncode == 0
+    except OSError:
+        return False
 
 
 def _user_exists(name: str) -> bool:
