@@ -158,11 +158,15 @@ def build_report(
     now: float | None = None,
     time_scale: float = 1.0,
     grafana_url: str = T.GRAFANA_URL,
+    ended: bool = False,
 ) -> Report:
+    """The job's report as Prometheus has it at ``now``.  ``ended``: the caller knows the job has
+    ended (the Slurm epilog, `--save`): it ends at its last sample, however recent; otherwise a
+    job with a sample in the last RUNNING_WITHIN seconds is running."""
     now = time.time() if now is None else now
     scope = Scope(prom, job_id, cluster, scale=time_scale)
-    find_job(scope, now)
-    job = job_section(scope, now)
+    find_job(scope, now, ended)
+    job = job_section(scope, now, ended)
     gpus = gpu_section(scope)
     steps = steps_section(scope)
     stragglers = training_stragglers(scope) + nccl_stragglers(scope)
@@ -200,7 +204,7 @@ def build_report(
 # --- the job and its range ---------------------------------------------------------------------
 
 
-def find_job(scope: Scope, now: float) -> None:
+def find_job(scope: Scope, now: float, ended: bool = False) -> None:
     """Set the scope's cluster (when one), range, resolution and agents; ReportError if unknown."""
     any_series = scope.job_series()
     lookback = duration(LOOKBACK_SECONDS)
@@ -229,21 +233,15 @@ def find_job(scope: Scope, now: float) -> None:
     points = buckets(alive)
     if not points:
         raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
-    fine = bucket / 500
-    # (Each range ends half a step late, so that its last evaluation is the bucket's own.)
-    first = scope.prom.query_range(f"min(timestamp({alive}))", points[0] - bucket, points[0] + fine / 2, fine)
     slurm = scope.job("lockstep_slurm_job_info")
     ending = buckets(slurm)
     ender = slurm if ending else alive
     ending = ending or points
-    last = scope.prom.query_range(
-        f"max(timestamp({ender}))", ending[-1] - bucket, min(now, ending[-1] + fine / 2), fine
-    )
-    starts = [v for s in first for _, v in s.points]
-    ends = [v for s in last for _, v in s.points]
-    scope.start = min(starts) if starts else points[0] - bucket
-    scope.end = max(ends) if ends else points[-1]
-    if now - scope.end < RUNNING_WITHIN:
+    first = edge_sample(scope, alive, points[0], bucket, now, last=False)
+    last = edge_sample(scope, ender, ending[-1], bucket, now, last=True)
+    scope.start = first if first is not None else points[0] - bucket
+    scope.end = last if last is not None else ending[-1]
+    if not ended and now - scope.end < RUNNING_WITHIN:
         scope.end = now
     samples = scope.prom.query(f"max(count_over_time({any_series}[{duration(scope.span + 1)}]))", scope.end)
     count = samples[0].value if samples else 2
@@ -254,8 +252,35 @@ def find_job(scope: Scope, now: float) -> None:
     scope.instances = sorted(s.labels.get("instance", "") for s in instances if s.labels.get("instance"))
 
 
-def job_section(scope: Scope, now: float) -> Job:
-    state = "running" if now - scope.end < RUNNING_WITHIN else "ended"
+def edge_sample(scope: Scope, selector: str, edge: float, bucket: float, now: float, last: bool) -> float | None:
+    """The first sample of ``selector`` (``last``: the last) in the coarse bucket that ends at
+    ``edge``: the fine window (1/500 of the bucket) that holds it, by count_over_time, then its
+    timestamp by a subquery at 1-s resolution over that window and a second either side.
+    count_over_time counts raw samples: a series is found however briefly it lived (a job
+    that failed at once), though it is stale from the first scrape that lacked it, which
+    instant queries at the fine windows' ends would miss."""
+    # Whole milliseconds, counted back from the range's end (half a step late, capped at now), so
+    # that the windows tile the bucket up to its very end: Prometheus evaluates a range from its
+    # start, one step at a time, up to its end at most.
+    step = math.ceil(bucket * 1000 / 500)
+    top = int(min(now, edge + step / 2000) * 1000)
+    count = math.ceil(bucket * 1000 / step)
+    windows = scope.prom.query_range(
+        f"count(count_over_time({selector}[{step}ms]))", (top - count * step) / 1000, top / 1000, step / 1000
+    )
+    found = sorted(t for s in windows for t, _ in s.points)
+    if not found:
+        return None
+    end = found[-1] if last else found[0]
+    kind = "max" if last else "min"
+    exact = scope.prom.query(f"{kind}({kind}_over_time(timestamp({selector})[{step + 2000}ms:1s]))", min(end + 1, now))
+    if exact:
+        return exact[0].value
+    return end if last else end - step / 1000
+
+
+def job_section(scope: Scope, now: float, ended: bool = False) -> Job:
+    state = "ended" if ended or now - scope.end >= RUNNING_WITHIN else "running"
     job = Job(
         job_id=scope.job_id,
         cluster=scope.cluster or "",

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import pytest
 
-from lockstep.agent.report.build import Scope, find_job, flat_runs, stalled_saves, steps_section, training_stragglers
+from lockstep.agent.report.build import (
+    Scope,
+    find_job,
+    flat_runs,
+    job_section,
+    stalled_saves,
+    steps_section,
+    training_stragglers,
+)
 from lockstep.agent.report.model import Interval, Point
 from lockstep.agent.report.prometheus import Prometheus, ReportError
 from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, serving, vector
@@ -69,13 +77,24 @@ def test_a_job_in_two_clusters_asks_for_one() -> None:
             find_job(Scope(Prometheus(fake.url), "77", None), T)
 
 
+COARSE = r"\[5356800ms\]\)\)$"  # the lookback's 500 buckets
+FINE = r"\[10714ms\]\)\)$"  # an edge bucket's 500 windows
+
+
 def test_the_job_range_is_its_first_and_last_sample() -> None:
     bucket = 31 * 86400 / 500
     rules = [
         Rule(r"^count by \(cluster\)", vector(({"cluster": "a"}, 5.0))),
-        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))),
-        Rule(r"^min\(timestamp", matrix(({}, [(T - 2 * bucket - 50, T - 2 * bucket - 60)]))),
-        Rule(r"^max\(timestamp", matrix(({}, [(T - bucket - 100, T - bucket - 105), (T - bucket, T - bucket - 5)]))),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + COARSE, matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))
+        ),
+        # The windows of either edge bucket that hold samples: the first of the first, the last of the last.
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + FINE,
+            matrix(({}, [(T - 2 * bucket - 50, 1.0), (T - bucket - 3, 2.0)])),
+        ),
+        Rule(r"^min\(min_over_time\(timestamp\(\{__name__.*\[12714ms:1s\]\)\)$", vector(({}, T - 2 * bucket - 60))),
+        Rule(r"^max\(max_over_time\(timestamp\(\{__name__.*\[12714ms:1s\]\)\)$", vector(({}, T - bucket - 5))),
         Rule(r"^max\(count_over_time", vector(({}, 101.0))),
         Rule(r"^count by \(instance\)", vector(({"instance": "n2:12400"}, 1.0), ({"instance": "n1:12400"}, 1.0))),
     ]
@@ -86,6 +105,21 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
     assert (scope.start, scope.end) == (T - 2 * bucket - 60, T - bucket - 5)
     assert scope.step == pytest.approx((bucket - 5 + 60) / 100)  # a scrape interval: 101 samples
     assert scope.instances == ["n1:12400", "n2:12400"]
+
+
+def test_a_job_with_a_recent_sample_is_running_unless_it_is_known_to_have_ended() -> None:
+    rules = [
+        Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
+        Rule(r"^count\(count_over_time\(.*" + COARSE, matrix(({}, [(T, 3.0)]))),
+        Rule(r"^count\(count_over_time\(.*" + FINE, matrix(({}, [(T - 20, 1.0), (T, 2.0)]))),
+        Rule(r"^min\(min_over_time\(timestamp", vector(({}, T - 25))),
+        Rule(r"^max\(max_over_time\(timestamp", vector(({}, T - 5))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        for ended, end, state in ((False, T, "running"), (True, T - 5, "ended")):
+            scope = Scope(Prometheus(fake.url), "77", None)
+            find_job(scope, T, ended)
+            assert (scope.start, scope.end, job_section(scope, T, ended).state) == (T - 25, end, state)
 
 
 def test_flat_runs_longer_than_the_stall_window_on_the_jobs_clock() -> None:
@@ -104,11 +138,18 @@ def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> No
     bucket = 31 * 86400 / 500
     rules = [
         Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
-        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 3 * bucket, 1.0), (T - bucket, 3.0)]))),
-        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket, 1.0)]))),
-        Rule(r"^min\(timestamp", matrix(({}, [(T - 3 * bucket - 50, T - 3 * bucket - 60)]))),
-        Rule(r"^max\(timestamp\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket - 5, T - 3 * bucket - 10)]))),
-        Rule(r"^max\(timestamp\(\{__name__", matrix(({}, [(T - bucket, T - bucket - 1)]))),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + COARSE, matrix(({}, [(T - 3 * bucket, 1.0), (T - bucket, 3.0)]))
+        ),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*" + COARSE, matrix(({}, [(T - 3 * bucket, 1.0)]))),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + FINE,
+            matrix(({}, [(T - 3 * bucket - 50, 1.0), (T - bucket, 1.0)])),
+        ),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*" + FINE, matrix(({}, [(T - 3 * bucket - 8, 1.0)]))),
+        Rule(r"^min\(min_over_time\(timestamp\(\{__name__", vector(({}, T - 3 * bucket - 60))),
+        Rule(r"^max\(max_over_time\(timestamp\(lockstep_slurm_job_info", vector(({}, T - 3 * bucket - 10))),
+        Rule(r"^max\(max_over_time\(timestamp\(\{__name__", vector(({}, T - bucket - 1))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "77", None)
