@@ -60,6 +60,11 @@ HANG_ALERTS = (
     "LockstepTrainingStalled",
 )
 MIN_STRAGGLER_POINTS = 3  # a rank flagged at fewer points of the timeline is jitter, not a straggler
+# A rank's work per step is averaged over this long (on the job's clock) before it is compared
+# with its peers': the 5 minutes of the alert's ratio (job_rank:...:ratio_to_peers5m).  Over the
+# timeline's own window (4 scrapes) the jitter of real runs put every healthy rank of an 8-rank
+# DDP run above the ratio at 3 points or more (tests/agent/report/test_report_ddp_runs.py).
+STRAGGLER_RATE_WINDOW_SECONDS = 300.0
 
 
 @dataclass(frozen=True)
@@ -441,8 +446,16 @@ def training_stragglers(scope: Scope) -> list[Straggler]:
     ratio times their peers' (the job's median rank's; the one peer's in a 2-rank job).  One
     range query of every rank's work per step and one of the job's wall step time; the medians
     and ratios are taken here (asking Prometheus for them evaluates every rank's rates once per
-    use: 66 s of a 1,024-rank day's report)."""
-    w = duration(scope.window)
+    use: 66 s of a 1,024-rank day's report).
+
+    Both are averaged over STRAGGLER_RATE_WINDOW_SECONDS (or the timeline's window, if longer),
+    as the alert averages them, and judged only where that window lies within the job (a job's
+    first steps, a rank's warm-up, are not a 5-minute mean: the first points of a real 2-rank
+    run put its healthy rank at 1.37x its peer).  A flagged point says its window was slow: the
+    rank held the job back over the union of its flagged points' windows (a rank slow from the
+    first step, from the job's start)."""
+    window = max(scope.window, STRAGGLER_RATE_WINDOW_SECONDS / scope.scale)
+    w = duration(window)
     by = "(cluster, instance, job_id, rank, host)"
     work = (
         f"(sum by {by} (rate({scope.job('lockstep_training_compute_seconds_total')}[{w}]))"
@@ -459,7 +472,7 @@ def training_stragglers(scope: Scope) -> list[Straggler]:
     walls = {t: v for s in scope.over_job(wall) for t, v in s.points}
     flagged: dict[Key, list[tuple[float, float, float]]] = {}
     for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
-        if len(values) < T.STRAGGLER_MIN_PEERS:
+        if len(values) < T.STRAGGLER_MIN_PEERS or t < scope.start + window:
             continue
         median = statistics.median(v for _, v in values)
         for key, v in values:
@@ -474,20 +487,32 @@ def training_stragglers(scope: Scope) -> list[Straggler]:
         if len(points) < MIN_STRAGGLER_POINTS:
             continue
         labels = dict(key)
+        held = covered([(max(t - window, scope.start), t) for t, _, _ in points])
         out.append(
             Straggler(
                 kind="training",
                 rank=labels.get("rank", ""),
                 host=labels.get("host", ""),
                 node=labels.get("instance", ""),
-                start=points[0][0],
-                end=points[-1][0],
-                seconds=round(len(points) * scope.step * scope.scale, 1),
+                start=held[0][0],
+                end=held[-1][1],
+                seconds=round(sum(b - a for a, b in held) * scope.scale, 1),
                 ratio=round(statistics.mean(r for _, r, _ in points), 3),
                 share_lost=round(sum(lost for _, _, lost in points) * scope.step / scope.span, 4),
             )
         )
     return sorted(out, key=lambda s: -s.share_lost)
+
+
+def covered(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The union of intervals, as disjoint intervals in time order."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
 
 
 def nccl_stragglers(scope: Scope) -> list[Straggler]:
