@@ -16,6 +16,7 @@ from lockstep.agent.report.build import (
     stalled_saves,
     steps_section,
     training_stragglers,
+    weighted_median,
 )
 from lockstep.agent.report.model import Interval, Point
 from lockstep.agent.report.prometheus import Prometheus, ReportError
@@ -95,6 +96,28 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
     assert (scope.start, scope.end) == (T - 2 * bucket - 60, T - bucket - 5)
     assert scope.step == pytest.approx((bucket - 5 + 60) / 100)  # a scrape interval: 101 samples
     assert scope.instances == ["n1:12400", "n2:12400"]
+
+
+def test_the_median_step_time_weighs_each_moment_by_the_steps_made_in_it() -> None:
+    """Evenly spaced in time, the timeline holds more points of slow steps than their share of
+    the steps: a job of 2 minutes at 1-s steps and 3 minutes at 4-s steps made 120 + 45 steps,
+    and its median step lasted 1 s, not 4."""
+    points = [(T + 60 * i, v) for i, v in enumerate([1.0, 1.0, 4.0, 4.0, 4.0])]
+    rules = [
+        Rule(r"^count\(last_over_time\(lockstep_training_steps_total", vector(({}, 2.0))),
+        Rule(r"^avg\(rate\(lockstep_training_step_seconds_total", matrix(({}, points))),
+        Rule(r"^avg\(rate\(lockstep_training_steps_total", matrix(({}, [(t, 1 / v) for t, v in points]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        steps = steps_section(Scope(Prometheus(fake.url), "4242", None, start=T, end=T + 300, step=60, window=60))
+    assert steps.median_step_seconds == 1.0
+
+
+def test_weighted_median() -> None:
+    assert weighted_median([(2.0, 1.0), (3.0, 1.0), (1.0, 1.0)]) == 2.0
+    assert weighted_median([(2.0, 1.0), (3.0, 1.0)]) == 2.5  # as statistics.median
+    assert weighted_median([(1.0, 3.0), (5.0, 1.0), (9.0, 1.0)]) == 1.0
+    assert weighted_median([(1.0, 0.0), (5.0, 1.0)]) == 5.0
 
 
 def test_flat_runs_longer_than_the_stall_window_on_the_jobs_clock() -> None:
