@@ -253,10 +253,31 @@ def find_job(scope: Scope, now: float) -> None:
     samples = scope.prom.query(f"max(count_over_time({any_series}[{duration(scope.span + 1)}]))", scope.end)
     count = samples[0].value if samples else 2
     interval = scope.span / max(count - 1, 1)
+    if ender == alive and scope.end < now:
+        scope.end = last_progress(scope, interval)
     scope.step = max(scope.span / TIMELINE_POINTS, interval, 1.0)
     scope.window = max(scope.step, 4 * interval)
     instances = scope.at_end(f"count by (instance) (last_over_time({any_series}[{scope.whole}]))")
     scope.instances = sorted(s.labels.get("instance", "") for s in instances if s.labels.get("instance"))
+
+
+def last_progress(scope: Scope, interval: float) -> float:
+    """The end of a job that ended without Slurm's record of it: its last step, when its step
+    counters stopped less than TRAINING_STEPPED_WITHIN before its series ended (the alerts'
+    "still running"); else (a job that hung, then was killed) when its series ended.  The
+    agent keeps a finished rank's series until it sees the rank's process gone, a minute or
+    two after its last step: ended there, the real DDP runs' reports were 1.5 minutes long."""
+    within = T.seconds(T.TRAINING_STEPPED_WITHIN) / scope.scale
+    counters = scope.job_series(("lockstep_training_steps_total", "lockstep_framework_iterations_total"))
+    resolution = max(min(interval, within) / 4, 0.001)
+    found = scope.prom.query_range(f"max({counters})", scope.end - within, scope.end, resolution)
+    points = [p for s in found for p in s.points]
+    if not points:
+        return scope.end
+    most = max(v for _, v in points)
+    if points[0][1] >= most:
+        return scope.end  # no step for the whole window: it stalled before it ended
+    return min(t for t, v in points if v >= most)
 
 
 def job_section(scope: Scope, now: float) -> Job:

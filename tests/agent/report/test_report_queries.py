@@ -98,6 +98,45 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
     assert scope.instances == ["n1:12400", "n2:12400"]
 
 
+def job_ending_at(end: float, counts: list[tuple[float, float]]) -> list[Rule]:
+    """A job without Slurm's record whose series end at `end`; its step counters' maximum on the
+    grid last_progress asks for."""
+    bucket = 31 * 86400 / 500
+    return [
+        Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
+        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))),
+        Rule(r"^min\(timestamp", matrix(({}, [(T - 2 * bucket, T - 2 * bucket - 60)]))),
+        Rule(r"^max\(timestamp\(\{__name__", matrix(({}, [(T - bucket, end)]))),
+        Rule(r"^max\(count_over_time", vector(({}, 101.0))),
+        Rule(r"^max\(\{__name__=~\"lockstep_training_steps_total\|", matrix(({}, counts))),
+    ]
+
+
+def test_a_job_that_ended_without_slurms_record_ends_at_its_last_step() -> None:
+    """The agent keeps a finished rank's series until it sees the rank's process gone (a minute
+    or two): the job ended when its step count last moved, not when its series did."""
+    end = T - 31 * 86400 / 500 - 5
+    counts = [(end - 120 + 15 * i, v) for i, v in enumerate([100, 107, 114, 121, 125, 125, 125, 125, 125])]
+    with serving(FakePrometheus(job_ending_at(end, counts))) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    assert scope.end == end - 60  # 125, first seen there
+    assert [q for q in fake.seen if q.startswith("max({")] == [
+        'max({__name__=~"lockstep_training_steps_total|lockstep_framework_iterations_total",job_id="77"})'
+    ]
+
+
+def test_a_job_that_stopped_stepping_before_its_series_ended_ends_with_them() -> None:
+    """No step in the 2 minutes (TRAINING_STEPPED_WITHIN) before its series ended: it hung, then
+    was killed; it ended when its series did."""
+    end = T - 31 * 86400 / 500 - 5
+    counts = [(end - 120 + 15 * i, 125.0) for i in range(9)]
+    with serving(FakePrometheus(job_ending_at(end, counts))) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    assert scope.end == end
+
+
 def test_the_median_step_time_weighs_each_moment_by_the_steps_made_in_it() -> None:
     """Evenly spaced in time, the timeline holds more points of slow steps than their share of
     the steps: a job of 2 minutes at 1-s steps and 3 minutes at 4-s steps made 120 + 45 steps,
