@@ -277,7 +277,12 @@ def last_progress(scope: Scope, interval: float) -> float:
     most = max(v for _, v in points)
     if points[0][1] >= most:
         return scope.end  # no step for the whole window: it stalled before it ended
-    return min(t for t, v in points if v >= most)
+    # The first point of the grid that sees the last count, then the scrape that brought it: its
+    # own timestamp (the grid's phase follows the series' end, which moves with when the agent
+    # dropped them; the scrapes do not).
+    seen = min(t for t, v in points if v >= most)
+    brought = scope.prom.query(f"min(timestamp({counters}) and {counters} >= {most!r})", seen)
+    return brought[0].value if brought else seen
 
 
 def job_section(scope: Scope, now: float) -> Job:

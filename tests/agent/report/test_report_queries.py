@@ -98,11 +98,12 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
     assert scope.instances == ["n1:12400", "n2:12400"]
 
 
-def job_ending_at(end: float, counts: list[tuple[float, float]]) -> list[Rule]:
+def job_ending_at(end: float, counts: list[tuple[float, float]], brought: float = 0.0) -> list[Rule]:
     """A job without Slurm's record whose series end at `end`; its step counters' maximum on the
-    grid last_progress asks for."""
+    grid last_progress asks for, and the time of the scrape that brought the last count."""
     bucket = 31 * 86400 / 500
     return [
+        Rule(r"^min\(timestamp\(\{__name__=~\"lockstep_training_steps_total\|", vector(({}, brought))),
         Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
         Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))),
         Rule(r"^min\(timestamp", matrix(({}, [(T - 2 * bucket, T - 2 * bucket - 60)]))),
@@ -117,12 +118,15 @@ def test_a_job_that_ended_without_slurms_record_ends_at_its_last_step() -> None:
     or two): the job ended when its step count last moved, not when its series did."""
     end = T - 31 * 86400 / 500 - 5
     counts = [(end - 120 + 15 * i, v) for i, v in enumerate([100, 107, 114, 121, 125, 125, 125, 125, 125])]
-    with serving(FakePrometheus(job_ending_at(end, counts))) as fake:
+    with serving(FakePrometheus(job_ending_at(end, counts, brought=end - 62.5))) as fake:
         scope = Scope(Prometheus(fake.url), "77", None)
         find_job(scope, T)
-    assert scope.end == end - 60  # 125, first seen there
-    assert [q for q in fake.seen if q.startswith("max({")] == [
-        'max({__name__=~"lockstep_training_steps_total|lockstep_framework_iterations_total",job_id="77"})'
+    # 125 first seen at end - 60 on the grid; the scrape that brought it, at end - 62.5.
+    assert scope.end == end - 62.5
+    counters = '{__name__=~"lockstep_training_steps_total|lockstep_framework_iterations_total",job_id="77"}'
+    assert [q for q in fake.seen if counters in q and "count_over_time" not in q] == [
+        f"max({counters})",
+        f"min(timestamp({counters}) and {counters} >= 125.0)",
     ]
 
 
