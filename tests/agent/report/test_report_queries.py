@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import pytest
 
+from alerts.straggler_recording import PEERS_5M
 from lockstep.agent.report.build import (
+    STRAGGLER_RATE_WINDOW_SECONDS,
     Scope,
     find_job,
     flat_runs,
@@ -15,6 +17,7 @@ from lockstep.agent.report.build import (
     stalled_saves,
     steps_section,
     training_stragglers,
+    weighted_median,
 )
 from lockstep.agent.report.model import Interval, Point
 from lockstep.agent.report.prometheus import Prometheus, ReportError
@@ -122,6 +125,76 @@ def test_a_job_with_a_recent_sample_is_running_unless_it_is_known_to_have_ended(
             assert (scope.start, scope.end, job_section(scope, T, ended).state) == (T - 25, end, state)
 
 
+def job_ending_at(end: float, counts: list[tuple[float, float]], brought: float = 0.0) -> list[Rule]:
+    """A job without Slurm's record whose series end at `end`; its step counters' maximum on the
+    grid last_progress asks for, and the time of the scrape that brought the last count."""
+    bucket = 31 * 86400 / 500
+    return [
+        Rule(r"^min\(timestamp\(\{__name__=~\"lockstep_training_steps_total\|", vector(({}, brought))),
+        Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + COARSE, matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))
+        ),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + FINE, matrix(({}, [(T - 2 * bucket - 50, 1.0), (end + 2, 2.0)]))
+        ),
+        Rule(r"^min\(min_over_time\(timestamp", vector(({}, T - 2 * bucket - 60))),
+        Rule(r"^max\(max_over_time\(timestamp", vector(({}, end))),
+        Rule(r"^max\(count_over_time", vector(({}, 101.0))),
+        Rule(r"^max\(\{__name__=~\"lockstep_training_steps_total\|", matrix(({}, counts))),
+    ]
+
+
+def test_a_job_that_ended_without_slurms_record_ends_at_its_last_step() -> None:
+    """The agent keeps a finished rank's series until it sees the rank's process gone (a minute
+    or two): the job ended when its step count last moved, not when its series did."""
+    end = T - 31 * 86400 / 500 - 5
+    counts = [(end - 120 + 15 * i, v) for i, v in enumerate([100, 107, 114, 121, 125, 125, 125, 125, 125])]
+    with serving(FakePrometheus(job_ending_at(end, counts, brought=end - 62.5))) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    # 125 first seen at end - 60 on the grid; the scrape that brought it, at end - 62.5.
+    assert scope.end == end - 62.5
+    counters = '{__name__=~"lockstep_training_steps_total|lockstep_framework_iterations_total",job_id="77"}'
+    assert [q for q in fake.seen if counters in q and "count_over_time" not in q] == [
+        f"max({counters})",
+        f"min(timestamp({counters}) and {counters} >= 125.0)",
+    ]
+
+
+def test_a_job_that_stopped_stepping_before_its_series_ended_ends_with_them() -> None:
+    """No step in the 2 minutes (TRAINING_STEPPED_WITHIN) before its series ended: it hung, then
+    was killed; it ended when its series did."""
+    end = T - 31 * 86400 / 500 - 5
+    counts = [(end - 120 + 15 * i, 125.0) for i in range(9)]
+    with serving(FakePrometheus(job_ending_at(end, counts))) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    assert scope.end == end
+
+
+def test_the_median_step_time_weighs_each_moment_by_the_steps_made_in_it() -> None:
+    """Evenly spaced in time, the timeline holds more points of slow steps than their share of
+    the steps: a job of 2 minutes at 1-s steps and 3 minutes at 4-s steps made 120 + 45 steps,
+    and its median step lasted 1 s, not 4."""
+    points = [(T + 60 * i, v) for i, v in enumerate([1.0, 1.0, 4.0, 4.0, 4.0])]
+    rules = [
+        Rule(r"^count\(last_over_time\(lockstep_training_steps_total", vector(({}, 2.0))),
+        Rule(r"^avg\(rate\(lockstep_training_step_seconds_total", matrix(({}, points))),
+        Rule(r"^avg\(rate\(lockstep_training_steps_total", matrix(({}, [(t, 1 / v) for t, v in points]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        steps = steps_section(Scope(Prometheus(fake.url), "4242", None, start=T, end=T + 300, step=60, window=60))
+    assert steps.median_step_seconds == 1.0
+
+
+def test_weighted_median() -> None:
+    assert weighted_median([(2.0, 1.0), (3.0, 1.0), (1.0, 1.0)]) == 2.0
+    assert weighted_median([(2.0, 1.0), (3.0, 1.0)]) == 2.5  # as statistics.median
+    assert weighted_median([(1.0, 3.0), (5.0, 1.0), (9.0, 1.0)]) == 1.0
+    assert weighted_median([(1.0, 0.0), (5.0, 1.0)]) == 5.0
+
+
 def test_flat_runs_longer_than_the_stall_window_on_the_jobs_clock() -> None:
     scope = Scope(Prometheus("http://unused"), "1", None, scale=10.0)
     points = [(T, 1.0), (T + 30, 2.0), (T + 60, 2.0), (T + 90, 2.0), (T + 120, 3.0), (T + 150, 3.0)]
@@ -158,30 +231,66 @@ def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> No
     assert scope.instances == []
 
 
-def test_a_rank_above_the_sustained_ratio_at_three_points_or_more_is_a_straggler() -> None:
-    def rank(r: str, values: list[float]) -> tuple[dict[str, str], list[tuple[float, float]]]:
-        labels = {"cluster": "c1", "instance": "n1:12400", "job_id": "4242", "rank": r, "host": "n1"}
-        return labels, [(T + 60 * i, v) for i, v in enumerate(values)]
+def work_of(rank: str, values: list[float], job: str = "4242", first: float = T + 300, every: float = 60
+            ) -> tuple[dict[str, str], list[tuple[float, float]]]:  # fmt: skip
+    """A rank's work per step at first, first + every, ..."""
+    labels = {"cluster": "c1", "instance": "n1:12400", "job_id": job, "rank": rank, "host": "n1"}
+    return labels, [(first + every * i, v) for i, v in enumerate(values)]
 
+
+WORK_QUERY = r"^\(sum by \(cluster, instance, job_id, rank, host\) \(rate\(lockstep_training_compute"
+WALL_QUERY = r"^sum\(rate\(lockstep_training_step_seconds_total"
+
+
+def test_a_rank_above_the_sustained_ratio_at_three_points_or_more_is_a_straggler() -> None:
     rules = [
         Rule(
-            r"^\(sum by \(cluster, instance, job_id, rank, host\) \(rate\(lockstep_training_compute",
+            WORK_QUERY,
             matrix(
-                rank("0", [10.0, 10.0, 10.0, 10.0, 10.0]),
-                rank("1", [10.0, 10.0, 10.0, 10.0, 10.0]),
-                rank("2", [10.0, 11.0, 10.0, 10.0, 10.0]),  # one point at 1.1x: jitter
-                rank("3", [10.0, 14.0, 14.0, 14.0, 10.0]),  # three points at 1.4x
+                work_of("0", [10.0, 10.0, 10.0, 10.0, 10.0]),
+                work_of("1", [10.0, 10.0, 10.0, 10.0, 10.0]),
+                work_of("2", [10.0, 11.0, 10.0, 10.0, 10.0]),  # one point at 1.1x: jitter
+                work_of("3", [10.0, 14.0, 14.0, 14.0, 10.0]),  # three points at 1.4x
             ),
         ),
-        Rule(r"^sum\(rate\(lockstep_training_step_seconds_total", matrix(({}, [(T + 60 * i, 20.0) for i in range(5)]))),
+        Rule(WALL_QUERY, matrix(({}, [(T + 300 + 60 * i, 20.0) for i in range(5)]))),
     ]
     with serving(FakePrometheus(rules)) as fake:
-        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 300, step=60, window=60)
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 600, step=60, window=60)
         found = training_stragglers(scope)
     assert [(s.rank, s.start, s.end, s.seconds, s.ratio, s.share_lost) for s in found] == [
-        # At T+60 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
-        ("3", T + 60, T + 180, 180.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 300, 4))
+        # At T+360 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
+        # Each flagged point stands for its 5-minute window: T+60..T+360 to T+180..T+480.
+        ("3", T + 60, T + 480, 420.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 600, 4))
     ]
+
+
+def test_ranks_are_compared_over_the_alerts_5_minutes_and_only_once_the_job_has_run_that_long() -> None:
+    """Over the timeline's window (4 scrapes: 60 s) every healthy rank of a real 8-rank DDP run
+    was above the ratio at 3 points or more, and a real 2-rank run's healthy rank was 1.37x its
+    peer over its first minute (warm-up): the ratio is the alert's 5-minute one (on the job's
+    clock: 30 s of Prometheus' at 10x), judged where that window lies within the job."""
+    rules = [
+        Rule(
+            WORK_QUERY,
+            matrix(
+                work_of("0", [10.0] * 8, first=T + 60),
+                work_of("1", [10.0] * 8, first=T + 60),
+                work_of("2", [14.0, 14.0, 14.0, 14.0, 10.0, 10.0, 10.0, 10.0], first=T + 60),  # the first 4 minutes
+            ),
+        ),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        found = training_stragglers(Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 540, step=60, window=60))
+        assert found == []
+        assert "[300000ms]" in fake.seen[0] and "[60000ms]" not in fake.seen[0]
+        fake.seen.clear()
+        training_stragglers(Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 54, step=6, window=6, scale=10))
+        assert "[30000ms]" in fake.seen[0]
+
+
+def test_the_ratio_window_is_the_alerts() -> None:
+    assert PEERS_5M.endswith(f"ratio_to_peers{STRAGGLER_RATE_WINDOW_SECONDS / 60:.0f}m")
 
 
 def test_a_2_rank_jobs_straggler_is_judged_against_its_one_peer_as_the_alert_does() -> None:
@@ -189,22 +298,10 @@ def test_a_2_rank_jobs_straggler_is_judged_against_its_one_peer_as_the_alert_doe
     4.8 % above it.  As LockstepTrainingStragglerSustained, the report compares it with its one
     peer (1.1x), and names it."""
     rules = [
-        Rule(
-            r"^\(sum by \(cluster, instance, job_id, rank, host\) \(rate\(lockstep_training_compute",
-            matrix(
-                (
-                    {"cluster": "c1", "instance": "n1:12400", "job_id": "7", "rank": "0", "host": "n1"},
-                    [(T + 60 * i, 10.0) for i in range(4)],
-                ),
-                (
-                    {"cluster": "c1", "instance": "n1:12400", "job_id": "7", "rank": "1", "host": "n1"},
-                    [(T + 60 * i, 11.0) for i in range(4)],
-                ),
-            ),  # fmt: skip
-        ),
-        Rule(r"^sum\(rate\(lockstep_training_step_seconds_total", matrix(({}, [(T + 60 * i, 20.0) for i in range(4)]))),
+        Rule(WORK_QUERY, matrix(work_of("0", [10.0] * 4, job="7"), work_of("1", [11.0] * 4, job="7"))),
+        Rule(WALL_QUERY, matrix(({}, [(T + 300 + 60 * i, 20.0) for i in range(4)]))),
     ]
     with serving(FakePrometheus(rules)) as fake:
-        scope = Scope(Prometheus(fake.url), "7", "c1", start=T, end=T + 240, step=60, window=60)
+        scope = Scope(Prometheus(fake.url), "7", "c1", start=T, end=T + 540, step=60, window=60)
         found = training_stragglers(scope)
     assert [(s.rank, s.ratio) for s in found] == [("1", 1.1)]
