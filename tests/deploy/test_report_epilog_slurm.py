@@ -367,7 +367,10 @@ def test_slurmctld_runs_the_epilog_and_it_stores_the_report(run: Run, ending: st
     assert (got.job_id, got.cluster, got.state) == (job.job_id, CLUSTER, "ended")
     assert (got.user, got.partition, got.job_name, got.nodes) == ("root", "gpu", job.name, [run.agent])
     start, end = slurm_time(job.slurm["StartTime"]), slurm_time(job.slurm["EndTime"])
-    assert start - 1 <= got.start <= job.seen_at <= got.end <= end + OUTLIVE
+    assert start - 1 <= got.start <= job.seen_at <= got.end <= end + OUTLIVE, (
+        {k: job.slurm.get(k) for k in ("SubmitTime", "EligibleTime", "StartTime", "EndTime", "Restarts", "Reason")},
+        epilog_log(run)[-4000:],
+    )
     assert end <= report.generated_at < end + 30  # when the job ended, not at some later time
 
     # `lockstep report JOB --store STORE` reads it first: Prometheus is nowhere.
