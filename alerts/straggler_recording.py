@@ -176,6 +176,11 @@ NODE_SUSPECTS = (
     ),
 )
 
+
+def _node_suspect(name: str, expr: str) -> Recording:
+    return _suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)")
+
+
 # Ranks slow enough by the relative margin to be given suspects.
 SLOW_RANKS = f"job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}"
 
@@ -214,7 +219,7 @@ def _rank_suspects() -> tuple[Recording, ...]:
     return tuple(rules)
 
 
-# The straggler records in nine groups, each after the groups it reads (alerts/rules.py): a
+# The straggler records in ten groups, each after the groups it reads (alerts/rules.py): a
 # Prometheus evaluates each group in turn on one goroutine, so at 1,024 nodes x 8 ranks one
 # group of them all took 4.4 s; split, each takes about a second or less (docs/performance.md).
 # A record read across groups is up to one evaluation older than within one: the evidence path
@@ -251,10 +256,15 @@ STRAGGLER_RECORDING_GROUPS = (
             *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
         ),
     ),
-    # What each node showed in the window: its suspects.
+    # What each node showed in the window: its suspects, the fabric's (every port's counters)
+    # apart from the rest.
+    Group(
+        "lockstep-stragglers-fabric-suspects.recording",
+        tuple(_node_suspect(name, expr) for name, expr in NODE_SUSPECTS if name.startswith("ib_")),
+    ),
     Group(
         "lockstep-stragglers-node-suspects.recording",
-        tuple(_suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)") for name, expr in NODE_SUSPECTS),
+        tuple(_node_suspect(name, expr) for name, expr in NODE_SUSPECTS if not name.startswith("ib_")),
     ),
     # Which host each node is, its throttled GPUs, and its suspects by host.
     Group(
