@@ -49,7 +49,13 @@ JOB_SERIES = (
 )
 # Those that exist only while the job runs.
 LIVE_SERIES = tuple(name for name in JOB_SERIES if name != "lockstep_checkpoint_info")
+# The series whose labels alone say who took part (ranks, hosts, GPUs, agents, checkpoint roots):
+# asked for once through the series API, which reads the index and no sample.
+LABEL_SERIES = (*JOB_SERIES, "lockstep_nccl_rank_info")
 LOOKBACK_SECONDS = 31 * 86400  # how far back a job is looked for
+EDGE_BUCKETS = 500  # the lookback in buckets; the edge bucket in EDGE_STEPS, then that in EDGE_STEPS
+EDGE_STEPS = 50
+INTERVAL_WINDOW = 3600.0  # the scrape interval is counted over the job's last hour
 RUNNING_WITHIN = 90.0  # a job with a sample this recent is running
 TIMELINE_POINTS = 240  # points of the step timeline (and of every range query)
 HANG_ALERTS = (
@@ -114,6 +120,12 @@ class Scope:
     window: float = 60.0  # rate() window of the range queries
     instances: list[str] = field(default_factory=list)
     scale: float = 1.0
+    labels: list[dict[str, str]] = field(default_factory=list)  # LABEL_SERIES' series over the job's range
+    hosts: dict[str, str] | None = None  # host_of_instance's answer, asked once
+
+    def series_of(self, *names: str) -> list[dict[str, str]]:
+        """The job's series of these names (from the one series API answer find_job keeps)."""
+        return [labels for labels in self.labels if labels.get("__name__") in names]
 
     def job(self, name: str = "", **extra: str) -> str:
         labels = {"job_id": self.job_id, **extra}
@@ -165,7 +177,7 @@ def build_report(
     job = job_section(scope, now)
     gpus = gpu_section(scope)
     steps = steps_section(scope)
-    stragglers = training_stragglers(scope) + nccl_stragglers(scope)
+    stragglers = training_stragglers(scope, steps.timeline) + nccl_stragglers(scope)
     for straggler in stragglers:
         straggler.evidence = evidence(scope, straggler)
     checkpoints = checkpoint_section(scope)
@@ -202,22 +214,20 @@ def build_report(
 
 def find_job(scope: Scope, now: float) -> None:
     """Set the scope's cluster (when one), range, resolution and agents; ReportError if unknown."""
-    any_series = scope.job_series()
-    lookback = duration(LOOKBACK_SECONDS)
-    clusters = scope.prom.query(f"count by (cluster) (last_over_time({any_series}[{lookback}]))", now)
+    # Which clusters know the job: the series API reads the index, not the job's samples.
+    known = scope.prom.series(scope.job_series(), now - LOOKBACK_SECONDS, now)
+    clusters = sorted({s.get("cluster", "") for s in known})
     if not clusters:
         where = f" in cluster {scope.cluster}" if scope.cluster is not None else ""
         raise ReportError(f"job {scope.job_id}{where} is unknown to Prometheus at {scope.prom.url} (last 31 days)")
     if scope.cluster is None:
-        found = sorted(s.labels.get("cluster", "") for s in clusters)
-        if len(found) > 1:
-            raise ReportError(f"job {scope.job_id} ran in clusters {', '.join(found)}: choose one with --cluster")
-        scope.cluster = found[0] if found[0] else None
-        any_series = scope.job_series()
+        if len(clusters) > 1:
+            raise ReportError(f"job {scope.job_id} ran in clusters {', '.join(clusters)}: choose one with --cluster")
+        scope.cluster = clusters[0] if clusters[0] else None
     # Coarse buckets over the lookback, then the first and last sample within the edge buckets.
     # The job runs while its live series exist (a checkpoint root outlives its job) and ends with
     # Slurm's record of it where there is one (an NCCL Inspector dump may outlive it too).
-    bucket = LOOKBACK_SECONDS / 500
+    bucket = LOOKBACK_SECONDS / EDGE_BUCKETS
 
     def buckets(selector: str) -> list[float]:
         coarse = scope.prom.query_range(
@@ -229,29 +239,49 @@ def find_job(scope: Scope, now: float) -> None:
     points = buckets(alive)
     if not points:
         raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
-    fine = bucket / 500
-    # (Each range ends half a step late, so that its last evaluation is the bucket's own.)
-    first = scope.prom.query_range(f"min(timestamp({alive}))", points[0] - bucket, points[0] + fine / 2, fine)
     slurm = scope.job("lockstep_slurm_job_info")
     ending = buckets(slurm)
     ender = slurm if ending else alive
     ending = ending or points
-    last = scope.prom.query_range(
-        f"max(timestamp({ender}))", ending[-1] - bucket, min(now, ending[-1] + fine / 2), fine
-    )
-    starts = [v for s in first for _, v in s.points]
-    ends = [v for s in last for _, v in s.points]
-    scope.start = min(starts) if starts else points[0] - bucket
-    scope.end = max(ends) if ends else points[-1]
+    first = edge_sample(scope, alive, points[0], bucket, "min")
+    last = edge_sample(scope, ender, ending[-1], bucket, "max")
+    scope.start = first if first is not None else points[0] - bucket
+    scope.end = last if last is not None else points[-1]
     if now - scope.end < RUNNING_WITHIN:
         scope.end = now
-    samples = scope.prom.query(f"max(count_over_time({any_series}[{duration(scope.span + 1)}]))", scope.end)
+    # The scrape interval: the most samples a series of the job has in its last hour (not in its
+    # whole range: that read every sample of the job once more).
+    counted = min(scope.span, INTERVAL_WINDOW)
+    samples = scope.prom.query(f"max(count_over_time({scope.job_series()}[{duration(counted + 1)}]))", scope.end)
     count = samples[0].value if samples else 2
-    interval = scope.span / max(count - 1, 1)
+    interval = counted / max(count - 1, 1)
     scope.step = max(scope.span / TIMELINE_POINTS, interval, 1.0)
     scope.window = max(scope.step, 4 * interval)
-    instances = scope.at_end(f"count by (instance) (last_over_time({any_series}[{scope.whole}]))")
-    scope.instances = sorted(s.labels.get("instance", "") for s in instances if s.labels.get("instance"))
+    scope.labels = scope.prom.series(scope.job_series(LABEL_SERIES), scope.start - scope.step, scope.end)
+    agents = {s.get("instance", "") for s in scope.labels if s.get("__name__") in JOB_SERIES}
+    scope.instances = sorted(agents - {""})
+
+
+def edge_sample(scope: Scope, selector: str, bucket_end: float, bucket: float, edge: str) -> float | None:
+    """The time of the first ("min") or last ("max") sample of the selector's series in the bucket
+    ending at bucket_end: the first or last of its EDGE_STEPS parts that holds a sample, then the
+    sample's own timestamp, looked up every part / EDGE_STEPS seconds across that part (a sample
+    every 2 s of a 31-day lookback).  Two small queries, whatever the job's length."""
+    part = bucket / EDGE_STEPS
+    tick = part / EDGE_STEPS
+    # (Each range ends half a step late, so that its last evaluation is the bucket's, or the part's, own end.)
+    counted = scope.prom.query_range(
+        f"count(count_over_time({selector}[{duration(part)}]))", bucket_end - bucket + part, bucket_end + part / 2, part
+    )
+    parts = sorted(t for s in counted for t, _ in s.points)
+    if not parts:
+        return None
+    at = parts[0] if edge == "min" else parts[-1]
+    found = scope.prom.query_range(f"{edge}(timestamp({selector}))", at - part + tick, at + tick / 2, tick)
+    times = [v for s in found for _, v in s.points]
+    if not times:
+        return None
+    return min(times) if edge == "min" else max(times)
 
 
 def job_section(scope: Scope, now: float) -> Job:
@@ -270,24 +300,15 @@ def job_section(scope: Scope, now: float) -> Job:
         labels = info[0].labels
         job.user, job.account = labels.get("user", ""), labels.get("account", "")
         job.partition, job.job_name = labels.get("partition", ""), labels.get("job_name", "")
-    ranks = scope.at_end(
-        "count(group by (rank) (last_over_time("
-        + f"{scope.job('lockstep_training_steps_total')}[{scope.whole}])"
-        + f" or last_over_time({scope.job('lockstep_nccl_collectives_total')}[{scope.whole}])"
-        + f" or last_over_time({scope.job('lockstep_nccl_ras_rank_info')}[{scope.whole}])))"
-    )
+    # Ranks, hosts and GPUs from the series' labels (find_job's series API answer), not their samples.
+    stepping = scope.series_of("lockstep_training_steps_total", "lockstep_nccl_collectives_total")
+    ranks = {s.get("rank", "") for s in stepping + scope.series_of("lockstep_nccl_ras_rank_info")}
     size = scope.at_end(
         f"max(max_over_time({scope.job('lockstep_nccl_communicator_ranks')}[{scope.whole}]))"
     )  # RAS knows every rank, not only this node's
-    job.ranks = int(max([s.value for s in ranks + size], default=0))
-    hosts = scope.at_end(
-        "group by (host) (last_over_time("
-        + f"{scope.job('lockstep_training_steps_total')}[{scope.whole}])"
-        + f" or last_over_time({scope.job('lockstep_nccl_collectives_total')}[{scope.whole}]))"
-    )
-    job.hosts = sorted({s.labels["host"] for s in hosts if s.labels.get("host")}, key=natural)
-    gpus = scope.at_end(f"count(last_over_time({scope.job('lockstep_slurm_job_gpu_info')}[{scope.whole}]))")
-    job.gpus = int(gpus[0].value) if gpus else 0
+    job.ranks = int(max([len(ranks)] + [s.value for s in size]))
+    job.hosts = sorted({s["host"] for s in stepping if s.get("host")}, key=natural)
+    job.gpus = len(scope.series_of("lockstep_slurm_job_gpu_info"))
     return job
 
 
@@ -298,12 +319,15 @@ def natural(text: str) -> tuple[object, ...]:
 
 def host_of_instance(scope: Scope) -> dict[str, str]:
     """Each agent's host name (Slurm's node name, else the Kubernetes node, else the address)."""
+    if scope.hosts is not None:
+        return scope.hosts
     names = {i: i.rsplit(":", 1)[0] for i in scope.instances}
     if not scope.instances:
         return names
     for s in scope.at_end(f"last_over_time({scope.nodes('lockstep_slurm_node_info')}[{scope.whole}])"):
         if s.labels.get("slurm_node"):
             names[s.labels["instance"]] = s.labels["slurm_node"]
+    scope.hosts = names
     return names
 
 
@@ -314,11 +338,10 @@ def gpu_section(scope: Scope) -> list[Gpu]:
     if not scope.instances:
         return []
     hosts = host_of_instance(scope)
-    held = scope.at_end(f"last_over_time({scope.job('lockstep_slurm_job_gpu_info')}[{scope.whole}])")
     gpus: dict[tuple[str, str], Gpu] = {}
-    for s in held:
-        key = (s.labels.get("instance", ""), s.labels.get("uuid", ""))
-        gpus[key] = Gpu(node=hosts.get(key[0], key[0]), gpu=s.labels.get("gpu", ""), uuid=key[1])
+    for labels in scope.series_of("lockstep_slurm_job_gpu_info"):
+        key = (labels.get("instance", ""), labels.get("uuid", ""))
+        gpus[key] = Gpu(node=hosts.get(key[0], key[0]), gpu=labels.get("gpu", ""), uuid=key[1])
     if not gpus:
         return []
     whole = scope.whole
@@ -373,7 +396,7 @@ def step_source(scope: Scope) -> StepSource | None:
     """The job's step counters: the training collector's when the job has them, otherwise the
     framework_logs collector's iterations; None when the job logs neither."""
     for source in STEP_SOURCES:
-        if scope.at_end(f"count(last_over_time({scope.job(source.steps)}[{scope.whole}]))"):
+        if scope.series_of(source.steps):
             return source
     return None
 
@@ -385,17 +408,20 @@ def steps_section(scope: Scope) -> Steps:
     w = duration(scope.window)
     steps_sel, seconds_sel = scope.job(source.steps), scope.job(source.seconds)
     out = Steps(source=source.name)
-    done = scope.at_end(f"max(max_over_time({steps_sel}[{scope.whole}]))")
-    out.steps = done[0].value if done else 0
     timeline = scope.over_job(f"avg(rate({seconds_sel}[{w}]) / (rate({steps_sel}[{w}]) > 0))")
     out.timeline = [Point(t, round(v, 4)) for s in timeline for t, v in s.points if math.isfinite(v)]
     if out.timeline:
         out.median_step_seconds = round(statistics.median(p.value for p in out.timeline), 4)
     tokens = scope.over_job(f"sum(rate({scope.job(source.tokens)}[{w}]))")
     out.tokens_per_second = [Point(t, round(v / scope.scale, 1)) for s in tokens for t, v in s.points]
-    # Stalls on Prometheus' clock: how long the job's step count stayed where it was.
-    count = scope.over_job(f"max({steps_sel})")
+    # Stalls on Prometheus' clock: how long the job's step count stayed where it was.  The most
+    # steps any rank counted in each window (the windows tile the job's range, so their maximum
+    # is the most it counted: no query of its own over the whole range), and in the last step's
+    # worth, which the last window may end before.
+    count = scope.over_job(f"max(max_over_time({steps_sel}[{w}]))")
     points = [p for s in count for p in s.points]
+    tail = scope.at_end(f"max(max_over_time({steps_sel}[{duration(scope.step)}]))")
+    out.steps = max([v for _, v in points] + [s.value for s in tail], default=0)
     out.stalls = flat_runs(points, scope)
     changes = [t for (t, v), (_, prev) in zip(points[1:], points[:-1]) if v != prev]
     out.last_step = changes[-1] if changes else (points[0][0] if points else None)
@@ -436,12 +462,13 @@ def by_time(series: Iterable[Series], group: Callable[[dict[str, str]], str]) ->
     return out
 
 
-def training_stragglers(scope: Scope) -> list[Straggler]:
+def training_stragglers(scope: Scope, timeline: list[Point]) -> list[Straggler]:
     """Ranks whose own work per step (compute + data wait) is above the straggler evidence
     ratio times their peers' (the job's median rank's; the one peer's in a 2-rank job).  One
-    range query of every rank's work per step and one of the job's wall step time; the medians
-    and ratios are taken here (asking Prometheus for them evaluates every rank's rates once per
-    use: 66 s of a 1,024-rank day's report)."""
+    range query of every rank's work per step; the medians and ratios are taken here (asking
+    Prometheus for them evaluates every rank's rates once per use: 66 s of a 1,024-rank day's
+    report), and the wall step time the share lost is counted against is the steps section's
+    timeline (the same rates: asking for them again read every rank's step counters twice)."""
     w = duration(scope.window)
     by = "(cluster, instance, job_id, rank, host)"
     work = (
@@ -449,14 +476,10 @@ def training_stragglers(scope: Scope) -> list[Straggler]:
         f" + sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}])))"
         f" / (sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
     )
-    wall = (
-        f"sum(rate({scope.job('lockstep_training_step_seconds_total')}[{w}]))"
-        f" / (sum(rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
-    )
     peers = by_time(scope.over_job(work), lambda labels: "")
     if not peers:
         return []
-    walls = {t: v for s in scope.over_job(wall) for t, v in s.points}
+    walls = {p.t: p.value for p in timeline}
     flagged: dict[Key, list[tuple[float, float, float]]] = {}
     for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
         if len(values) < T.STRAGGLER_MIN_PEERS:
@@ -493,15 +516,22 @@ def training_stragglers(scope: Scope) -> list[Straggler]:
 def nccl_stragglers(scope: Scope) -> list[Straggler]:
     """Ranks of a communicator whose peers wait more than NCCL_STRAGGLER_WAIT_SHARE of their
     collective time for them: 1 - (its time per collective) / (the communicator's median).  Two
-    range queries (every rank's time per collective and collectives per second); the rest here."""
+    range queries (every rank's collective seconds per second and collectives per second, each
+    counter read once); their quotient and the rest here."""
     w = duration(scope.window)
     by = "(cluster, instance, job_id, comm, rank, host)"
     ops = f"sum by {by} (rate({scope.job('lockstep_nccl_collectives_total')}[{w}]))"
-    per_op = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}])) / ({ops} > 0)"
-    peers = by_time(scope.over_job(per_op), lambda labels: labels.get("comm", ""))
+    busy = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}]))"
+    rates = {(tuple(sorted(s.labels.items())), t): v for s in scope.over_job(ops) for t, v in s.points}
+    if not rates:
+        return []
+    per_op = []
+    for s in scope.over_job(busy):
+        key = tuple(sorted(s.labels.items()))
+        per_op.append(Series(s.labels, [(t, v / rates[key, t]) for t, v in s.points if rates.get((key, t), 0.0) > 0]))
+    peers = by_time(per_op, lambda labels: labels.get("comm", ""))
     if not peers:
         return []
-    rates = {(tuple(sorted(s.labels.items())), t): v for s in scope.over_job(ops) for t, v in s.points}
     flagged: dict[Key, list[tuple[float, float, float]]] = {}
     for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
         if len(values) <= 2:
@@ -515,13 +545,11 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
                 # Seconds per second the median peer waits for it: (median - its time) x its op rate.
                 lost = min((median - v) * rates.get((key, t), 0.0) / scope.scale, 1.0)
                 flagged.setdefault(key, []).append((t, share, lost))
-    gpus = {
-        (s.labels.get("comm", ""), s.labels.get("rank", "")): s.labels.get("gpu", "")
-        for s in scope.at_end(
-            f"last_over_time({scope.job('lockstep_nccl_rank_info')}[{scope.whole}])"
-            f" or last_over_time({scope.job('lockstep_nccl_ras_rank_info')}[{scope.whole}])"
-        )
-    }
+    # Each rank's GPU: the Inspector's rank info, else RAS's (their labels, from find_job's answer).
+    gpus: dict[tuple[str, str], str] = {}
+    for labels in scope.series_of("lockstep_nccl_ras_rank_info") + scope.series_of("lockstep_nccl_rank_info"):
+        if labels.get("gpu") or (labels.get("comm", ""), labels.get("rank", "")) not in gpus:
+            gpus[(labels.get("comm", ""), labels.get("rank", ""))] = labels.get("gpu", "")
     out = []
     for key, points in flagged.items():
         if len(points) < MIN_STRAGGLER_POINTS:
@@ -568,8 +596,9 @@ def evidence(scope: Scope, straggler: Straggler) -> list[str]:
 
     reasons = "|".join(T.SUSPECT_GPU_THROTTLE_REASONS)
     job_gpus = {
-        s.labels.get("uuid", ""): s.labels.get("gpu", "")
-        for s in ask(f"last_over_time({scope.job('lockstep_slurm_job_gpu_info', instance=instance)}[{scope.whole}])")
+        labels.get("uuid", ""): labels.get("gpu", "")
+        for labels in scope.series_of("lockstep_slurm_job_gpu_info")
+        if labels.get("instance") == instance
     }
     for s in ask(f'avg_over_time(lockstep_gpu_clock_event_active{{{node},reason=~"{reasons}"}}[{w}])'):
         share = s.value
@@ -643,11 +672,11 @@ def data_wait_evidence(scope: Scope, straggler: Straggler, w: str) -> list[str]:
 
 
 def checkpoint_section(scope: Scope) -> list[CheckpointRoot]:
-    roots = scope.at_end(f"last_over_time({scope.job('lockstep_checkpoint_info')}[{scope.whole}])")
+    roots = scope.series_of("lockstep_checkpoint_info")
     if not roots:
         return []
     hosts = host_of_instance(scope)
-    wanted = {(s.labels.get("instance", ""), s.labels.get("root", "")) for s in roots}
+    wanted = {(s.get("instance", ""), s.get("root", "")) for s in roots}
     root_re = "|".join(re.escape(r) for _, r in sorted(wanted))
     instance_re = "|".join(re.escape(i) for i, _ in sorted(wanted))
     matchers = [f"root=~{quote(root_re)}", f"instance=~{quote(instance_re)}"]

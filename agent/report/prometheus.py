@@ -1,4 +1,5 @@
-"""The report's only way to Prometheus: instant and range queries over its HTTP API (urllib).
+"""The report's only way to Prometheus: instant and range queries, and the series API, over its
+HTTP API (urllib).
 
 Every query the report makes goes through `Prometheus`, which counts them (bench/report.py
 prints the count) and turns every failure into one `ReportError` line: the CLI prints it and
@@ -62,13 +63,20 @@ class Prometheus:
         data = self._post("query_range", {"query": expr, "start": _ts(start), "end": _ts(end), "step": _ts(step)})
         return [Series(dict(r["metric"]), [(float(t), float(v)) for t, v in r["values"]]) for r in data["result"]]
 
+    def series(self, selector: str, start: float, end: float) -> list[dict[str, str]]:
+        """The label sets of the series the selector matches with samples between start and end,
+        from the index alone (the series API reads no samples: the cheap way to ask which ranks,
+        GPUs, agents or roots a job has)."""
+        data = self._post("series", {"match[]": selector, "start": _ts(start), "end": _ts(end)})
+        return [dict(labels) for labels in data]
+
     def _post(self, endpoint: str, params: dict[str, str]) -> Any:
         self.queries += 1
         started = time.monotonic()
         try:
             return self._ask(endpoint, params)
         finally:
-            self.log.append((params["query"], time.monotonic() - started))
+            self.log.append((params.get("query") or f"series {params['match[]']}", time.monotonic() - started))
 
     def _ask(self, endpoint: str, params: dict[str, str]) -> Any:
         body = urllib.parse.urlencode(params).encode()

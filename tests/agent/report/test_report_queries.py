@@ -10,48 +10,46 @@ import pytest
 from lockstep.agent.report.build import Scope, find_job, flat_runs, stalled_saves, steps_section, training_stragglers
 from lockstep.agent.report.model import Interval, Point
 from lockstep.agent.report.prometheus import Prometheus, ReportError
-from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, serving, vector
+from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, series, serving, vector
 
 T = 1_800_000_000.0
 
 
 def test_steps_fall_back_to_the_framework_logs_series_when_the_job_has_no_training_series() -> None:
     rules = [
-        Rule(r"^count\(last_over_time\(lockstep_framework_iterations_total", vector(({}, 1.0))),
-        Rule(r"^max\(max_over_time\(lockstep_framework_iterations_total", vector(({}, 120.0))),
         Rule(
             r"^avg\(rate\(lockstep_framework_iteration_seconds_total.*lockstep_framework_iterations_total",
             matrix(({}, [(T, 2.0), (T + 60, 2.5), (T + 120, 3.0)])),
         ),
         Rule(r"^sum\(rate\(lockstep_framework_tokens_total", matrix(({}, [(T, 4000.0), (T + 60, 3000.0)]))),
         Rule(
-            r"^max\(lockstep_framework_iterations_total",
+            r"^max\(max_over_time\(lockstep_framework_iterations_total",
             matrix(({}, [(T + 60 * i, v) for i, v in enumerate([10, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 20, 30])])),
+            when=lambda times: "step" in times,
         ),
+        # One more step counted after the last window's end, in the job's last step's worth.
+        Rule(r"^max\(max_over_time\(lockstep_framework_iterations_total", vector(({}, 31.0))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 720, step=60, window=60)
+        scope.labels = [{"__name__": "lockstep_framework_iterations_total", "job_id": "4242", "cluster": "c1"}]
         steps = steps_section(scope)
     assert steps.source == "framework"
-    assert steps.steps == 120
+    assert steps.steps == 31
     assert steps.timeline == [Point(T, 2.0), Point(T + 60, 2.5), Point(T + 120, 3.0)]
     assert steps.median_step_seconds == 2.5
     assert steps.tokens_per_second == [Point(T, 4000.0), Point(T + 60, 3000.0)]
     assert steps.stalls == [Interval(T + 60, T + 720, 660.0)]  # 20 from T+60 until 30 at T+720
     assert steps.last_step == T + 720
-    # The training series were asked for first, the rest only of the framework's.
-    assert fake.seen[0] == 'count(last_over_time(lockstep_training_steps_total{job_id="4242",cluster="c1"}[780000ms]))'
-    assert [q for q in fake.seen[1:] if "lockstep_training" in q] == []
+    # Only the framework's series were asked for (the source is chosen from the job's series' labels).
+    assert [q for q in fake.seen if "lockstep_training" in q] == []
 
 
 def test_a_job_without_step_series_has_an_empty_steps_section() -> None:
     with serving(FakePrometheus()) as fake:
         steps = steps_section(Scope(Prometheus(fake.url), "4242", None, start=T, end=T + 600, step=60))
     assert (steps.source, steps.steps, steps.timeline) == ("", 0, [])
-    assert fake.seen == [
-        'count(last_over_time(lockstep_training_steps_total{job_id="4242"}[660000ms]))',
-        'count(last_over_time(lockstep_framework_iterations_total{job_id="4242"}[660000ms]))',
-    ]
+    assert fake.seen == []  # which step series the job has is known from its series' labels
 
 
 def test_an_unknown_job_is_one_line_naming_it() -> None:
@@ -63,29 +61,62 @@ def test_an_unknown_job_is_one_line_naming_it() -> None:
 
 
 def test_a_job_in_two_clusters_asks_for_one() -> None:
-    rules = [Rule(r"^count by \(cluster\)", vector(({"cluster": "b"}, 3.0), ({"cluster": "a"}, 5.0)))]
+    rules = [Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info", "cluster": "b"}, {"cluster": "a"}))]
     with serving(FakePrometheus(rules)) as fake:
         with pytest.raises(ReportError, match=r"^job 77 ran in clusters a, b: choose one with --cluster$"):
             find_job(Scope(Prometheus(fake.url), "77", None), T)
 
 
+BUCKET = 31 * 86400 / 500  # find_job's coarse buckets over its 31-day lookback
+PART = BUCKET / 50  # the edge bucket's parts
+TICK = PART / 50  # the edge part's lookups
+
+
 def test_the_job_range_is_its_first_and_last_sample() -> None:
-    bucket = 31 * 86400 / 500
+    """Coarse buckets, then the edge bucket's parts, then lookups across the edge part every 2 s:
+    the job's first and last samples' own timestamps, from small queries whatever its length."""
+    first_part, last_part = T - 3 * BUCKET + 10 * PART, T - BUCKET - 5 * PART
+    first, last = first_part - PART + 2.5 * TICK, last_part - 1.5 * TICK
     rules = [
-        Rule(r"^count by \(cluster\)", vector(({"cluster": "a"}, 5.0))),
-        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 2 * bucket, 1.0), (T - bucket, 3.0)]))),
-        Rule(r"^min\(timestamp", matrix(({}, [(T - 2 * bucket - 50, T - 2 * bucket - 60)]))),
-        Rule(r"^max\(timestamp", matrix(({}, [(T - bucket - 100, T - bucket - 105), (T - bucket, T - bucket - 5)]))),
+        Rule(
+            r"^series .*lockstep_nccl_rank_info",  # the job's series over its range
+            series(
+                {"__name__": "lockstep_training_steps_total", "instance": "n2:12400", "rank": "0"},
+                {"__name__": "lockstep_slurm_job_info", "instance": "n1:12400"},
+                {"__name__": "lockstep_nccl_rank_info", "instance": "n3:12400"},  # names no agent of the job
+            ),
+        ),
+        Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info", "cluster": "a"})),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*\[5356800ms\]",
+            matrix(({}, [(T - 2 * BUCKET, 1.0), (T - BUCKET, 3.0)])),
+        ),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*\[10713\dms\]",
+            matrix(({}, [(first_part, 1.0), (first_part + PART, 3.0)])),
+            when=lambda times: times["end"] < T - 1.5 * BUCKET,
+        ),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*\[10713\dms\]",
+            matrix(({}, [(last_part - PART, 3.0), (last_part, 1.0)])),
+        ),
+        Rule(r"^min\(timestamp", matrix(({}, [(first_part - PART + 3 * TICK, first), (first_part, first + 15)]))),
+        Rule(r"^max\(timestamp", matrix(({}, [(last_part - PART + TICK, last - 100), (last_part, last)]))),
         Rule(r"^max\(count_over_time", vector(({}, 101.0))),
-        Rule(r"^count by \(instance\)", vector(({"instance": "n2:12400"}, 1.0), ({"instance": "n1:12400"}, 1.0))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "77", None)
         find_job(scope, T)
     assert scope.cluster == "a"
-    assert (scope.start, scope.end) == (T - 2 * bucket - 60, T - bucket - 5)
-    assert scope.step == pytest.approx((bucket - 5 + 60) / 100)  # a scrape interval: 101 samples
+    assert (scope.start, scope.end) == (first, last)
+    assert scope.step == pytest.approx((last - first) / 240)  # the timeline's 240 points
+    assert scope.window == pytest.approx(4 * 3600 / 100)  # 4 scrape intervals: 101 samples in the job's last hour
     assert scope.instances == ["n1:12400", "n2:12400"]
+    lookup = [r for r in fake.requests if r.query.startswith("max(timestamp")][-1]  # across the last part, every TICK
+    assert (lookup.times["start"], lookup.times["step"]) == pytest.approx((last_part - PART + TICK, TICK), abs=1e-3)
+    counted = [r for r in fake.requests if r.query.startswith("max(count_over_time")]
+    assert [r.times["time"] for r in counted] == pytest.approx([last])
+    assert fake.requests[0].times == {"start": T - 31 * 86400, "end": T}  # the lookback: in the index, not samples
 
 
 def test_flat_runs_longer_than_the_stall_window_on_the_jobs_clock() -> None:
@@ -101,19 +132,24 @@ def test_a_save_in_progress_longer_than_its_limit_is_a_stall_each_time() -> None
 
 
 def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> None:
-    bucket = 31 * 86400 / 500
+    slurm_part = T - 3 * BUCKET - 7 * PART
     rules = [
-        Rule(r"^count by \(cluster\)", vector(({}, 5.0))),
-        Rule(r"^count\(count_over_time\(\{__name__", matrix(({}, [(T - 3 * bucket, 1.0), (T - bucket, 3.0)]))),
-        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket, 1.0)]))),
-        Rule(r"^min\(timestamp", matrix(({}, [(T - 3 * bucket - 50, T - 3 * bucket - 60)]))),
-        Rule(r"^max\(timestamp\(lockstep_slurm_job_info", matrix(({}, [(T - 3 * bucket - 5, T - 3 * bucket - 10)]))),
-        Rule(r"^max\(timestamp\(\{__name__", matrix(({}, [(T - bucket, T - bucket - 1)]))),
+        Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info"})),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*\[5356800ms\]",
+            matrix(({}, [(T - 3 * BUCKET, 1.0), (T - BUCKET, 3.0)])),
+        ),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*\[5356800ms\]", matrix(({}, [(T - 3 * BUCKET, 1.0)]))),
+        Rule(r"^count\(count_over_time\(\{__name__.*\[10713\dms\]", matrix(({}, [(T - 4 * BUCKET + PART, 1.0)]))),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*\[10713\dms\]", matrix(({}, [(slurm_part, 1.0)]))),
+        Rule(r"^min\(timestamp", matrix(({}, [(T - 4 * BUCKET + PART, T - 4 * BUCKET + 60)]))),
+        Rule(r"^max\(timestamp\(lockstep_slurm_job_info", matrix(({}, [(slurm_part, slurm_part - 10)]))),
+        Rule(r"^max\(timestamp\(\{__name__", matrix(({}, [(T - BUCKET, T - BUCKET - 1)]))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "77", None)
         find_job(scope, T)
-    assert (scope.cluster, scope.start, scope.end) == (None, T - 3 * bucket - 60, T - 3 * bucket - 10)
+    assert (scope.cluster, scope.start, scope.end) == (None, T - 4 * BUCKET + 60, slurm_part - 10)
     assert scope.instances == []
 
 
@@ -132,11 +168,11 @@ def test_a_rank_above_the_sustained_ratio_at_three_points_or_more_is_a_straggler
                 rank("3", [10.0, 14.0, 14.0, 14.0, 10.0]),  # three points at 1.4x
             ),
         ),
-        Rule(r"^sum\(rate\(lockstep_training_step_seconds_total", matrix(({}, [(T + 60 * i, 20.0) for i in range(5)]))),
     ]
+    wall = [Point(T + 60 * i, 20.0) for i in range(5)]  # the steps section's timeline
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 300, step=60, window=60)
-        found = training_stragglers(scope)
+        found = training_stragglers(scope, wall)
     assert [(s.rank, s.start, s.end, s.seconds, s.ratio, s.share_lost) for s in found] == [
         # At T+60 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
         ("3", T + 60, T + 180, 180.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 300, 4))
@@ -161,9 +197,8 @@ def test_a_2_rank_jobs_straggler_is_judged_against_its_one_peer_as_the_alert_doe
                 ),
             ),  # fmt: skip
         ),
-        Rule(r"^sum\(rate\(lockstep_training_step_seconds_total", matrix(({}, [(T + 60 * i, 20.0) for i in range(4)]))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "7", "c1", start=T, end=T + 240, step=60, window=60)
-        found = training_stragglers(scope)
+        found = training_stragglers(scope, [Point(T + 60 * i, 20.0) for i in range(4)])
     assert [(s.rank, s.ratio) for s in found] == [("1", 1.1)]
