@@ -21,8 +21,8 @@ from typing import Any
 class Rule:
     pattern: str
     # Prometheus' "result": [{"metric": {...}, "value": [t, "v"]}] or "values"; for the series API
-    # (asked as "series SELECTOR"), its "data": [{labels}].
-    result: list[dict[str, Any]]
+    # (asked as "series SELECTOR"), its "data": [{labels}].  Or a function of the request's times.
+    result: list[dict[str, Any]] | Callable[[dict[str, float]], list[dict[str, Any]]]
     # The request's times ("time", or "start", "end" and "step"; floats) it must have, when given.
     when: Callable[[dict[str, float]], bool] | None = None
 
@@ -60,7 +60,7 @@ class FakePrometheus:
         self.requests.append(Request(endpoint, query, times))
         for rule in self.rules:
             if re.search(rule.pattern, query) and (rule.when is None or rule.when(times)):
-                result = rule.result
+                result = rule.result(times) if callable(rule.result) else rule.result
                 break
         else:
             result = []

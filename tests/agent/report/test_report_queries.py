@@ -5,12 +5,25 @@ themselves are proven on a real Prometheus by test_report_e2e.py."""
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
-from lockstep.agent.report.build import Scope, find_job, flat_runs, stalled_saves, steps_section, training_stragglers
+from lockstep.agent.report.build import (
+    Scope,
+    build_report,
+    find_job,
+    flat_runs,
+    stalled_saves,
+    steps_section,
+    training_stragglers,
+)
 from lockstep.agent.report.model import Interval, Point
 from lockstep.agent.report.prometheus import Prometheus, ReportError
-from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, series, serving, vector
+from tests.support.fake_prometheus import FakePrometheus, Request, Rule, matrix, series, serving, vector
 
 T = 1_800_000_000.0
 
@@ -202,3 +215,155 @@ def test_a_2_rank_jobs_straggler_is_judged_against_its_one_peer_as_the_alert_doe
         scope = Scope(Prometheus(fake.url), "7", "c1", start=T, end=T + 240, step=60, window=60)
         found = training_stragglers(scope, [Point(T + 60 * i, 20.0) for i in range(4)])
     assert [(s.rank, s.ratio) for s in found] == [("1", 1.1)]
+
+
+# --- what a day's report costs Prometheus --------------------------------------------------------
+
+DAY_END = T - 1800  # a 24-hour job, a sample every 15 s (the production scrape), ended half an hour ago
+DAY_START = DAY_END - 86400
+SCRAPE = 15.0
+# A selector of one of these names has a series per rank or per GPU: what a 1,024-rank job's report
+# pays for (a selector of the job's series by __name__ regex counts once per such name in it).
+PER_RANK = re.compile(r"lockstep_(training|nccl|gpu|framework)_\w+|lockstep_slurm_job_gpu_info")
+SELECTOR = re.compile(r"(?P<name>lockstep_\w+)?\{(?P<labels>[^{}]*)\}(?:\[(?P<ms>\d+)ms\])?")
+
+
+def job_ranges_read(request: Request) -> float:
+    """How many times a request reads the day's job range of per-rank and per-GPU series: Prometheus
+    decodes every sample a selector covers, once per evaluation whose window covers it (a range
+    query of rate(x[w]) at step s reads each sample w / s times; a plain selector in a range query
+    decodes every sample between its evaluations; one in an instant query, one sample)."""
+    total = 0.0
+    for m in SELECTOR.finditer(request.query if request.endpoint != "series" else ""):
+        if m["name"]:
+            kinds = 1 if PER_RANK.fullmatch(m["name"]) else 0
+        else:
+            kinds = len(PER_RANK.findall(m["labels"]))
+        window = int(m["ms"]) / 1000 if m["ms"] else None
+        if request.endpoint == "query":
+            if window is not None:
+                at = request.times["time"]
+                total += kinds * overlap(at - window, at)
+        else:
+            start, end, step = request.times["start"], request.times["end"], request.times["step"]
+            total += kinds * (
+                overlap(start - step, end) if window is None else overlap(start - window, end) * window / step
+            )
+    return total / (DAY_END - DAY_START)
+
+
+def overlap(a: float, b: float) -> float:
+    return max(0.0, min(b, DAY_END) - max(a, DAY_START))
+
+
+def evaluations(times: dict[str, float]) -> list[float]:
+    count = int((times["end"] - times["start"]) / times["step"] + 1e-9) + 1
+    return [times["start"] + i * times["step"] for i in range(count)]
+
+
+def samples_in(a: float, b: float) -> int:
+    """The day's job's samples in [a, b]."""
+    a, b = max(a, DAY_START), min(b, DAY_END)
+    return 0 if b < a else int((b - DAY_START) // SCRAPE) - int(math.ceil((a - DAY_START) / SCRAPE)) + 1
+
+
+def counted(times: dict[str, float]) -> list[dict[str, Any]]:
+    """count(count_over_time(job[step])) over a range: its buckets with samples."""
+    points = [(t, samples_in(t - times["step"], t)) for t in evaluations(times)]
+    return matrix(({}, [(t, float(n)) for t, n in points if n]))
+
+
+def stamped(times: dict[str, float]) -> list[dict[str, Any]]:
+    """min or max(timestamp(job)) over a range: the latest sample within Prometheus' 5-minute lookback."""
+    points = []
+    for t in evaluations(times):
+        latest = DAY_START + SCRAPE * ((min(t, DAY_END) - DAY_START) // SCRAPE)
+        if t >= DAY_START and t - latest <= 300:
+            points.append((t, latest))
+    return matrix(({}, points))
+
+
+Answer = Callable[[dict[str, float]], list[dict[str, Any]]]
+
+
+def per_eval(labels: dict[str, str], value: Callable[[int, float], float]) -> Answer:
+    """One series over a range query's evaluations: value(its index, its time)."""
+    return lambda times: matrix((labels, [(t, value(i, t)) for i, t in enumerate(evaluations(times))]))
+
+
+def each(labels: list[dict[str, str]], value: Callable[[int, float], float]) -> Answer:
+    """A series per label set over a range query's evaluations: value(the set's index, the time)."""
+    return lambda times: matrix(*((ls, [(t, value(r, t)) for t in evaluations(times)]) for r, ls in enumerate(labels)))
+
+
+def day_job() -> FakePrometheus:
+    """A day's job of 4 ranks on one node, rank 3 slow (in its own work and to its NCCL peers) in
+    its first hour, hung at its end: every section of the report asks its questions."""
+    node = {"cluster": "c1", "instance": "n1:12400", "job_id": "4242"}
+    ranks = [{**node, "rank": str(r), "host": "n1"} for r in range(4)]
+
+    def slow(t: float) -> bool:
+        return t < DAY_START + 3600
+
+    labels = [
+        {"__name__": "lockstep_slurm_job_info", **node, "user": "alice"},
+        {"__name__": "lockstep_checkpoint_info", **node, "root": "/ckpt"},
+        *({"__name__": "lockstep_slurm_job_gpu_info", **node, "gpu": str(g), "uuid": f"GPU-{g}"} for g in range(4)),
+        *({"__name__": "lockstep_training_steps_total", **r} for r in ranks),
+        *(
+            {"__name__": "lockstep_nccl_collectives_total", **r, "comm": "0x1", "collective": "AllReduce"}
+            for r in ranks
+        ),
+    ]
+    nccl = [{**r, "comm": "0x1"} for r in ranks]
+    rules = [
+        Rule(r"^series .*lockstep_nccl_rank_info", series(*labels)),
+        Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info", "cluster": "c1"})),
+        Rule(r"^count\(count_over_time\(", counted),
+        Rule(r"^(min|max)\(timestamp\(", stamped),
+        Rule(r"^max\(count_over_time\(", vector(({}, 3600 / SCRAPE + 1))),
+        Rule(r"^avg\(rate\(lockstep_training_step_seconds_total", per_eval({}, lambda i, t: 10.0)),
+        Rule(r"^sum\(rate\(lockstep_training_tokens_total", per_eval({}, lambda i, t: 4000.0)),
+        Rule(
+            r"^max\(max_over_time\(lockstep_training_steps_total",
+            per_eval({}, lambda i, t: 10.0 + i),
+            when=lambda times: "step" in times,
+        ),
+        Rule(r"^max\(max_over_time\(lockstep_training_steps_total", vector(({}, 251.0))),  # after the last window
+        Rule(
+            r"^\(sum by \(cluster, instance, job_id, rank, host\)",
+            each(ranks, lambda r, t: 10.0 if r == 3 and slow(t) else 7.0),
+        ),
+        Rule(r"^sum by .*lockstep_nccl_collectives_total", each(nccl, lambda r, t: 4.0)),
+        Rule(
+            r"^sum by .*lockstep_nccl_collective_seconds_total",
+            each(nccl, lambda r, t: 1.0 if r == 3 and slow(t) else 2.0),
+        ),
+        Rule(
+            r'^ALERTS\{alertstate="firing",job_id=',
+            matrix(({"alertname": "LockstepTrainingHung", "severity": "critical", **node}, [(DAY_END - 60, 1.0)])),
+        ),
+    ]
+    return FakePrometheus(rules)
+
+
+def test_a_days_report_at_15_s_samples_reads_each_ranks_series_a_bounded_number_of_times() -> None:
+    """bench/report.py measures it (a 1,024-rank day at 15-s samples within 10 s); this holds the
+    queries to the form measured.  find_job asks the series API which ranks, GPUs and agents the
+    job has (no sample read), the range queries step and window alike at 360 s (each sample read
+    once), and no section asks again for what another has read."""
+    with serving(day_job()) as fake:
+        report = build_report(Prometheus(fake.url), "4242", "c1", now=T)
+    # Every section asked its questions.
+    assert (report.job.start, report.job.end) == (DAY_START, DAY_END)
+    assert (report.job.ranks, report.job.gpus, report.steps.steps) == (4, 4, 251)
+    assert [(s.kind, s.rank) for s in report.stragglers] == [("training", "3"), ("nccl", "3")]
+    assert report.post_mortem is not None
+    # At 15-s samples a day's timeline has a point every 360 s, and its rates a 360-s window.
+    ranged = [r for r in fake.requests if r.endpoint == "query_range" and r.times["start"] == DAY_START]
+    assert {r.times["step"] for r in ranged} == {360.0}
+    assert {m for r in ranged for m in re.findall(r"\[(\d+)ms\]", r.query)} == {"360000"}
+    reads = sorted(((job_ranges_read(r), r.query[:110]) for r in fake.requests), reverse=True)
+    shown = "\n".join(f"{n:6.2f}  {q}" for n, q in reads if n >= 0.05)
+    assert reads[0][0] <= 5.01, shown  # the coarse buckets of find_job: the job's 5 per-rank series, once
+    assert sum(n for n, _ in reads) <= 30, shown
