@@ -228,21 +228,33 @@ def find_job(scope: Scope, now: float) -> None:
     # The job runs while its live series exist (a checkpoint root outlives its job) and ends with
     # Slurm's record of it where there is one (an NCCL Inspector dump may outlive it too).
     bucket = LOOKBACK_SECONDS / EDGE_BUCKETS
+    lookback = duration(bucket)
 
     def buckets(selector: str) -> list[float]:
         coarse = scope.prom.query_range(
-            f"count(count_over_time({selector}[{duration(bucket)}]))", now - LOOKBACK_SECONDS, now, bucket
+            f"count(count_over_time({selector}[{lookback}]))", now - LOOKBACK_SECONDS, now, bucket
         )
         return sorted(t for s in coarse for t, _ in s.points)
 
     alive = scope.job_series(LIVE_SERIES)
-    points = buckets(alive)
-    if not points:
-        raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
     slurm = scope.job("lockstep_slurm_job_info")
     ending = buckets(slurm)
-    ender = slurm if ending else alive
-    ending = ending or points
+    if ending:
+        # Slurm's record (a series a node) finds the job's buckets.  The job's series a rank or a
+        # GPU, which counting every bucket reads in full, are read only in the bucket before
+        # Slurm's first, and in those before it while they hold samples (a rank's log seen before
+        # Slurm's record of the job).
+        ender, first_bucket = slurm, ending[0]
+        while first_bucket - bucket >= now - LOOKBACK_SECONDS and scope.prom.query(
+            f"count(count_over_time({alive}[{lookback}]))", first_bucket - bucket
+        ):
+            first_bucket -= bucket
+        points = [first_bucket, *ending]
+    else:
+        ender = alive
+        ending = points = buckets(alive)
+    if not points:
+        raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
     first = edge_sample(scope, alive, points[0], bucket, "min")
     last = edge_sample(scope, ender, ending[-1], bucket, "max")
     scope.start = first if first is not None else points[0] - bucket
