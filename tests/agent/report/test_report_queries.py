@@ -383,5 +383,6 @@ def test_a_days_report_at_15_s_samples_reads_each_ranks_series_a_bounded_number_
     # Each query reads each of its counters once (the most: a rank's work, three counters); the
     # job's edges are found in Slurm's record, not by counting its every series' every bucket.
     assert reads[0][0] <= 3.01, shown
-    # 8 for the GPUs, 9 for the steps and the stragglers, 3 for the hang's post-mortem, 1.6 more.
+    # 9 for the GPUs, 9 for the steps and stragglers, 1 for the communicators' sizes, 2 for the hang's
+    # post-mortem, 0.6 for the rest.
     assert sum(n for n, _ in reads) <= 22, shown
