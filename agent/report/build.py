@@ -534,13 +534,15 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
     by = "(cluster, instance, job_id, comm, rank, host)"
     ops = f"sum by {by} (rate({scope.job('lockstep_nccl_collectives_total')}[{w}]))"
     busy = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}]))"
-    rates = {(tuple(sorted(s.labels.items())), t): v for s in scope.over_job(ops) for t, v in s.points}
+    rates: dict[Key, dict[float, float]] = {
+        tuple(sorted(s.labels.items())): dict(s.points) for s in scope.over_job(ops)
+    }
     if not rates:
         return []
     per_op = []
     for s in scope.over_job(busy):
-        key = tuple(sorted(s.labels.items()))
-        per_op.append(Series(s.labels, [(t, v / rates[key, t]) for t, v in s.points if rates.get((key, t), 0.0) > 0]))
+        at = rates.get(tuple(sorted(s.labels.items())), {})
+        per_op.append(Series(s.labels, [(t, v / at[t]) for t, v in s.points if at.get(t, 0.0) > 0]))
     peers = by_time(per_op, lambda labels: labels.get("comm", ""))
     if not peers:
         return []
@@ -555,7 +557,7 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
             share = 1 - v / median
             if share > T.NCCL_STRAGGLER_WAIT_SHARE:
                 # Seconds per second the median peer waits for it: (median - its time) x its op rate.
-                lost = min((median - v) * rates.get((key, t), 0.0) / scope.scale, 1.0)
+                lost = min((median - v) * rates.get(key, {}).get(t, 0.0) / scope.scale, 1.0)
                 flagged.setdefault(key, []).append((t, share, lost))
     # Each rank's GPU: the Inspector's rank info, else RAS's (their labels, from find_job's answer).
     gpus: dict[tuple[str, str], str] = {}
