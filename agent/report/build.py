@@ -35,7 +35,7 @@ from lockstep.agent.report.model import (
     Straggler,
 )
 from lockstep.agent.report.notes import notes_for, verdict_for
-from lockstep.agent.report.prometheus import Prometheus, ReportError, Sample, Series
+from lockstep.agent.report.prometheus import Prometheus, ReportError, Sample, Series, unswept
 
 # The series whose job_id label finds a job: Slurm's, the training logs', NCCL's, checkpoints'.
 JOB_SERIES = (
@@ -176,7 +176,13 @@ def build_report(
     time_scale: float = 1.0,
     grafana_url: str = T.GRAFANA_URL,
 ) -> Report:
-    now = time.time() if now is None else now
+    with unswept():  # (a report is millions of small objects, none in a cycle: see unswept)
+        return make_report(prom, job_id, cluster, time.time() if now is None else now, time_scale, grafana_url)
+
+
+def make_report(
+    prom: Prometheus, job_id: str, cluster: str | None, now: float, time_scale: float, grafana_url: str
+) -> Report:
     scope = Scope(prom, job_id, cluster, scale=time_scale)
     find_job(scope, now)
     job = job_section(scope, now)

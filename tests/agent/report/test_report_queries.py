@@ -5,6 +5,7 @@ themselves are proven on a real Prometheus by test_report_e2e.py."""
 
 from __future__ import annotations
 
+import gc
 import math
 import re
 from collections.abc import Callable
@@ -102,6 +103,16 @@ def test_an_unknown_job_is_one_line_naming_it() -> None:
         with pytest.raises(ReportError) as caught:
             find_job(scope, T)
     assert str(caught.value) == f"job 77 is unknown to Prometheus at {fake.url} (last 31 days)"
+
+
+def test_the_garbage_collector_is_paused_while_a_report_is_made_and_only_then() -> None:
+    assert gc.isenabled()
+    seen: list[bool] = []
+    rules = [Rule(r"^series ", lambda times: seen.append(gc.isenabled()) or [])]
+    with serving(FakePrometheus(rules)) as fake, pytest.raises(ReportError):
+        build_report(Prometheus(fake.url), "77", None, now=T)  # unknown: an error on the way out
+    assert seen == [False]  # (the fake answers in a thread of this process, while the report is made)
+    assert gc.isenabled()
 
 
 def test_a_job_in_two_clusters_asks_for_one() -> None:
