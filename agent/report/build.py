@@ -535,8 +535,8 @@ def training_stragglers(scope: Scope, timeline: list[Point]) -> list[Straggler]:
     work = []
     for key, made in steps.items():
         busy, waited = compute.get(key, {}), data.get(key, {})
-        points = [(t, (busy[t] + waited[t]) / n) for t, n in made.items() if n > 0 and t in busy and t in waited]
-        work.append(Series(dict(key), sorted(points)))
+        per_step = [(t, (busy[t] + waited[t]) / n) for t, n in made.items() if n > 0 and t in busy and t in waited]
+        work.append(Series(dict(key), sorted(per_step)))
     peers = by_time(work, lambda labels: "")
     if not peers:
         return []
