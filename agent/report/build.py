@@ -747,18 +747,17 @@ def checkpoint_section(scope: Scope) -> list[CheckpointRoot]:
         matchers.append(f"cluster={quote(scope.cluster)}")
     inside = ",".join(matchers)
 
-    def ranged(name: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
-        return {
-            (s.labels.get("instance", ""), s.labels.get("root", "")): s.points
-            for s in scope.over_job(f"{name}{{{inside}}}")
-        }
+    def ranged(expr: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
+        return {(s.labels.get("instance", ""), s.labels.get("root", "")): s.points for s in scope.over_job(expr)}
 
     def at_end(expr: str) -> dict[tuple[str, str], float]:
         return {(s.labels.get("instance", ""), s.labels.get("root", "")): s.value for s in scope.at_end(expr)}
 
-    success = ranged("lockstep_checkpoint_last_success_timestamp_seconds")
-    durations = ranged("lockstep_checkpoint_last_duration_seconds")
-    progress = ranged("lockstep_checkpoint_in_progress_seconds")
+    success = ranged(f"lockstep_checkpoint_last_success_timestamp_seconds{{{inside}}}")
+    durations = ranged(f"lockstep_checkpoint_last_duration_seconds{{{inside}}}")
+    # A save's time in progress at its longest in each step (not at the step's instant, a step
+    # before the save ends at worst: a save stalled a little past its limit would not show).
+    progress = ranged(f"max_over_time(lockstep_checkpoint_in_progress_seconds{{{inside}}}[{duration(scope.step)}])")
     interval = at_end(f"max_over_time(lockstep_checkpoint_expected_interval_seconds{{{inside}}}[{scope.whole}])")
     saves = at_end(f"increase(lockstep_checkpoint_saves_total{{{inside}}}[{scope.whole}])")
     out = []
@@ -813,7 +812,12 @@ def alert_section(scope: Scope, now: float) -> list[Alert]:
         exprs.append(scope.nodes("ALERTS", 'alertstate="firing",job_id=""'))
     found: list[Alert] = []
     for expr in exprs:
-        for s in scope.prom.query_range(expr, scope.start, until, scope.step):
+        # Firing at any time of each step, not only at its instant: an alert that fired for less
+        # than a step (6 minutes of a day's job) between two instants would not show, and the
+        # notes would give the all-clear.
+        for s in scope.prom.query_range(
+            f"max_over_time({expr}[{duration(scope.step)}])", scope.start, until, scope.step
+        ):
             labels = {k: v for k, v in s.labels.items() if k not in ("__name__", "alertstate")}
             found.append(
                 Alert(

@@ -399,7 +399,7 @@ def day_job() -> FakePrometheus:
             each(nccl, lambda r, t: 1.0 if r == 3 and slow(t) else 2.0),
         ),
         Rule(
-            r'^ALERTS\{alertstate="firing",job_id=',
+            r'^max_over_time\(ALERTS\{alertstate="firing",job_id=',
             matrix(({"alertname": "LockstepTrainingHung", "severity": "critical", **node}, [(DAY_END - 60, 1.0)])),
         ),
     ]
@@ -422,6 +422,14 @@ def test_a_days_report_at_15_s_samples_reads_each_ranks_series_a_bounded_number_
     ranged = [r for r in fake.requests if r.endpoint == "query_range" and r.times["start"] == DAY_START]
     assert {r.times["step"] for r in ranged} == {360.0}
     assert {m for r in ranged for m in re.findall(r"\[(\d+)ms\]", r.query)} == {"360000"}
+    # What happens between two points is read too, not only at them: an alert that fired for less
+    # than a step, a save in progress a little longer than its limit.
+    windowed = [r.query.split("{")[0] for r in ranged if r.query.startswith("max_over_time(")]
+    assert windowed == [
+        "max_over_time(lockstep_checkpoint_in_progress_seconds",
+        "max_over_time(ALERTS",
+        "max_over_time(ALERTS",
+    ]
     reads = sorted(((job_ranges_read(r), r.query[:110]) for r in fake.requests), reverse=True)
     shown = "\n".join(f"{n:6.2f}  {q}" for n, q in reads if n >= 0.05)
     # Each query reads each of its counters once (the most: a rank's work, three counters); the
