@@ -66,6 +66,7 @@ HANG_ALERTS = (
     "LockstepTrainingStalled",
 )
 MIN_STRAGGLER_POINTS = 3  # a rank flagged at fewer points of the timeline is jitter, not a straggler
+STALL_POINTS = 5  # points of the step count in a stall window (TRAINING_STALL_WINDOW)
 
 
 @dataclass(frozen=True)
@@ -122,6 +123,7 @@ class Scope:
     end: float = 0.0
     step: float = 60.0
     window: float = 60.0  # rate() window of the range queries
+    interval: float = 60.0  # between two samples of a series (the scrape interval)
     instances: list[str] = field(default_factory=list)
     scale: float = 1.0
     labels: list[dict[str, str]] = field(default_factory=list)  # LABEL_SERIES' series over the job's range
@@ -280,6 +282,7 @@ def find_job(scope: Scope, now: float) -> None:
     interval = counted / max(count - 1, 1)
     scope.step = max(scope.span / TIMELINE_POINTS, interval, 1.0)
     scope.window = max(scope.step, 4 * interval)
+    scope.interval = interval
     scope.labels = scope.prom.series(scope.job_series(LABEL_SERIES), scope.start - scope.step, scope.end)
     agents = {s.get("instance", "") for s in scope.labels if s.get("__name__") in JOB_SERIES}
     scope.instances = sorted(agents - {""})
@@ -474,13 +477,17 @@ def steps_section(scope: Scope) -> Steps:
         out.median_step_seconds = round(statistics.median(p.value for p in out.timeline), 4)
     tokens = scope.over_job(f"sum(rate({scope.job(source.tokens)}[{w}]))")
     out.tokens_per_second = [Point(t, round(v / scope.scale, 1)) for s in tokens for t, v in s.points]
-    # Stalls on Prometheus' clock: how long the job's step count stayed where it was.  The most
-    # steps any rank counted in each window (the windows tile the job's range, so their maximum
-    # is the most it counted: no query of its own over the whole range), and in the last step's
-    # worth, which the last window may end before.
-    count = scope.over_job(f"max(max_over_time({steps_sel}[{w}]))")
+    # Stalls on Prometheus' clock: how long the job's step count stayed where it was, a point every
+    # STALL_POINTS-th of the stall window (2 minutes; the timeline's step if finer), so that a
+    # stall is measured to that and one of the stall window is not missed between two points of
+    # a long job's timeline (6 minutes apart in a day's).  The most steps any rank counted in each
+    # window: the windows tile the job's range (each sample read once, whatever the step), so
+    # their maximum is the most it counted, with the last step's worth, which they may end before.
+    every = max(min(scope.step, T.seconds(T.TRAINING_STALL_WINDOW) / STALL_POINTS), scope.interval, 1.0)
+    reach = duration(max(every, 2 * scope.interval))
+    count = scope.prom.query_range(f"max(max_over_time({steps_sel}[{reach}]))", scope.start, scope.end, every)
     points = [p for s in count for p in s.points]
-    tail = scope.at_end(f"max(max_over_time({steps_sel}[{duration(scope.step)}]))")
+    tail = scope.at_end(f"max(max_over_time({steps_sel}[{duration(every)}]))")
     out.steps = max([v for _, v in points] + [s.value for s in tail], default=0)
     out.stalls = flat_runs(points, scope)
     changes = [t for (t, v), (_, prev) in zip(points[1:], points[:-1]) if v != prev]

@@ -392,7 +392,7 @@ def day_job() -> FakePrometheus:
             per_eval({}, lambda i, t: 10.0 + i),
             when=lambda times: "step" in times,
         ),
-        Rule(r"^max\(max_over_time\(lockstep_training_steps_total", vector(({}, 251.0))),  # after the last window
+        Rule(r"^max\(max_over_time\(lockstep_training_steps_total", vector(({}, 731.0))),  # after the last window
         Rule(r"^sum by .*lockstep_nccl_collectives_total", each(nccl, lambda r, t: 4.0)),
         Rule(
             r"^sum by .*lockstep_nccl_collective_seconds_total",
@@ -415,11 +415,15 @@ def test_a_days_report_at_15_s_samples_reads_each_ranks_series_a_bounded_number_
         report = build_report(Prometheus(fake.url), "4242", "c1", now=T)
     # Every section asked its questions.
     assert (report.job.start, report.job.end) == (DAY_START, DAY_END)
-    assert (report.job.ranks, report.job.gpus, report.steps.steps) == (4, 4, 251)
+    assert (report.job.ranks, report.job.gpus, report.steps.steps) == (4, 4, 731)
     assert [(s.kind, s.rank) for s in report.stragglers] == [("training", "3"), ("nccl", "3")]
     assert report.post_mortem is not None
-    # At 15-s samples a day's timeline has a point every 360 s, and its rates a 360-s window.
+    # At 15-s samples a day's timeline has a point every 360 s, and its rates a 360-s window; the
+    # step count (for stalls) a point every 2 minutes, its windows 2 minutes too.
     ranged = [r for r in fake.requests if r.endpoint == "query_range" and r.times["start"] == DAY_START]
+    counts = [r for r in ranged if r.query.startswith("max(max_over_time(lockstep_training_steps_total")]
+    assert [(r.times["step"], re.findall(r"\[(\d+)ms\]", r.query)) for r in counts] == [(120.0, ["120000"])]
+    ranged = [r for r in ranged if r not in counts]
     assert {r.times["step"] for r in ranged} == {360.0}
     assert {m for r in ranged for m in re.findall(r"\[(\d+)ms\]", r.query)} == {"360000"}
     # What happens between two points is read too, not only at them: an alert that fired for less
