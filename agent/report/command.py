@@ -39,7 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"where finished jobs' reports are kept (default ${store.STORE_ENV} or {store.DEFAULT_STORE})",
     )
     parser.add_argument(
-        "--save", action="store_true", help="compute the report and store its JSON (the Slurm epilog's command)"
+        "--save",
+        action="store_true",
+        help="the job has ended: compute its report and store its JSON (the Slurm epilog's command)",
     )
     parser.add_argument("--grafana", metavar="URL", default=GRAFANA_URL, help="Grafana base URL for the link")
     parser.add_argument(
@@ -68,18 +70,36 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     where = store.store_dir(args.store)
     report = None
-    if not (args.refresh or args.save):
+    # The job has ended when the epilog says so (--save) or has stored its report: its report then
+    # ends at its last sample, however recent (the epilog runs seconds after the job's end).
+    ended = args.save
+    if not args.save:
         try:
-            report = store.load(where, args.job_id, args.cluster)
+            kept = store.load(where, args.job_id, args.cluster)
         except ValueError as exc:
-            raise ReportError(f"stored report unreadable: {exc}") from None
+            if not args.refresh:
+                raise ReportError(f"stored report unreadable: {exc}") from None
+            kept = None
+        except ReportError:
+            if not args.refresh:
+                raise
+            kept = None
+        ended = kept is not None
+        if not args.refresh:
+            report = kept
     if report is None:
         url = args.prometheus or os.environ.get(PROMETHEUS_ENV) or DEFAULT_PROMETHEUS
         prometheus = Prometheus(url)
         if not args.time_scale > 0:
             raise ReportError("--time-scale must be above 0")
         report = build_report(
-            prometheus, args.job_id, args.cluster, now=args.at, time_scale=args.time_scale, grafana_url=args.grafana
+            prometheus,
+            args.job_id,
+            args.cluster,
+            now=args.at,
+            time_scale=args.time_scale,
+            grafana_url=args.grafana,
+            ended=ended,
         )
     if args.save:
         try:

@@ -12,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 from lockstep.agent.report.model import Report, from_json, to_json
+from lockstep.agent.report.prometheus import ReportError
 
 DEFAULT_STORE = "/var/lib/lockstep/reports"
 STORE_ENV = "LOCKSTEP_REPORT_STORE"
@@ -27,8 +28,17 @@ def path_of(store: Path, job_id: str, cluster: str | None) -> Path:
 
 
 def load(store: Path, job_id: str, cluster: str | None) -> Report | None:
-    """The stored report, None when there is none; ValueError when the file is not a report."""
-    path = path_of(store, job_id, cluster)
+    """The stored report, None when there is none; ValueError when the file is not a report.
+    Without a cluster, the job's report in whichever cluster's folder holds one (the epilog
+    stores it under the cluster Prometheus named); ReportError when several do."""
+    if cluster is None:
+        found = sorted(store.glob(f"*/{_SAFE.sub('_', job_id)}.json"))
+        if len(found) > 1:
+            clusters = ", ".join(path.parent.name for path in found)
+            raise ReportError(f"job {job_id} has reports stored for clusters {clusters}: choose one with --cluster")
+        path = found[0] if found else path_of(store, job_id, None)
+    else:
+        path = path_of(store, job_id, cluster)
     try:
         text = path.read_text()
     except FileNotFoundError:

@@ -6,24 +6,41 @@
 # It writes the report's compact JSON to $LOCKSTEP_REPORT_STORE/<cluster>/<job_id>.json, which
 # `lockstep report JOB` then reads first (docs/report.md, "Finished jobs keep their report").
 #
-# Configuration, in /etc/default/lockstep-report (or LOCKSTEP_REPORT_DEFAULTS) or the environment:
+# slurmctld runs it as SlurmUser (e.g. slurm), which must be able to run $LOCKSTEP and write the
+# store, with an environment of its own making: SLURM_JOB_ID and other SLURM_* variables, no
+# PATH, nothing of slurmctld's environment.  So it is configured in /etc/default/lockstep-report
+# (LOCKSTEP_REPORT_DEFAULTS names another file, for a run by hand):
 #   LOCKSTEP_PROMETHEUS_URL  the query URL (default http://localhost:9090)
 #   LOCKSTEP_REPORT_STORE    where reports are kept (default /var/lib/lockstep/reports)
 #   LOCKSTEP_CLUSTER         the cluster label, when Prometheus sees several clusters
-#   LOCKSTEP_REPORT_DELAY    seconds to wait first, for the job's last scrape (default 30)
+#   LOCKSTEP_REPORT_DELAY    seconds to wait first, for the job's last scrape (default 30); the job
+#                            stays COMPLETING meanwhile, and PrologEpilogTimeout, when set, must
+#                            be longer than the delay and the report together
 #   LOCKSTEP_REPORT_OPTIONS  further options of `lockstep report`, e.g. --grafana https://grafana.example
-#   LOCKSTEP                 the lockstep command (default: lockstep on PATH)
+#   LOCKSTEP                 the lockstep command (default: lockstep on PATH below), e.g.
+#                            /opt/lockstep/bin/lockstep
 # It always exits 0: a report that could not be made must neither drain the node nor hold the
-# job; the reason goes to syslog (logger) and stderr.
+# job.  slurmctld discards its output: the reason goes to syslog (tag lockstep-report), and to
+# stderr for a run by hand.
 defaults="${LOCKSTEP_REPORT_DEFAULTS:-/etc/default/lockstep-report}"
 # shellcheck disable=SC1090
 [ -r "$defaults" ] && . "$defaults"
 
+PATH="${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"
+export PATH
 job="${SLURM_JOB_ID:-${SLURM_JOBID:-}}"
 if [ -z "$job" ]; then
     echo "lockstep-report-epilog: no SLURM_JOB_ID: not run by Slurm?" >&2
     exit 0
 fi
+fail() {
+    logger -t lockstep-report "job $job: $1" 2>/dev/null || true
+    echo "lockstep-report-epilog: job $job: $1" >&2
+}
+# slurmctld ends an epilog that outlives PrologEpilogTimeout with SIGTERM, to its whole process
+# group: the sleep or the report's process ends with it, then this says why.  (Not `sleep &
+# wait`: run by slurmctld's slurmscriptd, with a trap set, the wait builtin never returns.)
+trap 'fail "stopped by SIGTERM before its report was stored (slurmctld: PrologEpilogTimeout shorter than LOCKSTEP_REPORT_DELAY and the report?)"; exit 0' TERM
 sleep "${LOCKSTEP_REPORT_DELAY:-30}"
 set -- report "$job" --save --refresh
 [ -n "${LOCKSTEP_PROMETHEUS_URL:-}" ] && set -- "$@" --prometheus "$LOCKSTEP_PROMETHEUS_URL"
@@ -33,7 +50,6 @@ set -- report "$job" --save --refresh
 # several words: both split on purpose.
 # shellcheck disable=SC2086
 if ! message="$(${LOCKSTEP:-lockstep} "$@" ${LOCKSTEP_REPORT_OPTIONS:-} 2>&1)"; then
-    logger -t lockstep-report "job $job: $message" 2>/dev/null || true
-    echo "lockstep-report-epilog: job $job: $message" >&2
+    fail "$message"
 fi
 exit 0

@@ -15,8 +15,19 @@ import tomllib
 from tests.support import REPO, TESTS, require_real
 
 SKIPPED_DIRS = {"fixtures", "golden", "__pycache__"}
-# Calls that check something: pytest's, and the wait that raises when its condition never holds.
-CHECKING_CALLS = {"raises", "fail", "warns", "skip", "xfail", "wait_until", "require_real", "require_promtool"}
+# Calls that check something: pytest's, the wait that raises when its condition never holds, and
+# the report's comparison with its golden files (tests/support/reports.py).
+CHECKING_CALLS = {
+    "raises",
+    "fail",
+    "warns",
+    "skip",
+    "xfail",
+    "wait_until",
+    "require_real",
+    "require_promtool",
+    "golden_check",
+}
 
 
 def python_files(top: Path) -> list[Path]:

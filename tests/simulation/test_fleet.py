@@ -134,11 +134,15 @@ def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Pr
 # checks their cluster label reaches the alerts, tests/alerts/test_hangs_e2e.py feeds them from
 # the real agent).
 # ... and a job whose framework stopped printing (issue 37; proven in alerts/tests/framework.test.yml).
+# ... and the straggler evidence verdict: it needs 15 minutes of the recorded 5-minute shares,
+# which a Prometheus started with the test has not (alerts/tests/stragglers.test.yml and
+# tests/alerts/test_straggler_real_timing.py feed it).
 NO_FLEET_INPUT = (
     "lockstep_nccl_",
     "lockstep_gpu_spinning",
     "lockstep_checkpoint_save:in_progress",
     "lockstep_framework_reports:stopped",
+    "lockstep_training_straggler_evidence",
 )
 
 

@@ -1,5 +1,6 @@
 """A real Prometheus (Debian `prometheus`) for the end-to-end tests: start it on a config, wait
-until it is ready, read its alerts, stop everything a test started."""
+until it is ready, read its alerts, stop everything a test started; backfill its storage from
+OpenMetrics text with promtool."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.support import REPO, http_get, wait_until
+from tests.support import REPO, http_get, require_promtool, wait_until
 
 PROMETHEUS = "/usr/bin/prometheus"
 
@@ -17,6 +18,18 @@ def query_alerts(prometheus: str) -> list[dict[str, Any]]:
     status, body = http_get(f"{prometheus}/api/v1/alerts", timeout=10)
     assert status == 200, body
     return json.loads(body)["data"]["alerts"]
+
+
+def backfill(openmetrics: Path, tsdb: Path) -> None:
+    """`promtool tsdb create-blocks-from openmetrics`: the samples of the file (each series in
+    time order) become blocks under tsdb, which start_prometheus then serves (tmp/tsdb)."""
+    result = subprocess.run(
+        [require_promtool(), "tsdb", "create-blocks-from", "openmetrics", "--quiet", str(openmetrics), str(tsdb)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"promtool could not backfill {openmetrics}: {result.stderr[-3000:]}"
 
 
 def start_logged(args: list[str], log: Path) -> subprocess.Popen[bytes]:

@@ -1,5 +1,6 @@
-"""Reports for the report's tests: a hand-made one with something in every section, and the
-canonical form of a report read from a live Prometheus (its golden files compare that)."""
+"""Reports for the report's tests: a hand-made one with something in every section, the
+canonical form of a report read from a live Prometheus (its golden files compare that), and the
+comparison with a golden file."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from lockstep.agent.report.model import (
     Straggler,
 )
 from lockstep.agent.report.notes import notes_for, verdict_for
+from tests.support import GOLDEN
 
 T0 = 1767225600.0  # 2026-01-01T00:00:00Z
 GIB = 2**30
@@ -175,3 +177,13 @@ def coarse(evidence: str) -> str:
     """A piece of evidence without its measured share or count."""
     evidence = re.sub(r"\s*\(?\d+(\.\d+)?%[^;)]*\)?", "", evidence)
     return re.sub(r": [\d.]+(e[+-]?\d+)?( s)? ", ": ", evidence)
+
+
+def golden_check(name: str, output: str, update: bool) -> None:
+    """output equals tests/golden/<name>; with update (pytest --update-golden, ./dev/regenerate)
+    it is written there first."""
+    golden = GOLDEN / name
+    if update:
+        golden.write_text(output)
+    assert golden.exists(), f"{golden} missing: run pytest --update-golden"
+    assert output == golden.read_text(), f"report differs from {golden} (pytest --update-golden rewrites it)"

@@ -43,7 +43,7 @@ class SlurmCluster:
     root: Path
     node: str
     env: dict[str, str]
-    made_devices: list[Path]
+    made_devices: list[Path]  # and the other files start() made outside root: stop() removes them
     processes: list[subprocess.Popen[bytes]]
     cgroup_v1: bool
     # The slurm_<node> cgroup directories there were before slurmd started: stop() removes the
@@ -143,7 +143,22 @@ def remove_cgroup(top: Path) -> None:
             pass  # still has processes (a job that did not end): left as it is
 
 
-def start(root: Path) -> SlurmCluster:
+def start(
+    root: Path,
+    slurm_user: str = "root",
+    conf: dict[str, str] | None = None,
+    controller_files: dict[str, Path] | None = None,
+) -> SlurmCluster:
+    """Start munged, slurmctld and slurmd with their files under ``root``.
+
+    ``slurm_user``: slurm.conf's SlurmUser, the user slurmctld drops to and runs
+    PrologSlurmctld and EpilogSlurmctld as (Debian's packaged configuration says ``slurm``);
+    the state and log directories become its own.  ``conf``: slurm.conf parameters that replace
+    or add to the defaults below (``{"EpilogSlurmctld": "/path", "MinJobAge": "300"}``).
+    ``controller_files``: paths that slurmctld and the scripts it runs see replaced by these
+    files or directories (``{"/etc/default": root / "etc-default"}``), bind-mounted in a mount
+    namespace of its own: the host's stay as they are.  A path missing on the host is made
+    (an empty file) for the mount to land on, and removed again by stop()."""
     node = socket.gethostname().split(".")[0]
     os.chmod(root, 0o755)  # munge and the jobs' users must reach the munge socket
     munge_dir = root / "munge"
@@ -170,25 +185,32 @@ def start(root: Path) -> SlurmCluster:
             made.append(device)
     for directory in ("state", "spool", "log"):
         (root / directory).mkdir()
+    slurm = pwd.getpwnam(slurm_user)
+    for directory in ("state", "log"):  # slurmctld writes them as SlurmUser
+        os.chown(root / directory, slurm.pw_uid, slurm.pw_gid)
     cgroup_v1 = _cgroup_v1_devices()
     plugins = (
-        "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup\n"
+        {"ProctrackType": "proctrack/cgroup", "TaskPlugin": "task/cgroup"}
         if cgroup_v1
-        else "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+        else {"ProctrackType": "proctrack/linuxproc", "TaskPlugin": "task/none"}
     )
-    (root / "slurm.conf").write_text(
-        f"ClusterName=lockstep-test\nSlurmctldHost={node}\nSlurmUser=root\n"
-        f"SlurmctldPort={_free_port()}\nSlurmdPort={_free_port()}\n"
-        f"AuthType=auth/munge\nAuthInfo=socket={sock}\nCredType=cred/munge\n"
-        f"StateSaveLocation={root}/state\nSlurmdSpoolDir={root}/spool\n"
-        f"SlurmctldPidFile={root}/slurmctld.pid\nSlurmdPidFile={root}/slurmd.pid\n"
-        f"SlurmctldLogFile={root}/log/slurmctld.log\nSlurmdLogFile={root}/log/slurmd.log\n"
-        f"{plugins}JobAcctGatherType=jobacct_gather/none\nMpiDefault=none\n"
-        "SchedulerType=sched/builtin\nSelectType=select/cons_tres\nSelectTypeParameters=CR_Core\n"
-        "SlurmdParameters=config_overrides\nReturnToService=2\nGresTypes=gpu\nMinJobAge=2\n"
+    parameters = {
+        "ClusterName": "lockstep-test", "SlurmctldHost": node, "SlurmUser": slurm_user,
+        "SlurmctldPort": str(_free_port()), "SlurmdPort": str(_free_port()),
+        "AuthType": "auth/munge", "AuthInfo": f"socket={sock}", "CredType": "cred/munge",
+        "StateSaveLocation": f"{root}/state", "SlurmdSpoolDir": f"{root}/spool",
+        "SlurmctldPidFile": f"{root}/log/slurmctld.pid", "SlurmdPidFile": f"{root}/slurmd.pid",
+        "SlurmctldLogFile": f"{root}/log/slurmctld.log", "SlurmdLogFile": f"{root}/log/slurmd.log",
+        **plugins, "JobAcctGatherType": "jobacct_gather/none", "MpiDefault": "none",
+        "SchedulerType": "sched/builtin", "SelectType": "select/cons_tres", "SelectTypeParameters": "CR_Core",
+        "SlurmdParameters": "config_overrides", "ReturnToService": "2", "GresTypes": "gpu", "MinJobAge": "2",
         # Job ids of their own: job cgroups are per host, shared with any other Slurm here.
-        f"FirstJobId={random.randint(100_000, 900_000)}\n"
-        f"NodeName={node} CPUs=8 RealMemory=4000 Gres=gpu:4 State=UNKNOWN\n"
+        "FirstJobId": str(random.randint(100_000, 900_000)),
+        **(conf or {}),
+    }  # fmt: skip
+    (root / "slurm.conf").write_text(
+        "".join(f"{key}={value}\n" for key, value in parameters.items())
+        + f"NodeName={node} CPUs=8 RealMemory=4000 Gres=gpu:4 State=UNKNOWN\n"
         f"PartitionName=gpu Nodes={node} Default=YES MaxTime=INFINITE State=UP\n"
     )
     (root / "gres.conf").write_text(
@@ -205,9 +227,20 @@ def start(root: Path) -> SlurmCluster:
     except KeyError:
         subprocess.run(["useradd", "--no-create-home", SECOND_USER], check=True)
         made_user = True
+    controller = ["slurmctld", "-D", "-f", str(root / "slurm.conf")]
+    if controller_files:
+        binds: list[str] = []
+        for target, source in controller_files.items():
+            if not os.path.lexists(target):
+                Path(target).touch(mode=0o644)
+                made.append(Path(target))
+            binds += [str(source), target]
+        # unshare execs the shell, which mounts and execs slurmctld: the same process throughout.
+        mount = 'while [ "$1" != -- ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; shift; exec "$@"'
+        controller = ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", mount, "sh", *binds, "--",
+                      *controller]  # fmt: skip
     processes = [
-        subprocess.Popen(["slurmctld", "-D", "-f", str(root / "slurm.conf")], env=env,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
+        subprocess.Popen(controller, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen(["slurmd", "-D", "-f", str(root / "slurm.conf")], env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
     ]  # fmt: skip

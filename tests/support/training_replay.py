@@ -1,6 +1,7 @@
 """Replaying the real DDP runs of tests/fixtures/training/ (bench/ddp_runs.py) through the real
 training collector into promtool input series: at their own timestamps (`replay_as_written`,
-issue 34), or stretched and looped in simulated time (`replay`, the older short runs).
+issue 34), or stretched and looped in simulated time (`replay`, the older short runs).  The
+scrapes also as OpenMetrics (`openmetrics`), to backfill a real Prometheus with them.
 
 `replay_as_written` plays every step of every rank as the run logged it, at the time it logged
 it (shifted so that the run's first record is at the replay's time 0: an origin, not a scale),
@@ -269,6 +270,23 @@ def replay_as_written(name: str, directory: Path, scrape: int, after_minutes: fl
     finally:
         job.close()
     return job.series, ended_at_index, origin
+
+
+def openmetrics(series: Series, scrape: float, start: float, labels: dict[str, str] | None = None) -> Iterator[str]:
+    """The scrapes as OpenMetrics text for `promtool tsdb create-blocks-from openmetrics`: scrape
+    i stamped start + i * scrape (Unix seconds: a constant shift of the replay's clock, every
+    interval kept), one series after the other, each in time order, with `labels` set on every
+    series (the cluster of several runs in one Prometheus).  No metadata (every family untyped,
+    as promtool accepts it), and no `# EOF`: the caller ends the text after its last run."""
+    for key, values in sorted(series.items(), key=lambda item: sorted(item[0])):
+        items = {**dict(key), **(labels or {})}
+        name = items.pop("__name__")
+        inside = ",".join(f'{k}="{_escaped(v)}"' for k, v in sorted(items.items()) if v != "")
+        yield "".join(f"{name}{{{inside}}} {values[i]!r} {start + i * scrape:.3f}\n" for i in sorted(values))
+
+
+def _escaped(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _scrape(collector: TrainingCollector) -> Iterator[tuple[dict[str, str], float]]:

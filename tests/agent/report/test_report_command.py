@@ -77,6 +77,31 @@ def test_the_stored_report_is_read_first_without_asking_prometheus(
     assert err.startswith(f"lockstep: report: cannot reach Prometheus at {dead}")
 
 
+def test_without_a_cluster_the_stored_report_is_found_in_its_clusters_folder(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The epilog stores under the cluster Prometheus named; `lockstep report JOB` finds it there."""
+    report = sample_report()
+    store.save(tmp_path, report)
+    dead = f"http://127.0.0.1:{closed_port()}"
+    code, out, err = run(capsys, "4242", "--prometheus", dead, "--store", str(tmp_path))
+    assert (code, out, err) == (0, text.render(report), "")
+    # The same job id stored in two clusters: which one is asked for, as Prometheus' would be.
+    report.job.cluster = "a100-b"
+    store.save(tmp_path, report)
+    code, out, err = run(capsys, "4242", "--prometheus", dead, "--store", str(tmp_path))
+    assert (code, out) == (1, "")
+    assert (
+        err == "lockstep: report: job 4242 has reports stored for clusters a100-b, h100-a: choose one with --cluster\n"
+    )
+    code, out, err = run(capsys, "4242", "--cluster", "a100-b", "--prometheus", dead, "--store", str(tmp_path))
+    assert (code, out, err) == (0, text.render(report), "")
+    # --refresh recomputes whatever is stored.
+    code, out, err = run(capsys, "4242", "--prometheus", dead, "--store", str(tmp_path), "--refresh")
+    assert (code, out) == (1, "")
+    assert err.startswith(f"lockstep: report: cannot reach Prometheus at {dead}")
+
+
 def test_a_damaged_stored_report_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     (tmp_path / "_").mkdir()
     (tmp_path / "_" / "4242.json").write_text(json.dumps({"schema": "other"}))

@@ -35,9 +35,9 @@ from alerts import thresholds as T
 from alerts.compression import Compression
 from lockstep.agent.report import text
 from lockstep.agent.report.model import Report, from_json, to_json
-from tests.support import GOLDEN, LOCKSTEP, REPO, free_port, require_real
+from tests.support import LOCKSTEP, REPO, free_port, require_real
 from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
-from tests.support.reports import canonical
+from tests.support.reports import canonical, golden_check
 
 # Tier: a real Prometheus scrapes the real agent (tests/conftest.py).
 pytestmark = pytest.mark.e2e
@@ -191,14 +191,6 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # Prometheus' data and the agents' nodes: 22 MB that would stay until the session ends
         # (the suite's machine check allows 50 MB in all).
         shutil.rmtree(tmp, ignore_errors=True)
-
-
-def golden_check(name: str, output: str, update: bool) -> None:
-    golden = GOLDEN / name
-    if update:
-        golden.write_text(output)
-    assert golden.exists(), f"{golden} missing: run pytest --update-golden"
-    assert output == golden.read_text(), f"report differs from {golden} (pytest --update-golden rewrites it)"
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -13,14 +13,18 @@ from typing import Any
 
 import pytest
 
+from alerts.straggler_recording import PEERS_5M
 from lockstep.agent.report.build import (
+    STRAGGLER_RATE_WINDOW_SECONDS,
     Scope,
     build_report,
     find_job,
     flat_runs,
+    job_section,
     stalled_saves,
     steps_section,
     training_stragglers,
+    weighted_median,
 )
 from lockstep.agent.report.model import Interval, Point
 from lockstep.agent.report.prometheus import Prometheus, ReportError
@@ -123,15 +127,25 @@ def test_a_job_in_two_clusters_asks_for_one() -> None:
 
 
 BUCKET = 31 * 86400 / 500  # find_job's coarse buckets over its 31-day lookback
-PART = BUCKET / 50  # the edge bucket's parts
-TICK = PART / 50  # the edge part's lookups
+PART = BUCKET / 50  # an edge bucket's parts
+WINDOW = 10.714  # an edge part's windows (a 500th of the bucket, in whole milliseconds)
+COARSE = r"\[5356800ms\]\)\)$"
+PARTS = r"\[107136ms\]\)\)$"
+FINE = r"\[10714ms\]\)\)$"
+EXACT = r"\[12714ms:1s\]\)\)$"  # the edge window and a second either side, at 1-s resolution
 
 
 def test_the_job_range_is_its_first_and_last_sample() -> None:
-    """Coarse buckets, then the edge bucket's parts, then lookups across the edge part every 2 s:
-    the job's first and last samples' own timestamps, from small queries whatever its length."""
+    """Coarse buckets, then the edge bucket's parts, then the edge part's windows (count_over_time:
+    raw samples), then the edge window at 1-s resolution: the job's first and last samples' own
+    timestamps, from small queries whatever its length."""
     first_part, last_part = T - 3 * BUCKET + 10 * PART, T - BUCKET - 5 * PART
-    first, last = first_part - PART + 2.5 * TICK, last_part - 1.5 * TICK
+    first_window, last_window = first_part - 7 * WINDOW, last_part - 2 * WINDOW
+    first, last = first_window - 5, last_window - 3
+
+    def early(times: dict[str, float]) -> bool:
+        return times["end"] < T - 1.5 * BUCKET
+
     rules = [
         Rule(
             r"^series .*lockstep_nccl_rank_info",  # the job's series over its range
@@ -143,20 +157,28 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
         ),
         Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info", "cluster": "a"})),
         Rule(
-            r"^count\(count_over_time\(\{__name__.*\[5356800ms\]",
-            matrix(({}, [(T - 2 * BUCKET, 1.0), (T - BUCKET, 3.0)])),
+            r"^count\(count_over_time\(\{__name__.*" + COARSE, matrix(({}, [(T - 2 * BUCKET, 1.0), (T - BUCKET, 3.0)]))
         ),
         Rule(
-            r"^count\(count_over_time\(\{__name__.*\[10713\dms\]",
+            r"^count\(count_over_time\(\{__name__.*" + PARTS,
             matrix(({}, [(first_part, 1.0), (first_part + PART, 3.0)])),
-            when=lambda times: times["end"] < T - 1.5 * BUCKET,
+            when=early,
         ),
         Rule(
-            r"^count\(count_over_time\(\{__name__.*\[10713\dms\]",
-            matrix(({}, [(last_part - PART, 3.0), (last_part, 1.0)])),
+            r"^count\(count_over_time\(\{__name__.*" + PARTS, matrix(({}, [(last_part - PART, 3.0), (last_part, 1.0)]))
         ),
-        Rule(r"^min\(timestamp", matrix(({}, [(first_part - PART + 3 * TICK, first), (first_part, first + 15)]))),
-        Rule(r"^max\(timestamp", matrix(({}, [(last_part - PART + TICK, last - 100), (last_part, last)]))),
+        # The windows of either edge part that hold samples: the first of the first, the last of the last.
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + FINE,
+            matrix(({}, [(first_window, 1.0), (first_window + WINDOW, 2.0)])),
+            when=early,
+        ),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + FINE,
+            matrix(({}, [(last_window - WINDOW, 2.0), (last_window, 1.0)])),
+        ),
+        Rule(r"^min\(min_over_time\(timestamp\(\{__name__.*" + EXACT, vector(({}, first))),
+        Rule(r"^max\(max_over_time\(timestamp\(\{__name__.*" + EXACT, vector(({}, last))),
         Rule(r"^max\(count_over_time", vector(({}, 101.0))),
     ]
     with serving(FakePrometheus(rules)) as fake:
@@ -167,11 +189,111 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
     assert scope.step == pytest.approx((last - first) / 240)  # the timeline's 240 points
     assert scope.window == pytest.approx(4 * 3600 / 100)  # 4 scrape intervals: 101 samples in the job's last hour
     assert scope.instances == ["n1:12400", "n2:12400"]
-    lookup = [r for r in fake.requests if r.query.startswith("max(timestamp")][-1]  # across the last part, every TICK
-    assert (lookup.times["start"], lookup.times["step"]) == pytest.approx((last_part - PART + TICK, TICK), abs=1e-3)
+    exact = [r.times["time"] for r in fake.requests if re.search(EXACT, r.query)]
+    assert exact == pytest.approx([first_window + 1, last_window + 1])  # each ending a second after its window
     counted = [r for r in fake.requests if r.query.startswith("max(count_over_time")]
     assert [r.times["time"] for r in counted] == pytest.approx([last])
     assert fake.requests[0].times == {"start": T - 31 * 86400, "end": T}  # the lookback: in the index, not samples
+    # The job's series counted at 50 parts of an edge bucket and 10 windows of a part, not at 500.
+    assert sorted(
+        round((r.times["end"] - r.times["start"]) / r.times["step"])
+        for r in fake.requests
+        if "{__name__" in r.query
+        and "step" in r.times
+        and "count_over_time" in r.query
+        and not re.search(COARSE, r.query)
+    ) == [10, 10, 50, 50]
+
+
+def test_a_job_with_a_recent_sample_is_running_unless_it_is_known_to_have_ended() -> None:
+    rules = [
+        Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info"})),
+        Rule(r"^count\(count_over_time\(.*" + COARSE, matrix(({}, [(T, 3.0)])), when=lambda times: "step" in times),
+        Rule(r"^count\(count_over_time\(.*" + PARTS, matrix(({}, [(T - 30, 1.0), (T, 2.0)]))),
+        Rule(r"^count\(count_over_time\(.*" + FINE, matrix(({}, [(T - 20, 1.0), (T, 2.0)]))),
+        Rule(r"^min\(min_over_time\(timestamp", vector(({}, T - 25))),
+        Rule(r"^max\(max_over_time\(timestamp", vector(({}, T - 5))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        for ended, end, state in ((False, T, "running"), (True, T - 5, "ended")):
+            scope = Scope(Prometheus(fake.url), "77", None)
+            find_job(scope, T, ended)
+            assert (scope.start, scope.end, job_section(scope, T, ended).state) == (T - 25, end, state)
+
+
+def job_ending_at(end: float, counts: list[tuple[float, float]], brought: float = 0.0) -> list[Rule]:
+    """A job without Slurm's record whose series end at `end`; its step counters' maximum on the
+    grid last_progress asks for, and the time of the scrape that brought the last count."""
+    return [
+        Rule(r"^min\(timestamp\(\{__name__=~\"lockstep_training_steps_total\|", vector(({}, brought))),
+        Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info"})),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + COARSE, matrix(({}, [(T - 2 * BUCKET, 1.0), (T - BUCKET, 3.0)]))
+        ),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + PARTS,
+            matrix(({}, [(T - 2 * BUCKET - 40, 1.0), (end + 30, 2.0)])),
+        ),
+        Rule(
+            r"^count\(count_over_time\(\{__name__.*" + FINE, matrix(({}, [(T - 2 * BUCKET - 50, 1.0), (end + 2, 2.0)]))
+        ),
+        Rule(r"^min\(min_over_time\(timestamp", vector(({}, T - 2 * BUCKET - 60))),
+        Rule(r"^max\(max_over_time\(timestamp", vector(({}, end))),
+        Rule(r"^max\(count_over_time", vector(({}, 101.0))),
+        Rule(r"^max\(\{__name__=~\"lockstep_training_steps_total\|", matrix(({}, counts))),
+    ]
+
+
+def test_a_job_that_ended_without_slurms_record_ends_at_its_last_step() -> None:
+    """The agent keeps a finished rank's series until it sees the rank's process gone (a minute
+    or two): the job ended when its step count last moved, not when its series did."""
+    end = T - 31 * 86400 / 500 - 5
+    counts = [(end - 120 + 15 * i, v) for i, v in enumerate([100, 107, 114, 121, 125, 125, 125, 125, 125])]
+    with serving(FakePrometheus(job_ending_at(end, counts, brought=end - 62.5))) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    # 125 first seen at end - 60 on the grid; the scrape that brought it, at end - 62.5.
+    assert scope.end == end - 62.5
+    counters = '{__name__=~"lockstep_training_steps_total|lockstep_framework_iterations_total",job_id="77"}'
+    assert [q for q in fake.seen if counters in q and "count_over_time" not in q] == [
+        f"max({counters})",
+        f"min(timestamp({counters}) and {counters} >= 125.0)",
+    ]
+
+
+def test_a_job_that_stopped_stepping_before_its_series_ended_ends_with_them() -> None:
+    """No step in the 2 minutes (TRAINING_STEPPED_WITHIN) before its series ended: it hung, then
+    was killed; it ended when its series did."""
+    end = T - 31 * 86400 / 500 - 5
+    counts = [(end - 120 + 15 * i, 125.0) for i in range(9)]
+    with serving(FakePrometheus(job_ending_at(end, counts))) as fake:
+        scope = Scope(Prometheus(fake.url), "77", None)
+        find_job(scope, T)
+    assert scope.end == end
+
+
+def test_the_median_step_time_weighs_each_moment_by_the_steps_made_in_it() -> None:
+    """Evenly spaced in time, the timeline holds more points of slow steps than their share of
+    the steps: a job of 2 minutes at 1-s steps and 3 minutes at 4-s steps made 120 + 45 steps,
+    and its median step lasted 1 s, not 4."""
+    points = [(T + 60 * i, v) for i, v in enumerate([1.0, 1.0, 4.0, 4.0, 4.0])]
+    rank = {"cluster": "c1", "instance": "n1:12400", "job_id": "4242", "rank": "0", "host": "n1"}
+    rules = [
+        Rule(r"^rate\(lockstep_training_step_seconds_total", matrix((rank, [(t, 1.0) for t, _ in points]))),
+        Rule(r"^rate\(lockstep_training_steps_total", matrix((rank, [(t, 1 / v) for t, v in points]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", None, start=T, end=T + 300, step=60, window=60)
+        scope.labels = [{"__name__": "lockstep_training_steps_total", **rank}]
+        steps = steps_section(scope)
+    assert steps.median_step_seconds == 1.0
+
+
+def test_weighted_median() -> None:
+    assert weighted_median([(2.0, 1.0), (3.0, 1.0), (1.0, 1.0)]) == 2.0
+    assert weighted_median([(2.0, 1.0), (3.0, 1.0)]) == 2.5  # as statistics.median
+    assert weighted_median([(1.0, 3.0), (5.0, 1.0), (9.0, 1.0)]) == 1.0
+    assert weighted_median([(1.0, 0.0), (5.0, 1.0)]) == 5.0
 
 
 def test_flat_runs_longer_than_the_stall_window_on_the_jobs_clock() -> None:
@@ -193,17 +315,19 @@ def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> No
     slurm_part = T - 3 * BUCKET - 7 * PART
     rules = [
         Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info"})),
-        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*\[5356800ms\]", matrix(({}, [(T - 3 * BUCKET, 1.0)]))),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*" + COARSE, matrix(({}, [(T - 3 * BUCKET, 1.0)]))),
         Rule(
             r"^count\(count_over_time\(\{__name__.*\[5356800ms\]",
             vector(({}, 2.0)),
             when=lambda times: times.get("time") == T - 4 * BUCKET,
         ),
-        Rule(r"^count\(count_over_time\(\{__name__.*\[10713\dms\]", matrix(({}, [(T - 5 * BUCKET + PART, 1.0)]))),
-        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*\[10713\dms\]", matrix(({}, [(slurm_part, 1.0)]))),
-        Rule(r"^min\(timestamp", matrix(({}, [(T - 5 * BUCKET + PART, T - 5 * BUCKET + 60)]))),
-        Rule(r"^max\(timestamp\(lockstep_slurm_job_info", matrix(({}, [(slurm_part, slurm_part - 10)]))),
-        Rule(r"^max\(timestamp\(\{__name__", matrix(({}, [(T - BUCKET, T - BUCKET - 1)]))),
+        Rule(r"^count\(count_over_time\(\{__name__.*" + PARTS, matrix(({}, [(T - 5 * BUCKET + PART, 1.0)]))),
+        Rule(r"^count\(count_over_time\(\{__name__.*" + FINE, matrix(({}, [(T - 5 * BUCKET + 70, 1.0)]))),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*" + PARTS, matrix(({}, [(slurm_part, 1.0)]))),
+        Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*" + FINE, matrix(({}, [(slurm_part - 8, 1.0)]))),
+        Rule(r"^min\(min_over_time\(timestamp\(\{__name__", vector(({}, T - 5 * BUCKET + 60))),
+        Rule(r"^max\(max_over_time\(timestamp\(lockstep_slurm_job_info", vector(({}, slurm_part - 10))),
+        Rule(r"^max\(max_over_time\(timestamp\(\{__name__", vector(({}, T - BUCKET - 1))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "77", None)
@@ -216,16 +340,20 @@ def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> No
     assert [r.query.split("{")[0] for r in coarse] == ["count(count_over_time(lockstep_slurm_job_info"]
 
 
-def work_rules(job: str, work: dict[str, list[float]]) -> list[Rule]:
-    """Each rank's counters' rates for the work per step given (a point a minute from T): half a
-    step a second, one second of data wait a step, the rest computing."""
+def work_rules(job: str, work: dict[str, list[float]], first: float = T + 300, every: float = 60) -> list[Rule]:
+    """Each rank's counters' rates for the work per step given (at first, first + every, ...):
+    half a step a second, one second of data wait a step, the rest computing; 20 s of wall time
+    a step."""
     labels = {r: {"cluster": "c1", "instance": "n1:12400", "job_id": job, "rank": r, "host": "n1"} for r in work}
 
     def rates(value: Callable[[float], float]) -> list[dict[str, Any]]:
-        return matrix(*((labels[r], [(T + 60 * i, value(v)) for i, v in enumerate(vs)]) for r, vs in work.items()))
+        return matrix(
+            *((labels[r], [(first + every * i, value(v)) for i, v in enumerate(vs)]) for r, vs in work.items())
+        )
 
     return [
         Rule(r"^rate\(lockstep_training_steps_total", rates(lambda v: 0.5)),
+        Rule(r"^rate\(lockstep_training_step_seconds_total", rates(lambda v: 10.0)),
         Rule(r"^rate\(lockstep_training_data_wait_seconds_total", rates(lambda v: 0.5)),
         Rule(r"^rate\(lockstep_training_compute_seconds_total", rates(lambda v: (v - 1) * 0.5)),
     ]
@@ -241,19 +369,46 @@ def test_a_rank_above_the_sustained_ratio_at_three_points_or_more_is_a_straggler
             "3": [10.0, 14.0, 14.0, 14.0, 10.0],  # three points at 1.4x
         },
     )
-    wall = [Point(T + 60 * i, 20.0) for i in range(5)]  # the steps section's timeline
     with serving(FakePrometheus(rules)) as fake:
-        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 300, step=60, window=60)
-        found = training_stragglers(scope, wall)
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 600, step=60, window=60)
+        found = training_stragglers(scope)
     assert [(s.rank, s.start, s.end, s.seconds, s.ratio, s.share_lost) for s in found] == [
-        # At T+60 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
-        ("3", T + 60, T + 180, 180.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 300, 4))
+        # At T+360 rank 2's 11 makes the median 10.5: a ratio of 1.333 and 3.5 s of a 20-s step lost.
+        # Each flagged point stands for its 5-minute window: T+60..T+360 to T+180..T+480.
+        ("3", T + 60, T + 480, 420.0, 1.378, round((3.5 / 20 + 4 / 20 + 4 / 20) * 60 / 600, 4))
     ]
     # Each counter's rates asked for once, alone (summing or dividing them is done here).
     assert sorted(fake.seen) == [
-        f'rate(lockstep_training_{name}_total{{job_id="4242",cluster="c1"}}[60000ms])'
-        for name in ("compute_seconds", "data_wait_seconds", "steps")
+        f'rate(lockstep_training_{name}_total{{job_id="4242",cluster="c1"}}[300000ms])'
+        for name in ("compute_seconds", "data_wait_seconds", "step_seconds", "steps")
     ]
+
+
+def test_ranks_are_compared_over_the_alerts_5_minutes_and_only_once_the_job_has_run_that_long() -> None:
+    """Over the timeline's window (4 scrapes: 60 s) every healthy rank of a real 8-rank DDP run
+    was above the ratio at 3 points or more, and a real 2-rank run's healthy rank was 1.37x its
+    peer over its first minute (warm-up): the ratio is the alert's 5-minute one (on the job's
+    clock: 30 s of Prometheus' at 10x), judged where that window lies within the job."""
+    rules = work_rules(
+        "4242",
+        {
+            "0": [10.0] * 8,
+            "1": [10.0] * 8,
+            "2": [14.0, 14.0, 14.0, 14.0, 10.0, 10.0, 10.0, 10.0],
+        },  # its first 4 minutes
+        first=T + 60,
+    )
+    with serving(FakePrometheus(rules)) as fake:
+        found = training_stragglers(Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 540, step=60, window=60))
+        assert found == []
+        assert "[300000ms]" in fake.seen[0] and "[60000ms]" not in fake.seen[0]
+        fake.seen.clear()
+        training_stragglers(Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 54, step=6, window=6, scale=10))
+        assert "[30000ms]" in fake.seen[0]
+
+
+def test_the_ratio_window_is_the_alerts() -> None:
+    assert PEERS_5M.endswith(f"ratio_to_peers{STRAGGLER_RATE_WINDOW_SECONDS / 60:.0f}m")
 
 
 def test_a_2_rank_jobs_straggler_is_judged_against_its_one_peer_as_the_alert_does() -> None:
@@ -262,8 +417,8 @@ def test_a_2_rank_jobs_straggler_is_judged_against_its_one_peer_as_the_alert_doe
     peer (1.1x), and names it."""
     rules = work_rules("7", {"0": [10.0] * 4, "1": [11.0] * 4})
     with serving(FakePrometheus(rules)) as fake:
-        scope = Scope(Prometheus(fake.url), "7", "c1", start=T, end=T + 240, step=60, window=60)
-        found = training_stragglers(scope, [Point(T + 60 * i, 20.0) for i in range(4)])
+        scope = Scope(Prometheus(fake.url), "7", "c1", start=T, end=T + 540, step=60, window=60)
+        found = training_stragglers(scope)
     assert [(s.rank, s.ratio) for s in found] == [("1", 1.1)]
 
 
@@ -329,14 +484,14 @@ def coarse_count(at: float) -> list[dict[str, Any]]:
     return vector(({}, float(n))) if n else []
 
 
-def stamped(times: dict[str, float]) -> list[dict[str, Any]]:
-    """min or max(timestamp(job)) over a range: the latest sample within Prometheus' 5-minute lookback."""
-    points = []
-    for t in evaluations(times):
-        latest = DAY_START + SCRAPE * ((min(t, DAY_END) - DAY_START) // SCRAPE)
-        if t >= DAY_START and t - latest <= 300:
-            points.append((t, latest))
-    return matrix(({}, points))
+def exact_sample(at: float, edge: Callable[[list[float]], float]) -> list[dict[str, Any]]:
+    """min or max(min or max_over_time(timestamp(job)[12714ms:1s])) at an instant: the first or
+    last of the job's samples in the 12.7 s before it (each looked up within 5 minutes)."""
+    found = [DAY_START + SCRAPE * n for n in range(int(86400 / SCRAPE) + 1)]
+    seen = [s for s in found if at - 12.714 - 300 <= s <= at]
+    if not seen:
+        return []
+    return vector(({}, edge([s for s in seen if s >= at - 12.714] or seen[-1:])))
 
 
 Answer = Callable[[dict[str, float]], list[dict[str, Any]]]
@@ -377,7 +532,8 @@ def day_job() -> FakePrometheus:
         Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info", "cluster": "c1"})),
         Rule(r"^count\(count_over_time\(", counted, when=lambda times: "step" in times),
         Rule(r"^count\(count_over_time\(", lambda times: coarse_count(times["time"])),
-        Rule(r"^(min|max)\(timestamp\(", stamped),
+        Rule(r"^min\(min_over_time\(timestamp\(", lambda times: exact_sample(times["time"], min)),
+        Rule(r"^max\(max_over_time\(timestamp\(", lambda times: exact_sample(times["time"], max)),
         Rule(r"^max\(count_over_time\(", vector(({}, 3600 / SCRAPE + 1))),
         Rule(r"^rate\(lockstep_training_step_seconds_total", each(ranks, lambda r, t: 5.0)),
         Rule(r"^rate\(lockstep_training_steps_total", each(ranks, lambda r, t: 0.5)),
