@@ -85,7 +85,7 @@ EVIDENCE = f"job_rank:lockstep_training_straggler_evidence:ratio{EW}"
 HOLD = f"job_rank:lockstep_training_straggler_hold:ratio{EW}"
 
 
-def _verdicts() -> tuple[Recording, ...]:
+def _verdicts() -> tuple[Recording, Recording]:
     mean_ratio = f"avg_over_time({PEERS_5M}[{EW}])"
     return (
         Recording(
@@ -176,6 +176,11 @@ NODE_SUSPECTS = (
     ),
 )
 
+
+def _node_suspect(name: str, expr: str) -> Recording:
+    return _suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)")
+
+
 # Ranks slow enough by the relative margin to be given suspects.
 SLOW_RANKS = f"job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}"
 
@@ -214,12 +219,14 @@ def _rank_suspects() -> tuple[Recording, ...]:
     return tuple(rules)
 
 
-# The straggler records in six groups, each after the groups it reads (alerts/rules.py): a
+# The straggler records in ten groups, each after the groups it reads (alerts/rules.py): a
 # Prometheus evaluates each group in turn on one goroutine, so at 1,024 nodes x 8 ranks one
-# group of them all took 4.4 s, and each of these takes under a second (docs/performance.md).
+# group of them all took 4.4 s; split, each takes about a second or less (docs/performance.md).
+# A record read across groups is up to one evaluation older than within one: the evidence path
+# (5m, peers, evidence, then the alert) is three such steps, 45 s at most.
+EVIDENCE_RULE, HOLD_RULE = _verdicts()
 STRAGGLER_RECORDING_GROUPS = (
-    # Each rank's 5-minute time per step, over its job's median and over its peers', and whether
-    # it arrives last at the collectives: read at every evaluation by the evidence test.
+    # Each rank's 5-minute time per step, and over its job's median.
     Group(
         "lockstep-stragglers-5m.recording",
         (
@@ -229,11 +236,15 @@ STRAGGLER_RECORDING_GROUPS = (
                 f"job_rank:{WORK}:ratio_to_median5m",
                 f"job_rank:{WORK}:mean5m\n/ {JOB_ON} group_left ()\njob:{WORK}:median5m",
             ),
-            *_evidence(),
         ),
     ),
-    # The evidence test's verdicts, judged once here for LockstepTrainingStragglerSustained.
-    Group("lockstep-stragglers-evidence.recording", _verdicts()),
+    # Each rank's 5-minute time per step over its peers', and whether it arrives last at the
+    # collectives: read at every evaluation by the evidence test.
+    Group("lockstep-stragglers-peers.recording", _evidence()),
+    # The evidence test's verdicts, judged once for LockstepTrainingStragglerSustained: each
+    # reads 20 minutes of every rank's records, so each has a group of its own.
+    Group("lockstep-stragglers-evidence.recording", (EVIDENCE_RULE,)),
+    Group("lockstep-stragglers-hold.recording", (HOLD_RULE,)),
     # Each rank's 30-minute time per step against its job's (the suspects' slow ranks, the
     # dashboards).
     Group("lockstep-stragglers-30m.recording", (_work_per_step(W), *_median_and_mad("job_rank", WORK, W))),
@@ -245,7 +256,17 @@ STRAGGLER_RECORDING_GROUPS = (
             *_median_and_mad("job_gpu", "lockstep_gpu_sm_clock_hertz", W),
         ),
     ),
-    # What each node shows: its host, its throttled GPUs and its suspects.
+    # What each node showed in the window: its suspects, the fabric's (every port's counters)
+    # apart from the rest.
+    Group(
+        "lockstep-stragglers-fabric-suspects.recording",
+        tuple(_node_suspect(name, expr) for name, expr in NODE_SUSPECTS if name.startswith("ib_")),
+    ),
+    Group(
+        "lockstep-stragglers-node-suspects.recording",
+        tuple(_node_suspect(name, expr) for name, expr in NODE_SUSPECTS if not name.startswith("ib_")),
+    ),
+    # Which host each node is, its throttled GPUs, and its suspects by host.
     Group(
         "lockstep-stragglers-nodes.recording",
         (
@@ -267,7 +288,6 @@ STRAGGLER_RECORDING_GROUPS = (
                 f'avg_over_time(lockstep_gpu_clock_event_active{{reason=~"{SLOWDOWN_REASONS}"}}[{W}])'
                 f" > {num(T.SUSPECT_GPU_THROTTLE_SHARE)}",
             ),
-            *(_suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)") for name, expr in NODE_SUSPECTS),
             Recording(
                 HOST_SUSPECT,
                 f"max by (cluster, host, suspect) (\n  {INSTANCE_SUSPECT}\n"
