@@ -35,7 +35,7 @@ from lockstep.agent.report.model import (
     Straggler,
 )
 from lockstep.agent.report.notes import notes_for, verdict_for
-from lockstep.agent.report.prometheus import Prometheus, ReportError, Sample, Series
+from lockstep.agent.report.prometheus import Prometheus, ReportError, Sample, Series, unswept
 
 # The series whose job_id label finds a job: Slurm's, the training logs', NCCL's, checkpoints'.
 JOB_SERIES = (
@@ -49,7 +49,14 @@ JOB_SERIES = (
 )
 # Those that exist only while the job runs.
 LIVE_SERIES = tuple(name for name in JOB_SERIES if name != "lockstep_checkpoint_info")
+# The series whose labels alone say who took part (ranks, hosts, GPUs, agents, checkpoint roots):
+# asked for once through the series API, which reads the index and no sample.
+LABEL_SERIES = (*JOB_SERIES, "lockstep_nccl_rank_info")
 LOOKBACK_SECONDS = 31 * 86400  # how far back a job is looked for
+EDGE_BUCKETS = 500  # the lookback in buckets
+EDGE_PARTS = 50  # the edge bucket in parts (107 s)
+EDGE_WINDOWS = 10  # the edge part in windows (10.7 s), the last searched at 1-s resolution
+INTERVAL_WINDOW = 3600.0  # the scrape interval is counted over the job's last hour
 RUNNING_WITHIN = 90.0  # a job with a sample this recent is running
 TIMELINE_POINTS = 240  # points of the step timeline (and of every range query)
 HANG_ALERTS = (
@@ -65,6 +72,7 @@ MIN_STRAGGLER_POINTS = 3  # a rank flagged at fewer points of the timeline is ji
 # timeline's own window (4 scrapes) the jitter of real runs put every healthy rank of an 8-rank
 # DDP run above the ratio at 3 points or more (tests/agent/report/test_report_ddp_runs.py).
 STRAGGLER_RATE_WINDOW_SECONDS = 300.0
+STALL_POINTS = 5  # points of the step count in a stall window (TRAINING_STALL_WINDOW)
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,10 @@ STEP_SOURCES = (
 )
 
 
+Key = tuple[tuple[str, str], ...]
+RANK_LABELS = ("cluster", "instance", "job_id", "rank", "host")  # a training rank's series
+
+
 def quote(value: str) -> str:
     return json.dumps(value)
 
@@ -117,8 +129,16 @@ class Scope:
     end: float = 0.0
     step: float = 60.0
     window: float = 60.0  # rate() window of the range queries
+    interval: float = 60.0  # between two samples of a series (the scrape interval)
     instances: list[str] = field(default_factory=list)
     scale: float = 1.0
+    labels: list[dict[str, str]] = field(default_factory=list)  # LABEL_SERIES' series over the job's range
+    hosts: dict[str, str] | None = None  # host_of_instance's answer, asked once
+    rates: dict[tuple[str, float], dict[Key, dict[float, float]]] = field(default_factory=dict)  # rank_rates'
+
+    def series_of(self, *names: str) -> list[dict[str, str]]:
+        """The job's series of these names (from the one series API answer find_job keeps)."""
+        return [labels for labels in self.labels if labels.get("__name__") in names]
 
     def job(self, name: str = "", **extra: str) -> str:
         labels = {"job_id": self.job_id, **extra}
@@ -168,7 +188,19 @@ def build_report(
     """The job's report as Prometheus has it at ``now``.  ``ended``: the caller knows the job has
     ended (the Slurm epilog, `--save`): it ends at its last sample, however recent; otherwise a
     job with a sample in the last RUNNING_WITHIN seconds is running."""
-    now = time.time() if now is None else now
+    with unswept():  # (a report is millions of small objects, none in a cycle: see unswept)
+        return make_report(prom, job_id, cluster, time.time() if now is None else now, time_scale, grafana_url, ended)
+
+
+def make_report(
+    prom: Prometheus,
+    job_id: str,
+    cluster: str | None,
+    now: float,
+    time_scale: float,
+    grafana_url: str,
+    ended: bool,
+) -> Report:
     scope = Scope(prom, job_id, cluster, scale=time_scale)
     find_job(scope, now, ended)
     job = job_section(scope, now, ended)
@@ -211,79 +243,109 @@ def build_report(
 
 def find_job(scope: Scope, now: float, ended: bool = False) -> None:
     """Set the scope's cluster (when one), range, resolution and agents; ReportError if unknown."""
-    any_series = scope.job_series()
-    lookback = duration(LOOKBACK_SECONDS)
-    clusters = scope.prom.query(f"count by (cluster) (last_over_time({any_series}[{lookback}]))", now)
+    # Which clusters know the job: the series API reads the index, not the job's samples.
+    known = scope.prom.series(scope.job_series(), now - LOOKBACK_SECONDS, now)
+    clusters = sorted({s.get("cluster", "") for s in known})
     if not clusters:
         where = f" in cluster {scope.cluster}" if scope.cluster is not None else ""
         raise ReportError(f"job {scope.job_id}{where} is unknown to Prometheus at {scope.prom.url} (last 31 days)")
     if scope.cluster is None:
-        found = sorted(s.labels.get("cluster", "") for s in clusters)
-        if len(found) > 1:
-            raise ReportError(f"job {scope.job_id} ran in clusters {', '.join(found)}: choose one with --cluster")
-        scope.cluster = found[0] if found[0] else None
-        any_series = scope.job_series()
+        if len(clusters) > 1:
+            raise ReportError(f"job {scope.job_id} ran in clusters {', '.join(clusters)}: choose one with --cluster")
+        scope.cluster = clusters[0] if clusters[0] else None
     # Coarse buckets over the lookback, then the first and last sample within the edge buckets.
     # The job runs while its live series exist (a checkpoint root outlives its job) and ends with
     # Slurm's record of it where there is one (an NCCL Inspector dump may outlive it too).
-    bucket = LOOKBACK_SECONDS / 500
+    bucket = LOOKBACK_SECONDS / EDGE_BUCKETS
+    lookback = duration(bucket)
 
     def buckets(selector: str) -> list[float]:
         coarse = scope.prom.query_range(
-            f"count(count_over_time({selector}[{duration(bucket)}]))", now - LOOKBACK_SECONDS, now, bucket
+            f"count(count_over_time({selector}[{lookback}]))", now - LOOKBACK_SECONDS, now, bucket
         )
         return sorted(t for s in coarse for t, _ in s.points)
 
     alive = scope.job_series(LIVE_SERIES)
-    points = buckets(alive)
-    if not points:
-        raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
     slurm = scope.job("lockstep_slurm_job_info")
     ending = buckets(slurm)
-    ender = slurm if ending else alive
-    ending = ending or points
+    if ending:
+        # Slurm's record (a series a node) finds the job's buckets.  The job's series a rank or a
+        # GPU, which counting every bucket reads in full, are read only in the bucket before
+        # Slurm's first, and in those before it while they hold samples (a rank's log seen before
+        # Slurm's record of the job).
+        ender, first_bucket = slurm, ending[0]
+        while first_bucket - bucket >= now - LOOKBACK_SECONDS and scope.prom.query(
+            f"count(count_over_time({alive}[{lookback}]))", first_bucket - bucket
+        ):
+            first_bucket -= bucket
+        points = [first_bucket, *ending]
+    else:
+        ender = alive
+        ending = points = buckets(alive)
+    if not points:
+        raise ReportError(f"job {scope.job_id} has no samples in the last 31 days at {scope.prom.url}")
     first = edge_sample(scope, alive, points[0], bucket, now, last=False)
     last = edge_sample(scope, ender, ending[-1], bucket, now, last=True)
     scope.start = first if first is not None else points[0] - bucket
     scope.end = last if last is not None else ending[-1]
     if not ended and now - scope.end < RUNNING_WITHIN:
         scope.end = now
-    samples = scope.prom.query(f"max(count_over_time({any_series}[{duration(scope.span + 1)}]))", scope.end)
+    # The scrape interval: the most samples a series of the job has in its last hour (not in its
+    # whole range: that read every sample of the job once more).
+    counted = min(scope.span, INTERVAL_WINDOW)
+    samples = scope.prom.query(f"max(count_over_time({scope.job_series()}[{duration(counted + 1)}]))", scope.end)
     count = samples[0].value if samples else 2
-    interval = scope.span / max(count - 1, 1)
+    interval = counted / max(count - 1, 1)
     if ender == alive and scope.end < now:
         scope.end = last_progress(scope, interval)
     scope.step = max(scope.span / TIMELINE_POINTS, interval, 1.0)
     scope.window = max(scope.step, 4 * interval)
-    instances = scope.at_end(f"count by (instance) (last_over_time({any_series}[{scope.whole}]))")
-    scope.instances = sorted(s.labels.get("instance", "") for s in instances if s.labels.get("instance"))
+    scope.interval = interval
+    scope.labels = scope.prom.series(scope.job_series(LABEL_SERIES), scope.start - scope.step, scope.end)
+    agents = {s.get("instance", "") for s in scope.labels if s.get("__name__") in JOB_SERIES}
+    scope.instances = sorted(agents - {""})
 
 
 def edge_sample(scope: Scope, selector: str, edge: float, bucket: float, now: float, last: bool) -> float | None:
     """The first sample of ``selector`` (``last``: the last) in the coarse bucket that ends at
-    ``edge``: the fine window (1/500 of the bucket) that holds it, by count_over_time, then its
-    timestamp by a subquery at 1-s resolution over that window and a second either side.
-    count_over_time counts raw samples: a series is found however briefly it lived (a job
-    that failed at once), though it is stale from the first scrape that lacked it, which
-    instant queries at the fine windows' ends would miss."""
-    # Whole milliseconds, counted back from the range's end (half a step late, capped at now), so
-    # that the windows tile the bucket up to its very end: Prometheus evaluates a range from its
-    # start, one step at a time, up to its end at most.
-    step = math.ceil(bucket * 1000 / 500)
-    top = int(min(now, edge + step / 2000) * 1000)
-    count = math.ceil(bucket * 1000 / step)
-    windows = scope.prom.query_range(
-        f"count(count_over_time({selector}[{step}ms]))", (top - count * step) / 1000, top / 1000, step / 1000
-    )
-    found = sorted(t for s in windows for t, _ in s.points)
-    if not found:
-        return None
-    end = found[-1] if last else found[0]
+    ``edge``: the part (EDGE_PARTS of the bucket) that holds it, then the window of that part
+    (EDGE_WINDOWS of it: 1/500 of the bucket) by count_over_time, then its timestamp by a
+    subquery at 1-s resolution over that window and a second either side.  count_over_time
+    counts raw samples: a series is found however briefly it lived (a job that failed at once),
+    though it is stale from the first scrape that lacked it, which instant queries at the
+    windows' ends would miss.  Narrowed a part first, the job's series are counted at 60 windows,
+    not at the bucket's 500 (1.5 million evaluations for a 1,024-rank job's live series)."""
     kind = "max" if last else "min"
-    exact = scope.prom.query(f"{kind}({kind}_over_time(timestamp({selector})[{step + 2000}ms:1s]))", min(end + 1, now))
+    end, length = edge, bucket
+    for parts in (EDGE_PARTS, EDGE_WINDOWS):
+        found, width = sampled_windows(scope, selector, end, length, parts, now)
+        if not found:
+            if length == bucket:
+                return None
+            break  # (the part held a sample: its windows, tiling it from their own phase, missed it)
+        end, length = (found[-1] if last else found[0]), width
+    exact = scope.prom.query(
+        f"{kind}({kind}_over_time(timestamp({selector})[{round(length * 1000) + 2000}ms:1s]))", min(end + 1, now)
+    )
     if exact:
         return exact[0].value
-    return end if last else end - step / 1000
+    return end if last else end - length
+
+
+def sampled_windows(
+    scope: Scope, selector: str, end: float, length: float, parts: int, now: float
+) -> tuple[list[float], float]:
+    """The ends of the windows (``parts`` of ``length`` seconds ending at ``end``) that hold a
+    sample of the selector, and the windows' length."""
+    # Whole milliseconds, counted back from the range's end (half a step late, capped at now), so
+    # that the windows tile the length up to its very end: Prometheus evaluates a range from its
+    # start, one step at a time, up to its end at most.
+    step = math.ceil(length * 1000 / parts)
+    top = int(min(now, end + step / 2000) * 1000)
+    windows = scope.prom.query_range(
+        f"count(count_over_time({selector}[{step}ms]))", (top - parts * step) / 1000, top / 1000, step / 1000
+    )
+    return sorted(t for s in windows for t, _ in s.points), step / 1000
 
 
 def last_progress(scope: Scope, interval: float) -> float:
@@ -326,24 +388,15 @@ def job_section(scope: Scope, now: float, ended: bool = False) -> Job:
         labels = info[0].labels
         job.user, job.account = labels.get("user", ""), labels.get("account", "")
         job.partition, job.job_name = labels.get("partition", ""), labels.get("job_name", "")
-    ranks = scope.at_end(
-        "count(group by (rank) (last_over_time("
-        + f"{scope.job('lockstep_training_steps_total')}[{scope.whole}])"
-        + f" or last_over_time({scope.job('lockstep_nccl_collectives_total')}[{scope.whole}])"
-        + f" or last_over_time({scope.job('lockstep_nccl_ras_rank_info')}[{scope.whole}])))"
-    )
+    # Ranks, hosts and GPUs from the series' labels (find_job's series API answer), not their samples.
+    stepping = scope.series_of("lockstep_training_steps_total", "lockstep_nccl_collectives_total")
+    ranks = {s.get("rank", "") for s in stepping + scope.series_of("lockstep_nccl_ras_rank_info")}
     size = scope.at_end(
         f"max(max_over_time({scope.job('lockstep_nccl_communicator_ranks')}[{scope.whole}]))"
     )  # RAS knows every rank, not only this node's
-    job.ranks = int(max([s.value for s in ranks + size], default=0))
-    hosts = scope.at_end(
-        "group by (host) (last_over_time("
-        + f"{scope.job('lockstep_training_steps_total')}[{scope.whole}])"
-        + f" or last_over_time({scope.job('lockstep_nccl_collectives_total')}[{scope.whole}]))"
-    )
-    job.hosts = sorted({s.labels["host"] for s in hosts if s.labels.get("host")}, key=natural)
-    gpus = scope.at_end(f"count(last_over_time({scope.job('lockstep_slurm_job_gpu_info')}[{scope.whole}]))")
-    job.gpus = int(gpus[0].value) if gpus else 0
+    job.ranks = int(max([len(ranks)] + [s.value for s in size]))
+    job.hosts = sorted({s["host"] for s in stepping if s.get("host")}, key=natural)
+    job.gpus = len(scope.series_of("lockstep_slurm_job_gpu_info"))
     return job
 
 
@@ -354,12 +407,15 @@ def natural(text: str) -> tuple[object, ...]:
 
 def host_of_instance(scope: Scope) -> dict[str, str]:
     """Each agent's host name (Slurm's node name, else the Kubernetes node, else the address)."""
+    if scope.hosts is not None:
+        return scope.hosts
     names = {i: i.rsplit(":", 1)[0] for i in scope.instances}
     if not scope.instances:
         return names
     for s in scope.at_end(f"last_over_time({scope.nodes('lockstep_slurm_node_info')}[{scope.whole}])"):
         if s.labels.get("slurm_node"):
             names[s.labels["instance"]] = s.labels["slurm_node"]
+    scope.hosts = names
     return names
 
 
@@ -370,11 +426,10 @@ def gpu_section(scope: Scope) -> list[Gpu]:
     if not scope.instances:
         return []
     hosts = host_of_instance(scope)
-    held = scope.at_end(f"last_over_time({scope.job('lockstep_slurm_job_gpu_info')}[{scope.whole}])")
     gpus: dict[tuple[str, str], Gpu] = {}
-    for s in held:
-        key = (s.labels.get("instance", ""), s.labels.get("uuid", ""))
-        gpus[key] = Gpu(node=hosts.get(key[0], key[0]), gpu=s.labels.get("gpu", ""), uuid=key[1])
+    for labels in scope.series_of("lockstep_slurm_job_gpu_info"):
+        key = (labels.get("instance", ""), labels.get("uuid", ""))
+        gpus[key] = Gpu(node=hosts.get(key[0], key[0]), gpu=labels.get("gpu", ""), uuid=key[1])
     if not gpus:
         return []
     whole = scope.whole
@@ -429,9 +484,51 @@ def step_source(scope: Scope) -> StepSource | None:
     """The job's step counters: the training collector's when the job has them, otherwise the
     framework_logs collector's iterations; None when the job logs neither."""
     for source in STEP_SOURCES:
-        if scope.at_end(f"count(last_over_time({scope.job(source.steps)}[{scope.whole}]))"):
+        if scope.series_of(source.steps):
             return source
     return None
+
+
+def rank_rates(scope: Scope, name: str, window: float) -> dict[Key, dict[float, float]]:
+    """Each training rank's rate of a counter at every point of the timeline, by its RANK_LABELS
+    (as `sum by`): one range query of rate() alone, asked once a report.  Summing or dividing the
+    ranks' rates in Prometheus makes it build every rank's labels again at every point: a rank's
+    work per step so took 2.4-2.9 s of a 1,024-rank day's report, a counter's rates alone 0.3 s."""
+    if (name, window) not in scope.rates:
+        out: dict[Key, dict[float, float]] = {}
+        for s in scope.over_job(f"rate({scope.job(name)}[{duration(window)}])"):
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k in RANK_LABELS))
+            if key not in out:
+                out[key] = dict(s.points)
+                continue
+            at = out[key]  # a rank's second series (other labels): summed, as `sum by` would
+            for t, v in s.points:
+                at[t] = at.get(t, 0.0) + v
+        scope.rates[name, window] = out
+    return scope.rates[name, window]
+
+
+def step_time(scope: Scope, source: StepSource) -> tuple[list[tuple[float, float]], dict[float, float]]:
+    """Wall seconds per step at each point of the timeline, the mean over the ranks (or, for the
+    framework's iterations, the series) of seconds over steps where steps were made; and the
+    mean steps per second at each point."""
+    if not source.per_rank:
+        w = duration(scope.window)
+        steps_sel = scope.job(source.steps)
+        found = scope.over_job(f"avg(rate({scope.job(source.seconds)}[{w}]) / (rate({steps_sel}[{w}]) > 0))")
+        rates = {t: v for s in scope.over_job(f"avg(rate({steps_sel}[{w}]))") for t, v in s.points}
+        return [(t, v) for s in found for t, v in s.points], rates
+    steps, seconds = rank_rates(scope, source.steps, scope.window), rank_rates(scope, source.seconds, scope.window)
+    ratios: dict[float, list[float]] = {}
+    made: dict[float, list[float]] = {}
+    for key, per_second in steps.items():
+        took = seconds.get(key, {})
+        for t, n in per_second.items():
+            made.setdefault(t, []).append(n)
+            if n > 0 and t in took:
+                ratios.setdefault(t, []).append(took[t] / n)
+    timeline = [(t, statistics.fmean(values)) for t, values in sorted(ratios.items())]
+    return timeline, {t: statistics.fmean(values) for t, values in made.items()}
 
 
 def steps_section(scope: Scope) -> Steps:
@@ -439,27 +536,33 @@ def steps_section(scope: Scope) -> Steps:
     if source is None:
         return Steps()
     w = duration(scope.window)
-    steps_sel, seconds_sel = scope.job(source.steps), scope.job(source.seconds)
+    steps_sel = scope.job(source.steps)
     out = Steps(source=source.name)
-    done = scope.at_end(f"max(max_over_time({steps_sel}[{scope.whole}]))")
-    out.steps = done[0].value if done else 0
-    timeline = scope.over_job(f"avg(rate({seconds_sel}[{w}]) / (rate({steps_sel}[{w}]) > 0))")
-    out.timeline = [Point(t, round(v, 4)) for s in timeline for t, v in s.points if math.isfinite(v)]
+    timeline, rates = step_time(scope, source)
+    out.timeline = [Point(t, round(v, 4)) for t, v in timeline if math.isfinite(v)]
     if out.timeline:
         # The median step, not the median moment: each point of the timeline (evenly spaced in
         # time) weighs as many steps as the job made per second there.  Unweighted, the slow
         # stretches (more time for as many steps) pulled the median of real DDP runs 7-19 % above
         # their logs' median step (tests/agent/report/test_report_ddp_runs.py).
-        rates = {t: v for s in scope.over_job(f"avg(rate({steps_sel}[{w}]))") for t, v in s.points}
         weighted = [(p.value, rates.get(p.t, 0.0)) for p in out.timeline]
         if sum(weight for _, weight in weighted) <= 0:
             weighted = [(p.value, 1.0) for p in out.timeline]
         out.median_step_seconds = round(weighted_median(weighted), 4)
     tokens = scope.over_job(f"sum(rate({scope.job(source.tokens)}[{w}]))")
     out.tokens_per_second = [Point(t, round(v / scope.scale, 1)) for s in tokens for t, v in s.points]
-    # Stalls on Prometheus' clock: how long the job's step count stayed where it was.
-    count = scope.over_job(f"max({steps_sel})")
+    # Stalls on Prometheus' clock: how long the job's step count stayed where it was, a point every
+    # STALL_POINTS-th of the stall window (2 minutes; the timeline's step if finer), so that a
+    # stall is measured to that and one of the stall window is not missed between two points of
+    # a long job's timeline (6 minutes apart in a day's).  The most steps any rank counted in each
+    # window: the windows tile the job's range (each sample read once, whatever the step), so
+    # their maximum is the most it counted, with the last step's worth, which they may end before.
+    every = max(min(scope.step, T.seconds(T.TRAINING_STALL_WINDOW) / STALL_POINTS), scope.interval, 1.0)
+    reach = duration(max(every, 2 * scope.interval))
+    count = scope.prom.query_range(f"max(max_over_time({steps_sel}[{reach}]))", scope.start, scope.end, every)
     points = [p for s in count for p in s.points]
+    tail = scope.at_end(f"max(max_over_time({steps_sel}[{duration(every)}]))")
+    out.steps = max([v for _, v in points] + [s.value for s in tail], default=0)
     out.stalls = flat_runs(points, scope)
     changes = [t for (t, v), (_, prev) in zip(points[1:], points[:-1]) if v != prev]
     out.last_step = changes[-1] if changes else (points[0][0] if points else None)
@@ -502,49 +605,56 @@ def flat_runs(points: list[tuple[float, float]], scope: Scope) -> list[Interval]
 # --- stragglers --------------------------------------------------------------------------------
 
 
-Key = tuple[tuple[str, str], ...]
-
-
 def by_time(series: Iterable[Series], group: Callable[[dict[str, str]], str]) -> dict[tuple[str, float], list]:
     """Each point of each series under (its group, its time): the peers it is compared with."""
     out: dict[tuple[str, float], list[tuple[Key, float]]] = {}
     for s in series:
-        key = tuple(sorted(s.labels.items()))
+        key, peers = tuple(sorted(s.labels.items())), group(s.labels)
         for t, v in s.points:
             if math.isfinite(v):
-                out.setdefault((group(s.labels), t), []).append((key, v))
+                out.setdefault((peers, t), []).append((key, v))
     return out
 
 
 def training_stragglers(scope: Scope) -> list[Straggler]:
     """Ranks whose own work per step (compute + data wait) is above the straggler evidence
-    ratio times their peers' (the job's median rank's; the one peer's in a 2-rank job).  One
-    range query of every rank's work per step and one of the job's wall step time; the medians
-    and ratios are taken here (asking Prometheus for them evaluates every rank's rates once per
-    use: 66 s of a 1,024-rank day's report).
+    ratio times their peers' (the job's median rank's; the one peer's in a 2-rank job).  Every
+    rank's rates of its compute, data wait, step and step-seconds counters (rank_rates, each
+    asked for once; a day's job shares the steps' with the timeline); its work per step, the
+    job's wall time per step, the medians and the ratios are taken here (asking Prometheus for
+    them evaluates every rank's rates once per use: 66 s of a 1,024-rank day's report; summing
+    and dividing them there, 2.4-2.9 s).
 
-    Both are averaged over STRAGGLER_RATE_WINDOW_SECONDS (or the timeline's window, if longer),
+    All are averaged over STRAGGLER_RATE_WINDOW_SECONDS (or the timeline's window, if longer),
     as the alert averages them, and judged only where that window lies within the job (a job's
     first steps, a rank's warm-up, are not a 5-minute mean: the first points of a real 2-rank
     run put its healthy rank at 1.37x its peer).  A flagged point says its window was slow: the
     rank held the job back over the union of its flagged points' windows (a rank slow from the
     first step, from the job's start)."""
     window = max(scope.window, STRAGGLER_RATE_WINDOW_SECONDS / scope.scale)
-    w = duration(window)
-    by = "(cluster, instance, job_id, rank, host)"
-    work = (
-        f"(sum by {by} (rate({scope.job('lockstep_training_compute_seconds_total')}[{w}]))"
-        f" + sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}])))"
-        f" / (sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
-    )
-    wall = (
-        f"sum(rate({scope.job('lockstep_training_step_seconds_total')}[{w}]))"
-        f" / (sum(rate({scope.job('lockstep_training_steps_total')}[{w}])) > 0)"
-    )
-    peers = by_time(scope.over_job(work), lambda labels: "")
+    steps = rank_rates(scope, "lockstep_training_steps_total", window)
+    if not steps:
+        return []
+    compute = rank_rates(scope, "lockstep_training_compute_seconds_total", window)
+    data = rank_rates(scope, "lockstep_training_data_wait_seconds_total", window)
+    work = []
+    for key, made in steps.items():
+        busy, waited = compute.get(key, {}), data.get(key, {})
+        per_step = [(t, (busy[t] + waited[t]) / n) for t, n in made.items() if n > 0 and t in busy and t in waited]
+        work.append(Series(dict(key), sorted(per_step)))
+    peers = by_time(work, lambda labels: "")
     if not peers:
         return []
-    walls = {t: v for s in scope.over_job(wall) for t, v in s.points}
+    # The job's wall seconds per step: all its ranks' step seconds over all their steps.
+    took: dict[float, float] = {}
+    stepped: dict[float, float] = {}
+    for seconds in rank_rates(scope, "lockstep_training_step_seconds_total", window).values():
+        for t, v in seconds.items():
+            took[t] = took.get(t, 0.0) + v
+    for rates in steps.values():
+        for t, v in rates.items():
+            stepped[t] = stepped.get(t, 0.0) + v
+    walls = {t: v / stepped[t] for t, v in took.items() if stepped.get(t, 0.0) > 0}
     flagged: dict[Key, list[tuple[float, float, float]]] = {}
     for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
         if len(values) < T.STRAGGLER_MIN_PEERS or t < scope.start + window:
@@ -593,15 +703,24 @@ def covered(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def nccl_stragglers(scope: Scope) -> list[Straggler]:
     """Ranks of a communicator whose peers wait more than NCCL_STRAGGLER_WAIT_SHARE of their
     collective time for them: 1 - (its time per collective) / (the communicator's median).  Two
-    range queries (every rank's time per collective and collectives per second); the rest here."""
+    range queries (every rank's collective seconds per second and collectives per second, each
+    counter read once); their quotient and the rest here."""
     w = duration(scope.window)
     by = "(cluster, instance, job_id, comm, rank, host)"
     ops = f"sum by {by} (rate({scope.job('lockstep_nccl_collectives_total')}[{w}]))"
-    per_op = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}])) / ({ops} > 0)"
-    peers = by_time(scope.over_job(per_op), lambda labels: labels.get("comm", ""))
+    busy = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}]))"
+    rates: dict[Key, dict[float, float]] = {
+        tuple(sorted(s.labels.items())): dict(s.points) for s in scope.over_job(ops)
+    }
+    if not rates:
+        return []
+    per_op = []
+    for s in scope.over_job(busy):
+        at = rates.get(tuple(sorted(s.labels.items())), {})
+        per_op.append(Series(s.labels, [(t, v / at[t]) for t, v in s.points if at.get(t, 0.0) > 0]))
+    peers = by_time(per_op, lambda labels: labels.get("comm", ""))
     if not peers:
         return []
-    rates = {(tuple(sorted(s.labels.items())), t): v for s in scope.over_job(ops) for t, v in s.points}
     flagged: dict[Key, list[tuple[float, float, float]]] = {}
     for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
         if len(values) <= 2:
@@ -613,15 +732,13 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
             share = 1 - v / median
             if share > T.NCCL_STRAGGLER_WAIT_SHARE:
                 # Seconds per second the median peer waits for it: (median - its time) x its op rate.
-                lost = min((median - v) * rates.get((key, t), 0.0) / scope.scale, 1.0)
+                lost = min((median - v) * rates.get(key, {}).get(t, 0.0) / scope.scale, 1.0)
                 flagged.setdefault(key, []).append((t, share, lost))
-    gpus = {
-        (s.labels.get("comm", ""), s.labels.get("rank", "")): s.labels.get("gpu", "")
-        for s in scope.at_end(
-            f"last_over_time({scope.job('lockstep_nccl_rank_info')}[{scope.whole}])"
-            f" or last_over_time({scope.job('lockstep_nccl_ras_rank_info')}[{scope.whole}])"
-        )
-    }
+    # Each rank's GPU: the Inspector's rank info, else RAS's (their labels, from find_job's answer).
+    gpus: dict[tuple[str, str], str] = {}
+    for labels in scope.series_of("lockstep_nccl_ras_rank_info") + scope.series_of("lockstep_nccl_rank_info"):
+        if labels.get("gpu") or (labels.get("comm", ""), labels.get("rank", "")) not in gpus:
+            gpus[(labels.get("comm", ""), labels.get("rank", ""))] = labels.get("gpu", "")
     out = []
     for key, points in flagged.items():
         if len(points) < MIN_STRAGGLER_POINTS:
@@ -668,8 +785,9 @@ def evidence(scope: Scope, straggler: Straggler) -> list[str]:
 
     reasons = "|".join(T.SUSPECT_GPU_THROTTLE_REASONS)
     job_gpus = {
-        s.labels.get("uuid", ""): s.labels.get("gpu", "")
-        for s in ask(f"last_over_time({scope.job('lockstep_slurm_job_gpu_info', instance=instance)}[{scope.whole}])")
+        labels.get("uuid", ""): labels.get("gpu", "")
+        for labels in scope.series_of("lockstep_slurm_job_gpu_info")
+        if labels.get("instance") == instance
     }
     for s in ask(f'avg_over_time(lockstep_gpu_clock_event_active{{{node},reason=~"{reasons}"}}[{w}])'):
         share = s.value
@@ -743,11 +861,11 @@ def data_wait_evidence(scope: Scope, straggler: Straggler, w: str) -> list[str]:
 
 
 def checkpoint_section(scope: Scope) -> list[CheckpointRoot]:
-    roots = scope.at_end(f"last_over_time({scope.job('lockstep_checkpoint_info')}[{scope.whole}])")
+    roots = scope.series_of("lockstep_checkpoint_info")
     if not roots:
         return []
     hosts = host_of_instance(scope)
-    wanted = {(s.labels.get("instance", ""), s.labels.get("root", "")) for s in roots}
+    wanted = {(s.get("instance", ""), s.get("root", "")) for s in roots}
     root_re = "|".join(re.escape(r) for _, r in sorted(wanted))
     instance_re = "|".join(re.escape(i) for i, _ in sorted(wanted))
     matchers = [f"root=~{quote(root_re)}", f"instance=~{quote(instance_re)}"]
@@ -755,18 +873,17 @@ def checkpoint_section(scope: Scope) -> list[CheckpointRoot]:
         matchers.append(f"cluster={quote(scope.cluster)}")
     inside = ",".join(matchers)
 
-    def ranged(name: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
-        return {
-            (s.labels.get("instance", ""), s.labels.get("root", "")): s.points
-            for s in scope.over_job(f"{name}{{{inside}}}")
-        }
+    def ranged(expr: str) -> dict[tuple[str, str], list[tuple[float, float]]]:
+        return {(s.labels.get("instance", ""), s.labels.get("root", "")): s.points for s in scope.over_job(expr)}
 
     def at_end(expr: str) -> dict[tuple[str, str], float]:
         return {(s.labels.get("instance", ""), s.labels.get("root", "")): s.value for s in scope.at_end(expr)}
 
-    success = ranged("lockstep_checkpoint_last_success_timestamp_seconds")
-    durations = ranged("lockstep_checkpoint_last_duration_seconds")
-    progress = ranged("lockstep_checkpoint_in_progress_seconds")
+    success = ranged(f"lockstep_checkpoint_last_success_timestamp_seconds{{{inside}}}")
+    durations = ranged(f"lockstep_checkpoint_last_duration_seconds{{{inside}}}")
+    # A save's time in progress at its longest in each step (not at the step's instant, a step
+    # before the save ends at worst: a save stalled a little past its limit would not show).
+    progress = ranged(f"max_over_time(lockstep_checkpoint_in_progress_seconds{{{inside}}}[{duration(scope.step)}])")
     interval = at_end(f"max_over_time(lockstep_checkpoint_expected_interval_seconds{{{inside}}}[{scope.whole}])")
     saves = at_end(f"increase(lockstep_checkpoint_saves_total{{{inside}}}[{scope.whole}])")
     out = []
@@ -821,7 +938,12 @@ def alert_section(scope: Scope, now: float) -> list[Alert]:
         exprs.append(scope.nodes("ALERTS", 'alertstate="firing",job_id=""'))
     found: list[Alert] = []
     for expr in exprs:
-        for s in scope.prom.query_range(expr, scope.start, until, scope.step):
+        # Firing at any time of each step, not only at its instant: an alert that fired for less
+        # than a step (6 minutes of a day's job) between two instants would not show, and the
+        # notes would give the all-clear.
+        for s in scope.prom.query_range(
+            f"max_over_time({expr}[{duration(scope.step)}])", scope.start, until, scope.step
+        ):
             labels = {k: v for k, v in s.labels.items() if k not in ("__name__", "alertstate")}
             found.append(
                 Alert(
