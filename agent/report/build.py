@@ -460,9 +460,14 @@ def gpu_section(scope: Scope) -> list[Gpu]:
         f"increase({scope.nodes('lockstep_gpu_ecc_errors_total')}[{whole}]) > 0",
         lambda g, s: g.ecc_errors.__setitem__(s.labels.get("type", "?"), round(s.value)),
     )
-    # Reasons without a time counter (NVML has none for hw_slowdown): the share of samples active.
+    # Reasons without a time counter (NVML has none for hw_slowdown, and none at all before
+    # Hopper's drivers): the share of samples active, read only for the reasons that some GPU of
+    # the job does not count the time of (6 of the 11 an H100 reports: reading all 11 GPU by
+    # GPU over a day's samples was the report's slowest read).
+    timed = reasons_timed_everywhere(scope, set(gpus))
+    untimed = f"reason!~{quote('|'.join(sorted(timed)))}" if timed else ""
     each(
-        f"avg_over_time({scope.nodes('lockstep_gpu_clock_event_active')}[{whole}]) > 0",
+        f"avg_over_time({scope.nodes('lockstep_gpu_clock_event_active', untimed)}[{whole}]) > 0",
         lambda g, s: g.throttle_seconds.setdefault(
             s.labels.get("reason", "?"), round(s.value * scope.span * scope.scale, 1)
         ),
@@ -475,6 +480,18 @@ def gpu_section(scope: Scope) -> list[Gpu]:
                 setattr(gpu, name, round(value, 3))
         gpu.idle = gpu.utilization_avg is not None and gpu.utilization_avg < T.GPU_IDLE_ACTIVITY_RATIO
     return out
+
+
+def reasons_timed_everywhere(scope: Scope, gpus: set[tuple[str, str]]) -> set[str]:
+    """The clock event reasons whose time every one of the job's GPUs (instance, uuid) counts,
+    from the series API (no sample read)."""
+    selector = scope.nodes("lockstep_gpu_clock_event_seconds_total")
+    counted: dict[tuple[str, str], set[str]] = {gpu: set() for gpu in gpus}
+    for labels in scope.prom.series(selector, scope.start, scope.end):
+        gpu = (labels.get("instance", ""), labels.get("uuid", ""))
+        if gpu in counted:
+            counted[gpu].add(labels.get("reason", ""))
+    return set.intersection(*counted.values()) if counted else set()
 
 
 # --- steps -------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from lockstep.agent.report.build import (
     build_report,
     find_job,
     flat_runs,
+    gpu_section,
     job_section,
     stalled_saves,
     steps_section,
@@ -92,6 +93,50 @@ def test_the_training_timeline_is_the_ranks_mean_step_time_from_their_counters_r
     # Rank 1 steps at 0.25 + 0.25 a second; at T+120 no rank stepped: no point.
     assert steps.timeline == [Point(T, 2.0), Point(T + 60, 3.0)]
     assert len([q for q in fake.seen if q.startswith("rate(lockstep_training_steps_total")]) == 1
+
+
+def test_the_clock_event_share_is_read_only_for_reasons_some_gpu_does_not_time() -> None:
+    """A reason's time comes from its counter where the GPU keeps one; the share of samples
+    active is read only for the reasons that some GPU of the job has no counter for (here GPU 1,
+    an older driver's, counts none), and never overrides a counter."""
+    node = {"cluster": "c1", "instance": "n1:12400"}
+    gpus = [{**node, "gpu": str(g), "uuid": f"GPU-{g}"} for g in range(2)]
+    timed = ("sw_power_cap", "hw_thermal_slowdown")
+    counters = [{"__name__": "lockstep_gpu_clock_event_seconds_total", **gpus[0], "reason": r} for r in timed]
+    rules = [
+        Rule(r"^series lockstep_gpu_clock_event_seconds_total", series(*counters)),
+        Rule(
+            r"^increase\(lockstep_gpu_clock_event_seconds_total",
+            vector(({**gpus[0], "reason": "hw_thermal_slowdown"}, 120.0)),
+        ),
+        Rule(
+            r"^avg_over_time\(lockstep_gpu_clock_event_active",
+            vector(
+                ({**gpus[0], "reason": "hw_thermal_slowdown"}, 0.5),  # its counter's 120 s stand
+                ({**gpus[0], "reason": "hw_slowdown"}, 0.25),
+                ({**gpus[1], "reason": "hw_thermal_slowdown"}, 0.1),
+            ),
+        ),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 3600, step=60, window=60)
+        scope.instances = ["n1:12400"]
+        scope.labels = [{"__name__": "lockstep_slurm_job_gpu_info", **g, "job_id": "4242"} for g in gpus]
+        found = gpu_section(scope)
+    assert [g.throttle_seconds for g in found] == [
+        {"hw_thermal_slowdown": 120.0, "hw_slowdown": 900.0},
+        {"hw_thermal_slowdown": 360.0},
+    ]
+    shares = [q for q in fake.seen if q.startswith("avg_over_time(lockstep_gpu_clock_event_active")]
+    assert len(shares) == 1 and 'reason!~"' not in shares[0], shares  # GPU 1 times nothing: every reason
+    # Both GPUs timing both reasons: those two are left out of the shares read.
+    counters += [{**c, **gpus[1]} for c in counters]
+    rules[0] = Rule(r"^series lockstep_gpu_clock_event_seconds_total", series(*counters))
+    with serving(FakePrometheus(rules)) as fake:
+        scope.prom = Prometheus(fake.url)
+        gpu_section(scope)
+    shares = [q for q in fake.seen if q.startswith("avg_over_time(lockstep_gpu_clock_event_active")]
+    assert len(shares) == 1 and 'reason!~"hw_thermal_slowdown|sw_power_cap"' in shares[0], shares
 
 
 def test_a_job_without_step_series_has_an_empty_steps_section() -> None:
