@@ -107,6 +107,7 @@ STEP_SOURCES = (
 
 Key = tuple[tuple[str, str], ...]
 RANK_LABELS = ("cluster", "instance", "job_id", "rank", "host")  # a training rank's series
+NCCL_RANK_LABELS = (*RANK_LABELS, "comm")  # a rank in one communicator (its collectives summed)
 
 
 def quote(value: str) -> str:
@@ -506,15 +507,17 @@ def step_source(scope: Scope) -> StepSource | None:
     return None
 
 
-def rank_rates(scope: Scope, name: str, window: float) -> dict[Key, dict[float, float]]:
-    """Each training rank's rate of a counter at every point of the timeline, by its RANK_LABELS
-    (as `sum by`): one range query of rate() alone, asked once a report.  Summing or dividing the
-    ranks' rates in Prometheus makes it build every rank's labels again at every point: a rank's
-    work per step so took 2.4-2.9 s of a 1,024-rank day's report, a counter's rates alone 0.3 s."""
+def rank_rates(
+    scope: Scope, name: str, window: float, labels: tuple[str, ...] = RANK_LABELS
+) -> dict[Key, dict[float, float]]:
+    """Each rank's rate of a counter at every point of the timeline, by its labels (as `sum by`):
+    one range query of rate() alone, asked once a report.  Summing or dividing the ranks' rates
+    in Prometheus makes it build every rank's labels again at every point: a rank's work per step
+    so took 2.4-2.9 s of a 1,024-rank day's report, a counter's rates alone 0.3 s."""
     if (name, window) not in scope.rates:
         out: dict[Key, dict[float, float]] = {}
         for s in scope.over_job(f"rate({scope.job(name)}[{duration(window)}])"):
-            key = tuple(sorted((k, v) for k, v in s.labels.items() if k in RANK_LABELS))
+            key = tuple(sorted((k, v) for k, v in s.labels.items() if k in labels))
             if key not in out:
                 out[key] = dict(s.points)
                 continue
@@ -719,22 +722,19 @@ def covered(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def nccl_stragglers(scope: Scope) -> list[Straggler]:
     """Ranks of a communicator whose peers wait more than NCCL_STRAGGLER_WAIT_SHARE of their
-    collective time for them: 1 - (its time per collective) / (the communicator's median).  Two
-    range queries (every rank's collective seconds per second and collectives per second, each
-    counter read once); their quotient and the rest here."""
-    w = duration(scope.window)
-    by = "(cluster, instance, job_id, comm, rank, host)"
-    ops = f"sum by {by} (rate({scope.job('lockstep_nccl_collectives_total')}[{w}]))"
-    busy = f"sum by {by} (rate({scope.job('lockstep_nccl_collective_seconds_total')}[{w}]))"
-    rates: dict[Key, dict[float, float]] = {
-        tuple(sorted(s.labels.items())): dict(s.points) for s in scope.over_job(ops)
-    }
+    collective time for them: 1 - (its time per collective) / (the communicator's median).  Every
+    rank's collective seconds per second and collectives per second in each communicator
+    (rank_rates: each counter read once, its collectives summed here); their quotient and the
+    rest here."""
+    rates = rank_rates(scope, "lockstep_nccl_collectives_total", scope.window, NCCL_RANK_LABELS)
     if not rates:
         return []
     per_op = []
-    for s in scope.over_job(busy):
-        at = rates.get(tuple(sorted(s.labels.items())), {})
-        per_op.append(Series(s.labels, [(t, v / at[t]) for t, v in s.points if at.get(t, 0.0) > 0]))
+    for key, busy in rank_rates(
+        scope, "lockstep_nccl_collective_seconds_total", scope.window, NCCL_RANK_LABELS
+    ).items():
+        at = rates.get(key, {})
+        per_op.append(Series(dict(key), [(t, v / at[t]) for t, v in sorted(busy.items()) if at.get(t, 0.0) > 0]))
     peers = by_time(per_op, lambda labels: labels.get("comm", ""))
     if not peers:
         return []

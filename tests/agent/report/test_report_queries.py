@@ -22,6 +22,7 @@ from lockstep.agent.report.build import (
     flat_runs,
     gpu_section,
     job_section,
+    nccl_stragglers,
     stalled_saves,
     steps_section,
     training_stragglers,
@@ -478,6 +479,39 @@ PER_RANK = re.compile(r"lockstep_(training|nccl|gpu|framework)_\w+|lockstep_slur
 SELECTOR = re.compile(r"(?P<name>lockstep_\w+)?\{(?P<labels>[^{}]*)\}(?:\[(?P<ms>\d+)ms\])?")
 
 
+def test_a_ranks_collectives_in_a_communicator_are_summed_before_it_is_compared() -> None:
+    """Rank 3 spends as long as its peers in each AllReduce but no time in AllGather (it arrives
+    last): over the communicator's collectives together it waits half as long as the median peer
+    (the straggler's share 0.5); AllReduce alone would clear it.  A second communicator where all
+    is even names no one."""
+    node = {"cluster": "c1", "instance": "n1:12400", "job_id": "4242", "host": "n1"}
+    series_of = [
+        ({**node, "rank": str(r), "comm": comm, "collective": collective}, r, collective)
+        for comm in ("0x1", "0x2")
+        for collective in ("AllReduce", "AllGather")
+        for r in range(4)
+    ]
+
+    def seconds(r: int, collective: str, comm: str) -> float:
+        return 0.0 if (r, collective, comm) == (3, "AllGather", "0x1") else 2.0
+
+    def answer(value: Callable[[dict[str, str], int, str], float]) -> Answer:
+        return lambda times: matrix(
+            *((ls, [(t, value(ls, r, c)) for t in evaluations(times)]) for ls, r, c in series_of)
+        )
+
+    rules = [
+        Rule(r"^rate\(lockstep_nccl_collectives_total", answer(lambda ls, r, c: 4.0)),
+        Rule(r"^rate\(lockstep_nccl_collective_seconds_total", answer(lambda ls, r, c: seconds(r, c, ls["comm"]))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 600, step=60, window=60)
+        found = nccl_stragglers(scope)
+        asked = list(fake.seen)
+    assert [(s.comm, s.rank, s.host, s.ratio, s.seconds) for s in found] == [("0x1", "3", "n1", 0.5, 660.0)]
+    assert len(asked) == 2, asked  # each counter read once
+
+
 def job_ranges_read(request: Request) -> float:
     """How many times a request reads the day's job range of per-rank and per-GPU series: Prometheus
     decodes every sample a selector covers, once per evaluation whose window covers it (a range
@@ -594,9 +628,9 @@ def day_job() -> FakePrometheus:
             when=lambda times: "step" in times,
         ),
         Rule(r"^max\(max_over_time\(lockstep_training_steps_total", vector(({}, 731.0))),  # after the last window
-        Rule(r"^sum by .*lockstep_nccl_collectives_total", each(nccl, lambda r, t: 4.0)),
+        Rule(r"^rate\(lockstep_nccl_collectives_total", each(nccl, lambda r, t: 4.0)),
         Rule(
-            r"^sum by .*lockstep_nccl_collective_seconds_total",
+            r"^rate\(lockstep_nccl_collective_seconds_total",
             each(nccl, lambda r, t: 1.0 if r == 3 and slow(t) else 2.0),
         ),
         Rule(
