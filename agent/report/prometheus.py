@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import json
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -52,6 +53,8 @@ class Prometheus:
     timeout: float = 30.0
     queries: int = 0
     log: list[tuple[str, float]] = field(default_factory=list)  # each expression sent and its seconds (bench)
+    # The report's sections ask side by side (build.make_report): the count and the log under a lock.
+    _counting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.url = check_url(self.url)
@@ -75,12 +78,14 @@ class Prometheus:
         return [dict(labels) for labels in data]
 
     def _post(self, endpoint: str, params: dict[str, str]) -> Any:
-        self.queries += 1
+        with self._counting:
+            self.queries += 1
         started = time.monotonic()
         try:
             return self._ask(endpoint, params)
         finally:
-            self.log.append((params.get("query") or f"series {params['match[]']}", time.monotonic() - started))
+            with self._counting:
+                self.log.append((params.get("query") or f"series {params['match[]']}", time.monotonic() - started))
 
     def _ask(self, endpoint: str, params: dict[str, str]) -> Any:
         body = urllib.parse.urlencode(params).encode()

@@ -21,6 +21,7 @@ from lockstep.agent.report.build import (
     find_job,
     flat_runs,
     gpu_section,
+    increase_over_job,
     job_section,
     nccl_stragglers,
     stalled_saves,
@@ -99,7 +100,8 @@ def test_the_training_timeline_is_the_ranks_mean_step_time_from_their_counters_r
 def test_the_clock_event_share_is_read_only_for_reasons_some_gpu_does_not_time() -> None:
     """A reason's time comes from its counter where the GPU keeps one; the share of samples
     active is read only for the reasons that some GPU of the job has no counter for (here GPU 1,
-    an older driver's, counts none), and never overrides a counter."""
+    an older driver's, counts none), and never overrides a counter.  Idle and a display's clocks
+    cost no work: not read."""
     node = {"cluster": "c1", "instance": "n1:12400"}
     gpus = [{**node, "gpu": str(g), "uuid": f"GPU-{g}"} for g in range(2)]
     timed = ("sw_power_cap", "hw_thermal_slowdown")
@@ -129,15 +131,45 @@ def test_the_clock_event_share_is_read_only_for_reasons_some_gpu_does_not_time()
         {"hw_thermal_slowdown": 360.0},
     ]
     shares = [q for q in fake.seen if q.startswith("avg_over_time(lockstep_gpu_clock_event_active")]
-    assert len(shares) == 1 and 'reason!~"' not in shares[0], shares  # GPU 1 times nothing: every reason
+    # GPU 1 times nothing: every reason but those that cost no work.
+    assert len(shares) == 1 and 'reason!~"display_clock_setting|idle"' in shares[0], shares
     # Both GPUs timing both reasons: those two are left out of the shares read.
     counters += [{**c, **gpus[1]} for c in counters]
     rules[0] = Rule(r"^series lockstep_gpu_clock_event_seconds_total", series(*counters))
     with serving(FakePrometheus(rules)) as fake:
-        scope.prom = Prometheus(fake.url)
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 3600, step=60, window=60)
+        scope.instances = ["n1:12400"]
+        scope.labels = [{"__name__": "lockstep_slurm_job_gpu_info", **g, "job_id": "4242"} for g in gpus]
         gpu_section(scope)
     shares = [q for q in fake.seen if q.startswith("avg_over_time(lockstep_gpu_clock_event_active")]
-    assert len(shares) == 1 and 'reason!~"hw_thermal_slowdown|sw_power_cap"' in shares[0], shares
+    assert len(shares) == 1 and 'reason!~"display_clock_setting|hw_thermal_slowdown|idle|sw_power_cap"' in shares[0]
+
+
+def test_a_counters_increase_over_the_job_is_read_at_its_edges_and_again_where_they_miss() -> None:
+    """Its value at the job's end less its value at the start (two lookups), for every series;
+    a series with no sample at an edge (n2's port, begun inside the job) or lower at the end
+    (n3's, reset) is asked for again with increase(), on those nodes only."""
+    ports = [{"cluster": "c1", "instance": f"n{n}:12400", "device": "mlx5_0", "port": "1"} for n in (1, 2, 3)]
+    name = "lockstep_ib_port_symbol_errors_total"
+    rules = [
+        Rule(rf"^series {name}", series(*({"__name__": name, **p} for p in ports))),
+        Rule(rf"^{name}\{{.*\}} - {name}\{{.*\}} offset 3600000ms$", vector((ports[0], 2.0), (ports[2], -7.0))),
+        Rule(
+            rf'^increase\({name}\{{.*instance=~"n2:12400\|n3:12400"\}}\[3660000ms\]\)$',
+            vector((ports[1], 1.0), (ports[2], 5.0)),
+        ),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 3600, step=60, window=60)
+        scope.instances = ["n1:12400", "n2:12400", "n3:12400"]
+        found = increase_over_job(scope, name)
+        asked = list(fake.seen)
+    assert sorted((s.labels["instance"], s.value) for s in found) == [
+        ("n1:12400", 2.0),
+        ("n2:12400", 1.0),
+        ("n3:12400", 5.0),
+    ]
+    assert len(asked) == 3, asked
 
 
 def test_a_job_without_step_series_has_an_empty_steps_section() -> None:
@@ -663,11 +695,11 @@ def test_a_days_report_at_15_s_samples_reads_each_ranks_series_a_bounded_number_
     assert {m for r in ranged for m in re.findall(r"\[(\d+)ms\]", r.query)} == {"360000"}
     # What happens between two points is read too, not only at them: an alert that fired for less
     # than a step, a save in progress a little longer than its limit.
-    windowed = [r.query.split("{")[0] for r in ranged if r.query.startswith("max_over_time(")]
-    assert windowed == [
+    windowed = sorted(r.query.split("{")[0] for r in ranged if r.query.startswith("max_over_time("))
+    assert windowed == [  # (sorted: the sections ask side by side)
+        "max_over_time(ALERTS",
+        "max_over_time(ALERTS",
         "max_over_time(lockstep_checkpoint_in_progress_seconds",
-        "max_over_time(ALERTS",
-        "max_over_time(ALERTS",
     ]
     reads = sorted(((job_ranges_read(r), r.query[:110]) for r in fake.requests), reverse=True)
     shown = "\n".join(f"{n:6.2f}  {q}" for n, q in reads if n >= 0.05)
