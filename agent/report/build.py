@@ -112,6 +112,7 @@ STEP_SOURCES = (
 Key = tuple[tuple[str, str], ...]
 RANK_LABELS = ("cluster", "instance", "job_id", "rank", "host")  # a training rank's series
 NCCL_RANK_LABELS = (*RANK_LABELS, "comm")  # a rank in one communicator (its collectives summed)
+NCCL_COUNTERS = ("lockstep_nccl_collectives_total", "lockstep_nccl_collective_seconds_total")  # ops, seconds
 
 
 def quote(value: str) -> str:
@@ -249,13 +250,18 @@ def make_report(
     # stragglers (which share rank_rates' answers, so they stay in one thread, in order).  On 2
     # cores that took a 1,024-rank day's report from 17.8 s to 11 s (docs/performance.md).
     with ThreadPoolExecutor(SECTIONS_ALONGSIDE, thread_name_prefix="report") as pool:
-        nccl = pool.submit(nccl_stragglers, scope)
+        # NCCL's two counters first, each alone (the largest reads: a rank is in several
+        # communicators and collectives); nccl_stragglers then finds them in rank_rates' cache.
+        nccl_rates = [pool.submit(rank_rates, scope, name, scope.window, NCCL_RANK_LABELS) for name in NCCL_COUNTERS]
         gpus_asked = pool.submit(gpu_section, scope)
         events_asked = pool.submit(event_section, scope)
         checkpoints_asked = pool.submit(checkpoint_section, scope)
         alerts_asked = pool.submit(alert_section, scope, now)
         steps = steps_section(scope)
-        stragglers = training_stragglers(scope) + nccl.result()
+        stragglers = training_stragglers(scope)
+        for asked in nccl_rates:
+            asked.result()
+        stragglers += nccl_stragglers(scope)
         gpus, events = gpus_asked.result(), events_asked.result()
         checkpoints, alerts = checkpoints_asked.result(), alerts_asked.result()
     for straggler in stragglers:
@@ -776,13 +782,12 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
     rank's collective seconds per second and collectives per second in each communicator
     (rank_rates: each counter read once, its collectives summed here); their quotient and the
     rest here."""
-    rates = rank_rates(scope, "lockstep_nccl_collectives_total", scope.window, NCCL_RANK_LABELS)
+    ops, seconds = NCCL_COUNTERS
+    rates = rank_rates(scope, ops, scope.window, NCCL_RANK_LABELS)
     if not rates:
         return []
     per_op = []
-    for key, busy in rank_rates(
-        scope, "lockstep_nccl_collective_seconds_total", scope.window, NCCL_RANK_LABELS
-    ).items():
+    for key, busy in rank_rates(scope, seconds, scope.window, NCCL_RANK_LABELS).items():
         at = rates.get(key, {})
         per_op.append(Series(dict(key), [(t, v / at[t]) for t, v in sorted(busy.items()) if at.get(t, 0.0) > 0]))
     peers = by_time(per_op, lambda labels: labels.get("comm", ""))
