@@ -130,6 +130,33 @@ class Fleet:
         yield from ((n, False) for n in range(self.nodes))
         yield from ((n, True) for n in range(self.args.other_nodes))
 
+    def recorded(self, lo: int, hi: int) -> Iterator[str]:
+        """What the shipped rules record of the NCCL counters and the report reads where it
+        exists: each rank's time per collective in each communicator (alerts/nccl.py), as the
+        rule records it every 15 s once its 5-minute window is full (written here, not evaluated:
+        promtool's rule backfill of a 1,024-rank day would take hours)."""
+        stamps = self.stamps[lo:hi]
+        per_op = 2.5 / 4.0  # the counters' collective seconds over collectives
+        yield "# TYPE job_comm_rank:lockstep_nccl_collective_seconds:per_op5m gauge\n"
+        for n, other in self.all_nodes():
+            node = self.node_of(n, other)
+            for local in range(PER_NODE):
+                rank = n * PER_NODE + local
+                slow = not other and rank == SLOW_RANK
+                for comm, _, _ in COMMUNICATORS:
+                    labels = {
+                        "cluster": node["cluster"],
+                        "job_id": "9999" if other else "4242",
+                        "comm": comm,
+                        "rank": str(rank),
+                        "host": node["instance"].split(":")[0],
+                    }
+                    prefix = f"job_comm_rank:lockstep_nccl_collective_seconds:per_op5m{fmt(labels)}"
+                    yield "".join(
+                        f"{prefix} {per_op * (0.6 if slow and self.slow_from <= t < self.slow_to else 1.0):.4f}{stamp}"
+                        for t, stamp in zip(self.times[lo:hi], stamps)
+                    )
+
     def window(self, lo: int, hi: int) -> Iterator[str]:
         """OpenMetrics text for samples lo..hi-1, family by family, each series in time order."""
         args, stamps = self.args, self.stamps[lo:hi]
@@ -185,6 +212,7 @@ class Fleet:
                                 )
                     else:
                         yield values(f"{metric}{fmt(labels)}", series)
+        yield from self.recorded(lo, hi)
         yield family("lockstep_nccl_rank_info", "gauge")
         for n, other in self.all_nodes():
             node = self.node_of(n, other)

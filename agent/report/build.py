@@ -113,6 +113,9 @@ Key = tuple[tuple[str, str], ...]
 RANK_LABELS = ("cluster", "instance", "job_id", "rank", "host")  # a training rank's series
 NCCL_RANK_LABELS = (*RANK_LABELS, "comm")  # a rank in one communicator (its collectives summed)
 NCCL_COUNTERS = ("lockstep_nccl_collectives_total", "lockstep_nccl_collective_seconds_total")  # ops, seconds
+# What the shipped rules record of them (alerts/nccl.py), a series a rank and communicator.
+NCCL_PER_OP_RECORDED = "job_comm_rank:lockstep_nccl_collective_seconds:per_op5m"
+NCCL_RECORDED_LABELS = ("cluster", "job_id", "comm", "rank", "host")  # its labels
 
 
 def quote(value: str) -> str:
@@ -250,18 +253,13 @@ def make_report(
     # stragglers (which share rank_rates' answers, so they stay in one thread, in order).  On 2
     # cores that took a 1,024-rank day's report from 17.8 s to 11 s (docs/performance.md).
     with ThreadPoolExecutor(SECTIONS_ALONGSIDE, thread_name_prefix="report") as pool:
-        # NCCL's two counters first, each alone (the largest reads: a rank is in several
-        # communicators and collectives); nccl_stragglers then finds them in rank_rates' cache.
-        nccl_rates = [pool.submit(rank_rates, scope, name, scope.window, NCCL_RANK_LABELS) for name in NCCL_COUNTERS]
+        nccl = pool.submit(nccl_stragglers, scope)  # first: the largest reads
         gpus_asked = pool.submit(gpu_section, scope)
         events_asked = pool.submit(event_section, scope)
         checkpoints_asked = pool.submit(checkpoint_section, scope)
         alerts_asked = pool.submit(alert_section, scope, now)
         steps = steps_section(scope)
-        stragglers = training_stragglers(scope)
-        for asked in nccl_rates:
-            asked.result()
-        stragglers += nccl_stragglers(scope)
+        stragglers = training_stragglers(scope) + nccl.result()
         gpus, events = gpus_asked.result(), events_asked.result()
         checkpoints, alerts = checkpoints_asked.result(), alerts_asked.result()
     for straggler in stragglers:
@@ -778,21 +776,24 @@ def covered(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
 
 def nccl_stragglers(scope: Scope) -> list[Straggler]:
     """Ranks of a communicator whose peers wait more than NCCL_STRAGGLER_WAIT_SHARE of their
-    collective time for them: 1 - (its time per collective) / (the communicator's median).  Every
-    rank's collective seconds per second and collectives per second in each communicator
-    (rank_rates: each counter read once, its collectives summed here); their quotient and the
-    rest here."""
-    ops, seconds = NCCL_COUNTERS
-    rates = rank_rates(scope, ops, scope.window, NCCL_RANK_LABELS)
-    if not rates:
-        return []
-    per_op = []
-    for key, busy in rank_rates(scope, seconds, scope.window, NCCL_RANK_LABELS).items():
-        at = rates.get(key, {})
-        per_op.append(Series(dict(key), [(t, v / at[t]) for t, v in sorted(busy.items()) if at.get(t, 0.0) > 0]))
+    collective time for them: 1 - (its time per collective) / (the communicator's median).
+
+    Each rank's time per collective in each communicator (its collectives together) comes from
+    what the shipped rules record, NCCL_PER_OP_RECORDED (a series a rank and communicator,
+    averaged over each point's window), where Prometheus records it; else from the two counters
+    (rank_rates: each read once, a series a rank, communicator and collective, summed and
+    divided here).  A 3-D parallel job's rank is in 6 (communicator, collective) pairs: the
+    counters of a 1,024-rank day were about 6 s of its report, the recorded series about 1 s
+    (docs/performance.md).  The share of the job lost needs the flagged ranks' collectives per
+    second: asked for those ranks alone when the time per collective was recorded."""
+    per_op = recorded_per_op(scope)
+    op_rates: dict[Key, dict[float, float]] | None = None
+    if not per_op:
+        per_op, op_rates = counted_per_op(scope)
     peers = by_time(per_op, lambda labels: labels.get("comm", ""))
     if not peers:
         return []
+    # (t, its peers' wait share, the median's time per collective less its own)
     flagged: dict[Key, list[tuple[float, float, float]]] = {}
     for (_, t), values in sorted(peers.items(), key=lambda item: item[0][1]):
         if len(values) <= 2:
@@ -803,9 +804,11 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
         for key, v in values:
             share = 1 - v / median
             if share > T.NCCL_STRAGGLER_WAIT_SHARE:
-                # Seconds per second the median peer waits for it: (median - its time) x its op rate.
-                lost = min((median - v) * rates.get(key, {}).get(t, 0.0) / scope.scale, 1.0)
-                flagged.setdefault(key, []).append((t, share, lost))
+                flagged.setdefault(key, []).append((t, share, median - v))
+    flagged = {key: points for key, points in flagged.items() if len(points) >= MIN_STRAGGLER_POINTS}
+    if op_rates is None:
+        op_rates = flagged_op_rates(scope, list(flagged))
+    hosts = host_of_instance(scope)
     # Each rank's GPU: the Inspector's rank info, else RAS's (their labels, from find_job's answer).
     gpus: dict[tuple[str, str], str] = {}
     for labels in scope.series_of("lockstep_nccl_ras_rank_info") + scope.series_of("lockstep_nccl_rank_info"):
@@ -813,26 +816,64 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
             gpus[(labels.get("comm", ""), labels.get("rank", ""))] = labels.get("gpu", "")
     out = []
     for key, points in flagged.items():
-        if len(points) < MIN_STRAGGLER_POINTS:
-            continue
         labels = dict(key)
-        comm, rank = labels.get("comm", ""), labels.get("rank", "")
+        comm, rank, host = labels.get("comm", ""), labels.get("rank", ""), labels.get("host", "")
+        # Seconds per second the median peer waits for it: (median - its time) x its op rate.
+        ops = op_rates.get(key, {})
+        lost = [min(behind * ops.get(t, 0.0) / scope.scale, 1.0) for t, _, behind in points]
         out.append(
             Straggler(
                 kind="nccl",
                 rank=rank,
-                host=labels.get("host", ""),
-                node=labels.get("instance", ""),
+                host=host,
+                # The recorded series keep no agent: the one whose host the rank ran on.
+                node=labels.get("instance") or next((i for i, h in hosts.items() if host and h == host), ""),
                 gpu=gpus.get((comm, rank), ""),
                 comm=comm,
                 start=points[0][0],
                 end=points[-1][0],
                 seconds=round(len(points) * scope.step * scope.scale, 1),
                 ratio=round(statistics.mean(r for _, r, _ in points), 3),
-                share_lost=round(sum(lost for _, _, lost in points) * scope.step / scope.span, 4),
+                share_lost=round(sum(lost) * scope.step / scope.span, 4),
             )
         )
     return sorted(out, key=lambda s: -s.share_lost)
+
+
+def recorded_per_op(scope: Scope) -> list[Series]:
+    """Each rank's time per collective in each communicator as the shipped rules record it,
+    averaged over each point's window; [] where Prometheus does not record it."""
+    return scope.over_job(f"avg_over_time({scope.job(NCCL_PER_OP_RECORDED)}[{duration(scope.window)}])")
+
+
+def counted_per_op(scope: Scope) -> tuple[list[Series], dict[Key, dict[float, float]]]:
+    """Each rank's time per collective in each communicator from the counters, and its
+    collectives per second."""
+    ops, seconds = NCCL_COUNTERS
+    rates = rank_rates(scope, ops, scope.window, NCCL_RANK_LABELS)
+    per_op = []
+    for key, busy in rank_rates(scope, seconds, scope.window, NCCL_RANK_LABELS).items():
+        at = rates.get(key, {})
+        per_op.append(Series(dict(key), [(t, v / at[t]) for t, v in sorted(busy.items()) if at.get(t, 0.0) > 0]))
+    return per_op, rates
+
+
+def flagged_op_rates(scope: Scope, keys: list[Key]) -> dict[Key, dict[float, float]]:
+    """The collectives per second of these ranks in these communicators (keys: the recorded
+    series' labels), their collectives summed: one query for those ranks alone."""
+    if not keys:
+        return {}
+    wanted = [dict(key) for key in keys]
+    ranks = "|".join(sorted({re.escape(k.get("rank", "")) for k in wanted}))
+    comms = "|".join(sorted({re.escape(k.get("comm", "")) for k in wanted}))
+    selector = scope.job(NCCL_COUNTERS[0]).replace("{", f"{{rank=~{quote(ranks)},comm=~{quote(comms)},", 1)
+    out: dict[Key, dict[float, float]] = {key: {} for key in keys}
+    for s in scope.over_job(f"rate({selector}[{duration(scope.window)}])"):
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k in NCCL_RECORDED_LABELS))
+        if key in out:
+            for t, v in s.points:
+                out[key][t] = out[key].get(t, 0.0) + v
+    return out
 
 
 def evidence(scope: Scope, straggler: Straggler) -> list[str]:

@@ -541,7 +541,52 @@ def test_a_ranks_collectives_in_a_communicator_are_summed_before_it_is_compared(
         found = nccl_stragglers(scope)
         asked = list(fake.seen)
     assert [(s.comm, s.rank, s.host, s.ratio, s.seconds) for s in found] == [("0x1", "3", "n1", 0.5, 660.0)]
-    assert len(asked) == 2, asked  # each counter read once
+    # Nothing recorded by the rules here: each counter then read once.
+    assert [q.split("{")[0] for q in asked] == [
+        "avg_over_time(job_comm_rank:lockstep_nccl_collective_seconds:per_op5m",
+        "rate(lockstep_nccl_collectives_total",
+        "rate(lockstep_nccl_collective_seconds_total",
+    ]
+
+
+def test_where_the_rules_record_the_time_per_collective_it_is_read_and_the_counters_only_for_the_flagged() -> None:
+    """The recorded series (a rank and communicator; no agent label): rank 3 takes half the
+    median's time per collective in 0x1 from the job's 4th minute.  Its share of the job lost
+    needs its collectives per second, asked for rank 3 in 0x1 alone; its agent is the one its
+    host ran on."""
+    job = {"cluster": "c1", "job_id": "4242", "host": "n1"}
+    recorded = [({**job, "rank": str(r), "comm": "0x1"}, r) for r in range(4)]
+
+    def per_op(times: dict[str, float]) -> list[dict[str, Any]]:
+        return matrix(
+            *((ls, [(t, 0.25 if r == 3 and t >= T + 180 else 0.5) for t in evaluations(times)]) for ls, r in recorded)
+        )
+
+    rules = [
+        Rule(r"^avg_over_time\(job_comm_rank:lockstep_nccl_collective_seconds:per_op5m\{", per_op),
+        Rule(
+            r'^rate\(lockstep_nccl_collectives_total\{rank=~"3",comm=~"0x1",job_id="4242",cluster="c1"\}',
+            each(
+                [
+                    {**job, "instance": "n1:12400", "rank": "3", "comm": "0x1", "collective": c}
+                    for c in ("AllReduce", "AllGather")
+                ],
+                lambda r, t: 2.0,
+            ),
+        ),
+        Rule(r"^last_over_time\(lockstep_slurm_node_info", vector(({"instance": "n1:12400", "slurm_node": "n1"}, 1.0))),
+    ]
+    with serving(FakePrometheus(rules)) as fake:
+        scope = Scope(Prometheus(fake.url), "4242", "c1", start=T, end=T + 600, step=60, window=60)
+        scope.instances = ["n1:12400"]
+        found = nccl_stragglers(scope)
+        asked = [q.split("{")[0] for q in fake.seen]
+    # 8 points from T+180; the median peer waits 0.25 s for it per collective, 4 collectives a second.
+    assert [(s.comm, s.rank, s.node, s.ratio, s.seconds, s.share_lost) for s in found] == [
+        ("0x1", "3", "n1:12400", 0.5, 480.0, round(8 * 1.0 * 60 / 600, 4))
+    ]
+    assert "rate(lockstep_nccl_collective_seconds_total" not in asked, asked
+    assert asked.count("rate(lockstep_nccl_collectives_total") == 1, asked
 
 
 def job_ranges_read(request: Request) -> float:
