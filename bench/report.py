@@ -14,18 +14,21 @@ node, as many series of each family as the agent exports for the simulated H100 
 - a node: Slurm's job and node records, 10 InfiniBand ports (state, 4 error counters, transmit
   wait, bytes sent), 4 PFC pause counters and 2 storm counters, 7 filesystems' responsiveness,
   5 NFS operations' major timeouts, 6 pressure counters;
-- one checkpoint root, saved hourly.
+- one checkpoint root, saved hourly;
+- what the shipped rules record of the NCCL counters and the report reads: each rank's time per
+  collective in each communicator (written at the rule's value, not evaluated).
 Rank 37 is slowed by thermal throttling for three hours (and waits least at every collective);
 one checkpoint save stalls for 75 minutes.  Plus --other-nodes nodes running another job (series
 the report must not read), every --scrape seconds (15 by default: the agent's production scrape
 interval; a Prometheus holding the job holds that many samples), ending an hour ago.  Then starts
-Prometheus on the blocks and makes the report in-process three times, printing how long each
+Prometheus on the blocks, waits until it has compacted them (as a Prometheus holding a day would
+have; it compacts on the same 2 cores), and makes the report in-process three times, printing how long each
 took (and of that, how long its queries took: Prometheus answering, the answers read), how many
 queries it sent, the slowest, and what it found.  Target (issue 36): within 10 s.  No assertion:
 the machines are shared and noisy; read the figures.
 
 What it leaves out: series the report does not read (an agent exports about 2,600 a node), and
-ALERTS (a backfilled Prometheus evaluates no rule).
+ALERTS and the other recorded series (a backfilled Prometheus evaluates no rule).
 
 The TSDB is built a block (2 hours) at a time: promtool reads its whole input once per block it
 makes, so each window's OpenMetrics is its own file, written while promtool makes the previous
