@@ -394,10 +394,11 @@ def build(fleet: Fleet, work: Path, tsdb: Path) -> None:
     )
 
 
-def settle(url: str) -> None:
+def settle(url: str, quiet_for: float) -> None:
     """Wait until Prometheus has compacted the bench's 2-hour blocks into the larger ones a
     Prometheus holding a day would hold (it checks every minute, and compacts on the 2 cores
-    the report would be measured on): until its block count holds through two checks."""
+    the report would be measured on): until its block count has held for quiet_for seconds
+    (two checks, by default)."""
     started = time.monotonic()
 
     def blocks() -> float:
@@ -408,7 +409,7 @@ def settle(url: str) -> None:
         return -1.0
 
     last, since = blocks(), time.monotonic()
-    while time.monotonic() - since < 130 and time.monotonic() - started < 1800:
+    while time.monotonic() - since < quiet_for and time.monotonic() - started < 1800:
         time.sleep(5)
         now = blocks()
         if now != last:
@@ -423,6 +424,9 @@ def main() -> int:
     parser.add_argument("--scrape", type=float, default=15.0, help="seconds between samples (default 15)")
     parser.add_argument("--other-nodes", type=int, default=64, help="nodes of another job in the same Prometheus")
     parser.add_argument("--keep", type=Path, help="build the TSDB here and keep it (reused when it exists)")
+    parser.add_argument(
+        "--settle", type=float, default=130.0, help="seconds the block count must hold before measuring (default 130)"
+    )
     args = parser.parse_args()
     for tool in ("promtool", "prometheus"):
         if shutil.which(tool) is None:
@@ -467,7 +471,7 @@ def main() -> int:
                 print("report-bench: Prometheus did not become ready", file=sys.stderr)
                 return 1
             time.sleep(0.5)
-        settle(url)
+        settle(url, args.settle)
         print(
             f"report-bench: job 4242: {args.ranks} ranks on {args.ranks // PER_NODE} nodes, {args.hours:g} h, "
             f"a sample every {args.scrape:g} s; {args.other_nodes} nodes of another job beside it"
