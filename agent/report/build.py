@@ -376,8 +376,12 @@ def edge_sample(scope: Scope, selector: str, edge: float, bucket: float, now: fl
                 return None
             break  # (the part held a sample: its windows, tiling it from their own phase, missed it)
         end, length = (found[-1] if last else found[0]), width
+    # The subquery's points fall on whole seconds: evaluated at `now` (a report made a fraction of
+    # a second after the job's only scrape, as the epilog makes it), none would be at or after
+    # that scrape.  So at the next whole second, the samples after `now` left out.
     exact = scope.prom.query(
-        f"{kind}({kind}_over_time(timestamp({selector})[{round(length * 1000) + 2000}ms:1s]))", min(end + 1, now)
+        f"{kind}({kind}_over_time((timestamp({selector}) <= {now:.3f})[{round(length * 1000) + 2000}ms:1s]))",
+        min(end + 1, math.ceil(now)),
     )
     if exact:
         return exact[0].value

@@ -74,6 +74,7 @@ class Job:
     seen_at: float = 0.0  # the timestamp of a sample of its series in Prometheus, before it was let end
     slurm: dict[str, str] = field(default_factory=dict)  # `scontrol show job` once the epilog ran
     completing: list[tuple[float, str]] = field(default_factory=list)  # seen COMPLETING: when, the node's state
+    samples: dict[str, list[float]] = field(default_factory=dict)  # its series' samples' times, once ended
 
 
 @dataclass
@@ -157,6 +158,18 @@ def sample_time(url: str, selector: str) -> float | None:
     assert status == 200, body
     result = json.loads(body)["data"]["result"]
     return float(result[0]["value"][1]) if result else None
+
+
+def raw_samples(url: str, job_id: str, at: float) -> dict[str, list[float]]:
+    """Each of the job's series (by name) and its samples' timestamps in the 2 minutes before
+    ``at``: what the report found the job's range in (for an assertion's message)."""
+    query = urllib.parse.urlencode({"query": f'{{job_id="{job_id}"}}[2m]', "time": f"{at:.3f}"})
+    status, body = http_get(f"{url}/api/v1/query?{query}")
+    if status != 200:
+        return {"error": []}
+    return {
+        r["metric"].get("__name__", "?"): [float(t) for t, _ in r["values"]] for r in json.loads(body)["data"]["result"]
+    }
 
 
 def show_job(cluster: slurm_cluster.SlurmCluster, job_id: str) -> dict[str, str]:
@@ -295,6 +308,9 @@ def run() -> Iterator[Run]:
             command, completed, "--store", str(store), "--prometheus", url, "--refresh", "--format", "json"
         )
 
+        for name in ENDINGS:
+            result.jobs[name].samples = raw_samples(url, result.jobs[name].job_id, time.time())
+
         # A store the SlurmUser cannot write (root's, 0755): no report, the reason in syslog.
         write_defaults(etc_default, **{**settings, "LOCKSTEP_REPORT_STORE": str(root / "root-store")})
         (root / "root-store").mkdir(mode=0o755)
@@ -369,6 +385,7 @@ def test_slurmctld_runs_the_epilog_and_it_stores_the_report(run: Run, ending: st
     start, end = slurm_time(job.slurm["StartTime"]), slurm_time(job.slurm["EndTime"])
     assert start - 1 <= got.start <= job.seen_at <= got.end <= end + OUTLIVE, (
         {k: job.slurm.get(k) for k in ("SubmitTime", "EligibleTime", "StartTime", "EndTime", "Restarts", "Reason")},
+        (got.start, got.end, job.samples),
         epilog_log(run)[-4000:],
     )
     assert end <= report.generated_at < end + 30  # when the job ended, not at some later time

@@ -34,7 +34,9 @@ from alerts import render
 from alerts import thresholds as T
 from alerts.compression import Compression
 from lockstep.agent.report import text
+from lockstep.agent.report.build import NCCL_PER_OP_RECORDED
 from lockstep.agent.report.model import Report, from_json, to_json
+from lockstep.agent.report.prometheus import Prometheus
 from tests.support import LOCKSTEP, REPO, free_port, require_real
 from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
 from tests.support.reports import canonical, golden_check
@@ -78,6 +80,8 @@ class Run:
     errors: dict[str, str] = field(default_factory=dict)
     store: Path = Path()
     epilog: subprocess.CompletedProcess[str] | None = None
+    # The NCCL time per collective the rules recorded, a series a rank and communicator, by scenario.
+    recorded_per_op: dict[str, int] = field(default_factory=dict)
     stored_text: subprocess.CompletedProcess[str] | None = None
 
 
@@ -154,6 +158,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         stop_all(processes[1:])
         del processes[1:]
         result = Run(store=tmp / "store")
+        recorded = Prometheus(url).query(f"count by (cluster) ({NCCL_PER_OP_RECORDED})", at)
+        result.recorded_per_op = {s.labels.get("cluster", ""): int(s.value) for s in recorded}
         for scenario in SCENARIOS:
             got = report_cli(
                 "4242",
@@ -255,6 +261,15 @@ def test_each_report_names_what_went_wrong(run: Run, scenario: str) -> None:
             "Nothing to report: no straggler, stall, hang, throttling, idle GPU or alert during the job."
         ]
         assert report.alerts == []
+
+
+def test_the_collective_straggler_is_found_in_what_the_rules_record(run: Run) -> None:
+    """With the shipped rules loaded, Prometheus records each NCCL rank's time per collective
+    (a series a rank and communicator: the node's 8 ranks of one communicator), and the report
+    reads it where it exists (test_report_queries.py): the collective straggler above was found
+    in the recorded series, not the counters."""
+    assert run.recorded_per_op.get("nccl-straggler") == 8, run.recorded_per_op
+    assert [(s.kind, s.rank) for s in run.reports["nccl-straggler"].stragglers] == [("nccl", "5")]
 
 
 def test_the_epilog_stores_the_report_of_the_job_killed_while_hung(run: Run) -> None:

@@ -255,8 +255,8 @@ def test_the_job_range_is_its_first_and_last_sample() -> None:
             r"^count\(count_over_time\(\{__name__.*" + FINE,
             matrix(({}, [(last_window - WINDOW, 2.0), (last_window, 1.0)])),
         ),
-        Rule(r"^min\(min_over_time\(timestamp\(\{__name__.*" + EXACT, vector(({}, first))),
-        Rule(r"^max\(max_over_time\(timestamp\(\{__name__.*" + EXACT, vector(({}, last))),
+        Rule(r"^min\(min_over_time\(\(timestamp\(\{__name__.*" + EXACT, vector(({}, first))),
+        Rule(r"^max\(max_over_time\(\(timestamp\(\{__name__.*" + EXACT, vector(({}, last))),
         Rule(r"^max\(count_over_time", vector(({}, 101.0))),
     ]
     with serving(FakePrometheus(rules)) as fake:
@@ -289,8 +289,8 @@ def test_a_job_with_a_recent_sample_is_running_unless_it_is_known_to_have_ended(
         Rule(r"^count\(count_over_time\(.*" + COARSE, matrix(({}, [(T, 3.0)])), when=lambda times: "step" in times),
         Rule(r"^count\(count_over_time\(.*" + PARTS, matrix(({}, [(T - 30, 1.0), (T, 2.0)]))),
         Rule(r"^count\(count_over_time\(.*" + FINE, matrix(({}, [(T - 20, 1.0), (T, 2.0)]))),
-        Rule(r"^min\(min_over_time\(timestamp", vector(({}, T - 25))),
-        Rule(r"^max\(max_over_time\(timestamp", vector(({}, T - 5))),
+        Rule(r"^min\(min_over_time\(\(timestamp", vector(({}, T - 25))),
+        Rule(r"^max\(max_over_time\(\(timestamp", vector(({}, T - 5))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         for ended, end, state in ((False, T, "running"), (True, T - 5, "ended")):
@@ -315,8 +315,8 @@ def job_ending_at(end: float, counts: list[tuple[float, float]], brought: float 
         Rule(
             r"^count\(count_over_time\(\{__name__.*" + FINE, matrix(({}, [(T - 2 * BUCKET - 50, 1.0), (end + 2, 2.0)]))
         ),
-        Rule(r"^min\(min_over_time\(timestamp", vector(({}, T - 2 * BUCKET - 60))),
-        Rule(r"^max\(max_over_time\(timestamp", vector(({}, end))),
+        Rule(r"^min\(min_over_time\(\(timestamp", vector(({}, T - 2 * BUCKET - 60))),
+        Rule(r"^max\(max_over_time\(\(timestamp", vector(({}, end))),
         Rule(r"^max\(count_over_time", vector(({}, 101.0))),
         Rule(r"^max\(\{__name__=~\"lockstep_training_steps_total\|", matrix(({}, counts))),
     ]
@@ -403,9 +403,9 @@ def test_the_job_ends_with_slurms_record_of_it_not_with_what_outlives_it() -> No
         Rule(r"^count\(count_over_time\(\{__name__.*" + FINE, matrix(({}, [(T - 5 * BUCKET + 70, 1.0)]))),
         Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*" + PARTS, matrix(({}, [(slurm_part, 1.0)]))),
         Rule(r"^count\(count_over_time\(lockstep_slurm_job_info.*" + FINE, matrix(({}, [(slurm_part - 8, 1.0)]))),
-        Rule(r"^min\(min_over_time\(timestamp\(\{__name__", vector(({}, T - 5 * BUCKET + 60))),
-        Rule(r"^max\(max_over_time\(timestamp\(lockstep_slurm_job_info", vector(({}, slurm_part - 10))),
-        Rule(r"^max\(max_over_time\(timestamp\(\{__name__", vector(({}, T - BUCKET - 1))),
+        Rule(r"^min\(min_over_time\(\(timestamp\(\{__name__", vector(({}, T - 5 * BUCKET + 60))),
+        Rule(r"^max\(max_over_time\(\(timestamp\(lockstep_slurm_job_info", vector(({}, slurm_part - 10))),
+        Rule(r"^max\(max_over_time\(\(timestamp\(\{__name__", vector(({}, T - BUCKET - 1))),
     ]
     with serving(FakePrometheus(rules)) as fake:
         scope = Scope(Prometheus(fake.url), "77", None)
@@ -641,7 +641,7 @@ def coarse_count(at: float) -> list[dict[str, Any]]:
 
 
 def exact_sample(at: float, edge: Callable[[list[float]], float]) -> list[dict[str, Any]]:
-    """min or max(min or max_over_time(timestamp(job)[12714ms:1s])) at an instant: the first or
+    """min or max(min or max_over_time((timestamp(job) <= now)[12714ms:1s])) at an instant: the first or
     last of the job's samples in the 12.7 s before it (each looked up within 5 minutes)."""
     found = [DAY_START + SCRAPE * n for n in range(int(86400 / SCRAPE) + 1)]
     seen = [s for s in found if at - 12.714 - 300 <= s <= at]
@@ -688,8 +688,8 @@ def day_job() -> FakePrometheus:
         Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info", "cluster": "c1"})),
         Rule(r"^count\(count_over_time\(", counted, when=lambda times: "step" in times),
         Rule(r"^count\(count_over_time\(", lambda times: coarse_count(times["time"])),
-        Rule(r"^min\(min_over_time\(timestamp\(", lambda times: exact_sample(times["time"], min)),
-        Rule(r"^max\(max_over_time\(timestamp\(", lambda times: exact_sample(times["time"], max)),
+        Rule(r"^min\(min_over_time\(\(timestamp\(", lambda times: exact_sample(times["time"], min)),
+        Rule(r"^max\(max_over_time\(\(timestamp\(", lambda times: exact_sample(times["time"], max)),
         Rule(r"^max\(count_over_time\(", vector(({}, 3600 / SCRAPE + 1))),
         Rule(r"^rate\(lockstep_training_step_seconds_total", each(ranks, lambda r, t: 5.0)),
         Rule(r"^rate\(lockstep_training_steps_total", each(ranks, lambda r, t: 0.5)),
