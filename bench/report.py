@@ -258,18 +258,17 @@ class Fleet:
             yield family(name, "gauge")
             for labels, _ in gpus():
                 yield constant(f"{name}{fmt(labels)}", value)
-        yield family("lockstep_gpu_clock_event_seconds", "counter")
-        for labels, slow in gpus():
-            for reason in TIMED_REASONS:
-                prefix = f"lockstep_gpu_clock_event_seconds_total{fmt({**labels, 'reason': reason})}"
-                hot = slow and reason == "hw_thermal_slowdown"
-                yield values(prefix, slow_seconds) if hot else constant(prefix, zeros)
-        yield family("lockstep_gpu_clock_event_active", "gauge")
-        for labels, slow in gpus():
-            for reason in CLOCK_EVENT_REASONS:
-                prefix = f"lockstep_gpu_clock_event_active{fmt({**labels, 'reason': reason})}"
-                hot = slow and reason == "hw_thermal_slowdown"
-                yield values(prefix, slow_active) if hot else constant(prefix, zeros)
+        # The throttled GPU's thermal reason: its time counter and its flag; every other reason 0.
+        for metric, kind, reasons, throttled in (
+            ("lockstep_gpu_clock_event_seconds_total", "counter", TIMED_REASONS, slow_seconds),
+            ("lockstep_gpu_clock_event_active", "gauge", CLOCK_EVENT_REASONS, slow_active),
+        ):
+            yield family(metric.removesuffix("_total"), kind)
+            for labels, slow in gpus():
+                for reason in reasons:
+                    prefix = f"{metric}{fmt({**labels, 'reason': reason})}"
+                    hot = slow and reason == "hw_thermal_slowdown"
+                    yield values(prefix, throttled) if hot else constant(prefix, zeros)
         yield family("lockstep_gpu_ecc_errors", "counter")
         for labels, _ in gpus():
             for kind in ("corrected", "uncorrected"):
