@@ -251,7 +251,8 @@ def make_report(
     # Prometheus evaluates each query on one core, so the sections that read different series
     # ask theirs side by side: SECTIONS_ALONGSIDE of them beside the steps and the training
     # stragglers (which share rank_rates' answers, so they stay in one thread, in order).  On 2
-    # cores that took a 1,024-rank day's report from 17.8 s to 11 s (docs/performance.md).
+    # cores that took a 1,024-rank day's report, its NCCL counters read, from 17.8 s to 11.4-13.4 s
+    # (docs/performance.md).
     with ThreadPoolExecutor(SECTIONS_ALONGSIDE, thread_name_prefix="report") as pool:
         nccl = pool.submit(nccl_stragglers, scope)  # first: the largest reads
         gpus_asked = pool.submit(gpu_section, scope)
@@ -461,6 +462,12 @@ def natural(text: str) -> tuple[object, ...]:
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))
 
 
+def agent_of_host(scope: Scope, host: str) -> str:
+    """The agent (instance) whose host is this one ("" for none, or no host given)."""
+    found = [instance for instance, name in host_of_instance(scope).items() if host and name == host]
+    return found[-1] if found else ""
+
+
 def host_of_instance(scope: Scope) -> dict[str, str]:
     """Each agent's host name (Slurm's node name, else the Kubernetes node, else the address)."""
     if scope.hosts is not None:
@@ -573,17 +580,19 @@ def rank_rates(
     in Prometheus makes it build every rank's labels again at every point: a rank's work per step
     so took 2.4-2.9 s of a 1,024-rank day's report, a counter's rates alone 0.3 s."""
     if (name, window) not in scope.rates:
-        out: dict[Key, dict[float, float]] = {}
-        for s in scope.over_job(f"rate({scope.job(name)}[{duration(window)}])"):
-            key = tuple(sorted((k, v) for k, v in s.labels.items() if k in labels))
-            if key not in out:
-                out[key] = dict(s.points)
-                continue
-            at = out[key]  # a rank's second series (other labels): summed, as `sum by` would
-            for t, v in s.points:
-                at[t] = at.get(t, 0.0) + v
-        scope.rates[name, window] = out
+        scope.rates[name, window] = summed_by(scope.over_job(f"rate({scope.job(name)}[{duration(window)}])"), labels)
     return scope.rates[name, window]
+
+
+def summed_by(series: list[Series], labels: tuple[str, ...]) -> dict[Key, dict[float, float]]:
+    """The series' points summed by these labels, as `sum by` would (a rank's series of other
+    labels: its collectives, its logs), each key's points by time."""
+    out: dict[Key, dict[float, float]] = {}
+    for s in series:
+        at = out.setdefault(tuple(sorted((k, v) for k, v in s.labels.items() if k in labels)), {})
+        for t, v in s.points:
+            at[t] = at.get(t, 0.0) + v
+    return out
 
 
 def step_time(scope: Scope, source: StepSource) -> tuple[list[tuple[float, float]], dict[float, float]]:
@@ -812,7 +821,6 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
     flagged = {key: points for key, points in flagged.items() if len(points) >= MIN_STRAGGLER_POINTS}
     if op_rates is None:
         op_rates = flagged_op_rates(scope, list(flagged))
-    hosts = host_of_instance(scope)
     # Each rank's GPU: the Inspector's rank info, else RAS's (their labels, from find_job's answer).
     gpus: dict[tuple[str, str], str] = {}
     for labels in scope.series_of("lockstep_nccl_ras_rank_info") + scope.series_of("lockstep_nccl_rank_info"):
@@ -831,7 +839,7 @@ def nccl_stragglers(scope: Scope) -> list[Straggler]:
                 rank=rank,
                 host=host,
                 # The recorded series keep no agent: the one whose host the rank ran on.
-                node=labels.get("instance") or next((i for i, h in hosts.items() if host and h == host), ""),
+                node=labels.get("instance") or agent_of_host(scope, host),
                 gpu=gpus.get((comm, rank), ""),
                 comm=comm,
                 start=points[0][0],
@@ -871,24 +879,15 @@ def flagged_op_rates(scope: Scope, keys: list[Key]) -> dict[Key, dict[float, flo
     ranks = "|".join(sorted({re.escape(k.get("rank", "")) for k in wanted}))
     comms = "|".join(sorted({re.escape(k.get("comm", "")) for k in wanted}))
     selector = scope.job(NCCL_COUNTERS[0]).replace("{", f"{{rank=~{quote(ranks)},comm=~{quote(comms)},", 1)
-    out: dict[Key, dict[float, float]] = {key: {} for key in keys}
-    for s in scope.over_job(f"rate({selector}[{duration(scope.window)}])"):
-        key = tuple(sorted((k, v) for k, v in s.labels.items() if k in NCCL_RECORDED_LABELS))
-        if key in out:
-            for t, v in s.points:
-                out[key][t] = out[key].get(t, 0.0) + v
-    return out
+    rates = summed_by(scope.over_job(f"rate({selector}[{duration(scope.window)}])"), NCCL_RECORDED_LABELS)
+    return {key: rates.get(key, {}) for key in keys}
 
 
 def evidence(scope: Scope, straggler: Straggler) -> list[str]:
     """What else the straggler's node (and its GPUs of the job) shows while it straggled: the
     straggler rules' suspects, by their thresholds."""
-    instance = straggler.node
-    hosts = host_of_instance(scope)
     # The rank's host may be another agent's node (its logs read elsewhere): that agent's series.
-    for inst, host in hosts.items():
-        if straggler.host and host == straggler.host:
-            instance = inst
+    instance = agent_of_host(scope, straggler.host) or straggler.node
     if not instance:
         return []
     length = max(straggler.end - straggler.start, 0) + scope.window

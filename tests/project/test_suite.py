@@ -27,6 +27,7 @@ CHECKING_CALLS = {
     "require_real",
     "require_promtool",
     "golden_check",
+    "report_goldens",  # (golden_check, twice)
 }
 
 

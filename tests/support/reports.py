@@ -1,12 +1,14 @@
 """Reports for the report's tests: a hand-made one with something in every section, the
-canonical form of a report read from a live Prometheus (its golden files compare that), and the
-comparison with a golden file."""
+canonical form of a report read from a live Prometheus (its golden files compare that), the
+comparison with a golden file, and `lockstep report` as the tests run it."""
 
 from __future__ import annotations
 
 import copy
 import re
+import subprocess
 
+from lockstep.agent.report import text
 from lockstep.agent.report.build import grafana_link
 from lockstep.agent.report.model import (
     Alert,
@@ -21,9 +23,10 @@ from lockstep.agent.report.model import (
     Report,
     Steps,
     Straggler,
+    to_json,
 )
 from lockstep.agent.report.notes import notes_for, verdict_for
-from tests.support import GOLDEN
+from tests.support import GOLDEN, LOCKSTEP, REPO
 
 T0 = 1767225600.0  # 2026-01-01T00:00:00Z
 GIB = 2**30
@@ -187,3 +190,14 @@ def golden_check(name: str, output: str, update: bool) -> None:
         golden.write_text(output)
     assert golden.exists(), f"{golden} missing: run pytest --update-golden"
     assert output == golden.read_text(), f"report differs from {golden} (pytest --update-golden rewrites it)"
+
+
+def report_goldens(name: str, stable: Report, update: bool) -> None:
+    """The canonical report equals its two golden files, tests/golden/<name>.json and .txt."""
+    golden_check(f"{name}.json", to_json(stable), update)
+    golden_check(f"{name}.txt", text.render(stable), update)
+
+
+def report_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`lockstep report ARGS` from the checkout, its output captured."""
+    return subprocess.run([*LOCKSTEP, "report", *args], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)

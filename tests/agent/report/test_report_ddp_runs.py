@@ -51,7 +51,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -59,10 +58,10 @@ from dataclasses import dataclass
 import pytest
 
 from lockstep.agent.report import text
-from lockstep.agent.report.model import Report, from_json, to_json
-from tests.support import LOCKSTEP, REPO, free_port, require_promtool, require_real
+from lockstep.agent.report.model import Report, from_json
+from tests.support import free_port, require_promtool, require_real
 from tests.support.prometheus import PROMETHEUS, backfill, start_prometheus, stop_all
-from tests.support.reports import canonical, golden_check
+from tests.support.reports import canonical, report_cli, report_goldens
 from tests.support.training_replay import load_written, onset_seconds, openmetrics, replay_as_written
 
 # Tier: a real Prometheus (tests/conftest.py).
@@ -155,10 +154,6 @@ class Made:
     logged: Logged
 
 
-def report_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LOCKSTEP, "report", *args], capture_output=True, text=True, timeout=120, cwd=REPO)
-
-
 @pytest.fixture(scope="module")
 def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Made]]:
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
@@ -205,9 +200,7 @@ def test_each_runs_report_matches_its_golden_files(
 ) -> None:
     report = made[cluster].report
     stable = canonical(report, report.job.duration_seconds)
-    update = bool(request.config.getoption("--update-golden"))
-    golden_check(f"report-ddp-{cluster}.json", to_json(stable), update)
-    golden_check(f"report-ddp-{cluster}.txt", text.render(stable), update)
+    report_goldens(f"report-ddp-{cluster}", stable, bool(request.config.getoption("--update-golden")))
 
 
 @pytest.mark.parametrize("cluster", RUNS)

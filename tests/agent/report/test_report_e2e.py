@@ -35,11 +35,11 @@ from alerts import thresholds as T
 from alerts.compression import Compression
 from lockstep.agent.report import text
 from lockstep.agent.report.build import NCCL_PER_OP_RECORDED
-from lockstep.agent.report.model import Report, from_json, to_json
+from lockstep.agent.report.model import Report, from_json
 from lockstep.agent.report.prometheus import Prometheus
 from tests.support import LOCKSTEP, REPO, free_port, require_real
 from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
-from tests.support.reports import canonical, golden_check
+from tests.support.reports import canonical, report_cli, report_goldens
 
 # Tier: a real Prometheus scrapes the real agent (tests/conftest.py).
 pytestmark = pytest.mark.e2e
@@ -83,10 +83,6 @@ class Run:
     # The NCCL time per collective the rules recorded, a series a rank and communicator, by scenario.
     recorded_per_op: dict[str, int] = field(default_factory=dict)
     stored_text: subprocess.CompletedProcess[str] | None = None
-
-
-def report_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LOCKSTEP, "report", *args], capture_output=True, text=True, timeout=120, cwd=REPO, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -205,9 +201,7 @@ def test_each_scenarios_report_matches_its_golden_files(
 ) -> None:
     assert scenario not in run.errors, run.errors.get(scenario)
     stable = canonical(run.reports[scenario], OBSERVE * SPEED)
-    update = bool(request.config.getoption("--update-golden"))
-    golden_check(f"report-{scenario}.json", to_json(stable), update)
-    golden_check(f"report-{scenario}.txt", text.render(stable), update)
+    report_goldens(f"report-{scenario}", stable, bool(request.config.getoption("--update-golden")))
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
