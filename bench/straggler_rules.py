@@ -529,9 +529,9 @@ def run(
     ]
     first_tsdb = directory / "first"
     write_slices(recent, directory, first_tsdb, log=False)
-    # Every 15 s, for three rounds: a record read from another group (the peers' shares read the
-    # 5-minute means) is there from the second round.
-    first = fleet.Prometheus(directory, first_tsdb, "15s")
+    # Three rounds at the measured interval: a record read from another group (the peers' shares
+    # read the 5-minute means) is there from the second round.
+    first = fleet.Prometheus(directory, first_tsdb, evaluation_interval)
     try:
         first.wait_ready()
         first.wait_evaluated(rounds=3, timeout=600)
