@@ -37,7 +37,9 @@ def start_logged(args: list[str], log: Path) -> subprocess.Popen[bytes]:
         return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
 
 
-def start_prometheus(tmp: Path, port: int, processes: list[subprocess.Popen[bytes]]) -> str:
+def start_prometheus(
+    tmp: Path, port: int, processes: list[subprocess.Popen[bytes]], extra_args: tuple[str, ...] = ()
+) -> str:
     """Start Prometheus on tmp/prometheus.yml (storage tmp/tsdb, log tmp/prometheus.log), add it
     to processes, and return its URL once it is ready."""
     log = tmp / "prometheus.log"
@@ -48,6 +50,7 @@ def start_prometheus(tmp: Path, port: int, processes: list[subprocess.Popen[byte
             f"--storage.tsdb.path={tmp / 'tsdb'}",
             f"--web.listen-address=127.0.0.1:{port}",
             "--log.level=warn",
+            *extra_args,
         ],
         log,
     )
