@@ -150,16 +150,17 @@ class Scope:
         """The job's series of these names (from the one series API answer find_job keeps)."""
         return [labels for labels in self.labels if labels.get("__name__") in names]
 
-    def job(self, name: str = "", **extra: str) -> str:
+    def job(self, name: str = "", matchers: str = "", **extra: str) -> str:
+        """The job's series of this name, these matchers first (as PromQL: `rank=~"3|5"`)."""
         labels = {"job_id": self.job_id, **extra}
         if self.cluster is not None:
             labels["cluster"] = self.cluster
-        inside = ",".join(f"{k}={quote(v)}" for k, v in labels.items())
+        inside = ",".join([*([matchers] if matchers else []), *(f"{k}={quote(v)}" for k, v in labels.items())])
         return f"{name}{{{inside}}}"
 
     def job_series(self, names: tuple[str, ...] = ()) -> str:
         """Every series that names the job (JOB_SERIES), or those of the names given."""
-        return self.job().replace("{", "{__name__=~" + quote("|".join(names or JOB_SERIES)) + ",", 1)
+        return self.job(matchers="__name__=~" + quote("|".join(names or JOB_SERIES)))
 
     def nodes(self, name: str, matchers: str = "") -> str:
         parts = [f"instance=~{quote('|'.join(re.escape(i) for i in self.instances))}"]
@@ -878,7 +879,7 @@ def flagged_op_rates(scope: Scope, keys: list[Key]) -> dict[Key, dict[float, flo
     wanted = [dict(key) for key in keys]
     ranks = "|".join(sorted({re.escape(k.get("rank", "")) for k in wanted}))
     comms = "|".join(sorted({re.escape(k.get("comm", "")) for k in wanted}))
-    selector = scope.job(NCCL_COUNTERS[0]).replace("{", f"{{rank=~{quote(ranks)},comm=~{quote(comms)},", 1)
+    selector = scope.job(NCCL_COUNTERS[0], f"rank=~{quote(ranks)},comm=~{quote(comms)}")
     rates = summed_by(scope.over_job(f"rate({selector}[{duration(scope.window)}])"), NCCL_RECORDED_LABELS)
     return {key: rates.get(key, {}) for key in keys}
 

@@ -90,6 +90,12 @@ class Run:
     stored_text: subprocess.CompletedProcess[str] | None = None
 
 
+def recorded_per_cluster(url: str, at: float) -> dict[str, int]:
+    """The NCCL time per collective the rules recorded, its series by scenario, at `at`."""
+    recorded = Prometheus(url).query(f"count by (cluster) ({NCCL_PER_OP_RECORDED})", at)
+    return {s.labels.get("cluster", ""): int(s.value) for s in recorded}
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
@@ -160,8 +166,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         stop_all(processes[1:])
         del processes[1:]
         result = Run(store=tmp / "store")
-        recorded = Prometheus(url).query(f"count by (cluster) ({NCCL_PER_OP_RECORDED})", at)
-        result.recorded_per_op = {s.labels.get("cluster", ""): int(s.value) for s in recorded}
+        result.recorded_per_op = recorded_per_cluster(url, at)
         for scenario in SCENARIOS:
             got = report_cli(
                 "4242",
@@ -183,8 +188,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         )
         with urllib.request.urlopen(deleted, timeout=30) as response:
             assert response.status == 204, response.read()
-        recorded = Prometheus(url).query(f"count by (cluster) ({NCCL_PER_OP_RECORDED})", at)
-        result.recorded_after_delete = {s.labels.get("cluster", ""): int(s.value) for s in recorded}
+        result.recorded_after_delete = recorded_per_cluster(url, at)
         got = report_cli(
             "4242",
             *("--prometheus", url, "--cluster", "nccl-straggler", "--time-scale", str(SPEED), "--refresh"),
