@@ -5,6 +5,7 @@ comparison with a golden file, and `lockstep report` as the tests run it."""
 from __future__ import annotations
 
 import copy
+import difflib
 import re
 import subprocess
 
@@ -189,7 +190,11 @@ def golden_check(name: str, output: str, update: bool) -> None:
     if update:
         golden.write_text(output)
     assert golden.exists(), f"{golden} missing: run pytest --update-golden"
-    assert output == golden.read_text(), f"report differs from {golden} (pytest --update-golden rewrites it)"
+    expected = golden.read_text()
+    if output != expected:
+        # The diff itself in the message: CI prints the message, and pytest truncates long strings.
+        diff = "".join(difflib.unified_diff(expected.splitlines(True), output.splitlines(True), str(golden), "report"))
+        raise AssertionError(f"report differs from {golden} (pytest --update-golden rewrites it):\n{diff}")
 
 
 def report_goldens(name: str, stable: Report, update: bool) -> None:
