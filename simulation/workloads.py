@@ -47,6 +47,7 @@ from lockstep.collectors.inference.fetch import INFERENCE_HTTP
 from lockstep.emitter import format_timestamp, step_lines
 from lockstep.simulation import Scenario, kubernetes
 from lockstep.simulation.host import BOOT_TIME
+from lockstep.simulation.slurm import TRAINING_PID
 from lockstep.simulation.timeline import (
     DATA_SCENARIOS,
     FRAMEWORK_ONLY,
@@ -56,6 +57,7 @@ from lockstep.simulation.timeline import (
     INFERENCE_SCENARIOS,
     PAUSE,
     SLOW_FACTOR,
+    hang_phase,
     slow,
 )
 
@@ -197,7 +199,7 @@ _written: dict[str, tuple[int, int]] = {}
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    node.options["training"] = {"logs": [LOG_GLOB], "start_at": "beginning"}
+    node.options["training"] = {"logs": [LOG_GLOB], "start_at": "beginning", "node_name": HOSTS[0]}
     _training_logs(node, t)
     if node.scenario in VLLM_SCENARIOS:
         _vllm_process(node)
@@ -360,6 +362,41 @@ def _training_logs(node: SimulatedNode, t: float) -> None:
             with open(path, "a") as log:
                 log.write(text)
         _written[str(path)] = (len(steps), path.stat().st_size)
+    _rank_processes(node, t)
+
+
+# The descriptor numbers of node001's rank logs in their process (fd 20 holds rank 0's log).
+FIRST_LOG_FD = 20
+# O_WRONLY | O_APPEND | O_LARGEFILE, in octal as /proc/PID/fdinfo shows a log opened for appending.
+APPEND_FLAGS = "0102001"
+
+
+def _rank_processes(node: SimulatedNode, t: float) -> None:
+    """node001's ranks hold their logs open while the job runs (hung included), as their
+    processes do (lockstep.emitter's StepLog, logging.FileHandler): a descriptor on each local
+    log in the simulated procfs, its path and its flags and inode as the training collector's
+    writer count reads them (collectors/training/writers.py).  One process (the job's task,
+    TRAINING_PID) stands for the node's 8 rank processes: each log has one writer either way.
+    node002's ranks run on node002, where no process of this node holds their logs.  Once the
+    job has ended its descriptors are gone: the kernel closed them when its processes exited."""
+    process = node.paths.procfs / str(TRAINING_PID)
+    ended = node.scenario == "training-finished" or hang_phase(node.scenario, t) == "ended"
+    for rank in range(RANKS_PER_NODE):
+        fd = process / "fd" / str(FIRST_LOG_FD + rank)
+        info = process / "fdinfo" / str(FIRST_LOG_FD + rank)
+        path = log_path(node, rank)
+        if ended or not path.exists():
+            fd.unlink(missing_ok=True)
+            info.unlink(missing_ok=True)
+            continue
+        if not fd.is_symlink():
+            fd.parent.mkdir(parents=True, exist_ok=True)
+            # The path as the process names it, in its own mount namespace: the host's, not rootfs'.
+            os.symlink("/" + str(path.relative_to(node.paths.rootfs)), fd)
+        # (Its position left at 0: nothing reads it, and so the file changes only with the log's inode.)
+        text = f"pos:\t0\nflags:\t{APPEND_FLAGS}\nmnt_id:\t31\nino:\t{path.stat().st_ino}\n"
+        if not info.exists() or info.read_text() != text:
+            node.write(info, text)
 
 
 # --- inference ---

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.options import option, parse_choice, parse_duration, parse_positive_int, parse_string_list
+from lockstep.agent.options import (
+    option,
+    parse_choice,
+    parse_duration,
+    parse_positive_int,
+    parse_string,
+    parse_string_list,
+)
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
 from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line
 from lockstep.collectors.toolkit.skipped import SkippedLines
@@ -74,6 +81,12 @@ class TrainingOptions:
         flag="--training.start-at",
     )
     idle_timeout: float = option(600.0, parse_duration, "a rank that has logged nothing for this long is dropped")
+    node_name: str = option(
+        "",
+        parse_string,
+        "this node's host name as the logs write it (their host field), to tell this node's ranks from "
+        "those another node logs to a shared filesystem; default: the kernel's, short",
+    )
     max_ranks: int = option(
         DEFAULT_MAX_RANKS,
         parse_positive_int,
@@ -118,6 +131,7 @@ class TrainingCollector(Collector[TrainingOptions]):
         self._under_way: dict[FileId, str] = {}
         self._watch_problems: list[str] = []
         self._writers_checked_at: float | None = None
+        self._node = (self.options.node_name or os.uname().nodename).split(".")[0]
 
     def check(self) -> str:
         if not self.options.logs:
@@ -168,8 +182,19 @@ class TrainingCollector(Collector[TrainingOptions]):
             follower.close()
 
     def _count_writers(self, now: float) -> None:
-        """Count the writers of the logs of ranks idle for WRITER_CHECK_AFTER (writers.py)."""
-        idle = [r for r in self._ranks.values() if r.log is not None and now - r.last_record_at >= WRITER_CHECK_AFTER]
+        """Count the writers of the logs of this node's ranks idle for WRITER_CHECK_AFTER
+        (writers.py).  A rank whose records name another host writes from that node, to a
+        shared filesystem: no process here holds its log, whether it runs, pauses or ended, so
+        its writers are not counted (None) and it ends by idle_timeout, as where the agent may
+        not look at other users' processes.  (Counted, it read 0: a root agent dropped every
+        such rank after a minute without a record, a checkpoint save's pause.)"""
+        idle = [
+            rank
+            for (_job, _rank, host), rank in self._ranks.items()
+            if rank.log is not None
+            and now - rank.last_record_at >= WRITER_CHECK_AFTER
+            and (not host or host.split(".")[0] == self._node)
+        ]
         if not idle or (self._writers_checked_at is not None and now - self._writers_checked_at < WRITER_CHECK_EVERY):
             return
         self._writers_checked_at = now

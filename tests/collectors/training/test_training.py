@@ -69,12 +69,12 @@ def invalid(s: dict) -> dict[str, float]:
     return {dict(k[1])["reason"]: v for k, v in s.items() if k[0] == "lockstep_training_log_lines_invalid_total"}
 
 
-def step(number: int, *, rank: int = 0, job: str = "7", ts: float | None = None) -> str:
+def step(number: int, *, rank: int = 0, job: str = "7", ts: float | None = None, host: str = "h") -> str:
     """One step as the emitter writes it: wall 1.0 = data 0.125 + compute 0.5 + comm 0.25 + rest."""
     return step_lines(
         job_id=job,
         rank=rank,
-        host="h",
+        host=host,
         step=number,
         ts=1_767_312_000 + number if ts is None else ts,
         step_time=1.0,
@@ -412,8 +412,11 @@ def own_procfs(tmp_path: Path) -> Path:
     return root
 
 
-def idle_collector(log: Path, procfs: Path, idle_timeout: float = 600.0) -> tuple[TrainingCollector, list[float]]:
-    options = TrainingOptions(logs=(str(log),), start_at="beginning", idle_timeout=idle_timeout)
+def idle_collector(
+    log: Path, procfs: Path, idle_timeout: float = 600.0, node_name: str = "h"
+) -> tuple[TrainingCollector, list[float]]:
+    """The collector of one log on node `node_name` (step() writes host "h"), and its clock."""
+    options = TrainingOptions(logs=(str(log),), start_at="beginning", idle_timeout=idle_timeout, node_name=node_name)
     t = [1000.0]
     seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: t[0]))
     collector = TrainingCollector(dataclasses.replace(context(proc=procfs, options=options), seams=seams))
@@ -474,6 +477,32 @@ def test_a_finished_rank_is_dropped_a_minute_after_its_last_step(tmp_path: Path)
     s = run(collector)
     collector.close()
     assert ranks(s) == []
+
+
+def test_a_rank_another_node_logs_is_not_counted_and_ends_by_idle_timeout(tmp_path: Path) -> None:
+    """A log written from another node to a shared filesystem: no process of this node holds it,
+    whether its rank runs, pauses for a checkpoint or ended.  So its writers are not counted, even
+    where the agent sees every process (as root), and a pause of over a minute does not drop it
+    (it did, and its counters started again from 0): it ends by idle_timeout.  Read by its own
+    node's agent (its host named in full, h2.cluster.example, is node h2), it is counted."""
+    log = tmp_path / "rank-008.metrics.jsonl"
+    log.write_text("".join(step(k, rank=8, host="h2.cluster.example") for k in range(3)))  # then closed
+    elsewhere, t = idle_collector(log, own_procfs(tmp_path), idle_timeout=600, node_name="h")
+    home, t_home = idle_collector(log, tmp_path / "proc", idle_timeout=600, node_name="h2")
+    try:
+        assert ranks(run(elsewhere)) == ranks(run(home)) == [("7", "8")]
+        t[0] += 120  # idle for two minutes: the writer check has run
+        t_home[0] += 120
+        s = run(elsewhere)
+        assert ranks(s) == [("7", "8")]
+        assert [k for k in s if k[0] == "lockstep_training_log_writer_processes"] == []  # not counted
+        assert rank(s, "steps_total", 8, host="h2.cluster.example") == 3
+        assert ranks(run(home)) == []  # its node saw no process holding it: ended
+        t[0] += 480  # idle_timeout since its last record
+        assert ranks(run(elsewhere)) == []
+    finally:
+        elsewhere.close()
+        home.close()
 
 
 def unprivileged_procfs(tmp_path: Path) -> Path:
