@@ -289,6 +289,21 @@ def test_each_report_names_what_went_wrong(run: Run, scenario: str) -> None:
         assert report.alerts == []
 
 
+def test_the_hung_jobs_report_says_no_step_completed_from_its_last_step_on(run: Run) -> None:
+    """hang-steps' ranks on this node hold their logs open while hung, as a real rank's process
+    does (simulation/workloads.py), so the agent keeps their series and Prometheus their step
+    counts: one step stall, from the job's last step to the end of its range (the job hung
+    about 6 s after its demo served, and was watched OBSERVE from then or longer).  Without the
+    held logs the agent dropped them a minute into the hang, and the report told of no stall."""
+    report = run.reports["hang-steps"]
+    assert len(report.steps.stalls) == 1, report.steps.stalls
+    stall = report.steps.stalls[0]
+    assert stall.start == report.steps.last_step
+    assert report.job.end - stall.end <= 3.0  # two scrapes
+    assert stall.seconds >= (OBSERVE - 10) * SPEED
+    assert [r.steps.stalls for name, r in run.reports.items() if name != "hang-steps"] == [[]] * (len(SCENARIOS) - 1)
+
+
 def test_the_collective_straggler_is_found_in_what_the_rules_record(run: Run) -> None:
     """With the shipped rules loaded, Prometheus records each NCCL rank's time per collective
     (a series a rank and communicator: the node's 8 ranks of one communicator), and the report
