@@ -123,6 +123,10 @@ def timeline(case: Case, segments: list[Segment], rank_sources: list[int] | None
             yield t, rows
 
 
+# The node the replayed job runs on, as its ranks' records name it (all of them: one node).
+REPLAY_HOST = "node001"
+
+
 class _ReplayedJob:
     """The replayed job's rank logs, held open for writing by this process (as the rank
     processes held theirs), and the real training collector reading them on a simulated clock."""
@@ -133,7 +137,10 @@ class _ReplayedJob:
             os.open(directory / f"rank-{rank:03d}.metrics.jsonl", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             for rank in range(ranks)
         ]
-        options = TrainingOptions(logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning")
+        # The agent on the job's node: the ranks' logs name it (their host field).
+        options = TrainingOptions(
+            logs=(str(directory / "rank-*.metrics.jsonl"),), start_at="beginning", node_name=REPLAY_HOST
+        )
         self.now = 0.0
         seams = Seams(MONOTONIC_CLOCK.replaced_by(lambda: self.now), WALL_CLOCK.replaced_by(lambda: self.now))
         self.collector = TrainingCollector(
@@ -201,7 +208,7 @@ def replay(case: Case, segments: list[Segment], after_minutes: float, directory:
         for t, rows in timeline(case, segments, rank_sources, offsets, step_seconds):
             job.scrape_until(t)
             for rank, values in enumerate(rows):
-                job.write(rank, "node001", step_numbers[rank], t, values)
+                job.write(rank, REPLAY_HOST, step_numbers[rank], t, values)
                 step_numbers[rank] += 1
         ended_at_index = job.end(after_minutes)
     finally:
@@ -265,7 +272,7 @@ def replay_as_written(name: str, directory: Path, scrape: int, after_minutes: fl
     try:
         for t, rank, number, values in merged:
             job.scrape_until(t)
-            job.write(rank, "node001", number, t, values)
+            job.write(rank, REPLAY_HOST, number, t, values)
         ended_at_index = job.end(after_minutes)
     finally:
         job.close()
