@@ -182,28 +182,30 @@ class TrainingCollector(Collector[TrainingOptions]):
             follower.close()
 
     def _count_writers(self, now: float) -> None:
-        """Count the writers of the logs of this node's ranks idle for WRITER_CHECK_AFTER
-        (writers.py).  A rank whose records name another host writes from that node, to a
-        shared filesystem: no process here holds its log, whether it runs, pauses or ended, so
-        its writers are not counted (None) and it ends by idle_timeout, as where the agent may
-        not look at other users' processes.  (Counted, it read 0: a root agent dropped every
-        such rank after a minute without a record, a checkpoint save's pause.)"""
-        idle = [
-            rank
-            for (_job, _rank, host), rank in self._ranks.items()
-            if rank.log is not None
-            and now - rank.last_record_at >= WRITER_CHECK_AFTER
-            and (not host or host.split(".")[0] == self._node)
-        ]
+        """Count the writers of the logs of ranks idle for WRITER_CHECK_AFTER (writers.py).  A
+        writer found says the rank runs (hung, or paused), whatever host its records name (a
+        Kubernetes pod's rank names its pod).  None found says it ended only for a rank of this
+        node: a rank whose records name another host may write from that node, to a shared
+        filesystem, where no process of this node holds its log whether it runs, pauses or
+        ended.  Its count is then unknown (None), as where some processes could not be looked
+        at, and it ends by its closes or idle_timeout.  (Taken as 0, a root agent dropped such
+        a rank after a minute without a record, a checkpoint save's pause.)"""
+        idle = {
+            key: rank
+            for key, rank in self._ranks.items()
+            if rank.log is not None and now - rank.last_record_at >= WRITER_CHECK_AFTER
+        }
         if not idle or (self._writers_checked_at is not None and now - self._writers_checked_at < WRITER_CHECK_EVERY):
             return
         self._writers_checked_at = now
-        scan = scan_writers(self.paths.procfs, {r.log for r in idle if r.log is not None})
-        for rank in idle:
+        scan = scan_writers(self.paths.procfs, {r.log for r in idle.values() if r.log is not None})
+        for (_job, _rank, host), rank in idle.items():
             assert rank.log is not None
             found = scan.writers[rank.log]
-            # None found where some processes could not be looked at proves nothing.
-            rank.writers = found if found or scan.complete else None
+            this_node = not host or host.split(".")[0] == self._node
+            # None found where some processes could not be looked at, or for another node's rank,
+            # proves nothing.
+            rank.writers = found if found or (scan.complete and this_node) else None
 
     @staticmethod
     def _closed_since_last_record(rank: RankState, now: float) -> bool:

@@ -479,28 +479,37 @@ def test_a_finished_rank_is_dropped_a_minute_after_its_last_step(tmp_path: Path)
     assert ranks(s) == []
 
 
-def test_a_rank_another_node_logs_is_not_counted_and_ends_by_idle_timeout(tmp_path: Path) -> None:
+def test_a_rank_another_node_logs_is_not_taken_for_ended_and_ends_by_idle_timeout(tmp_path: Path) -> None:
     """A log written from another node to a shared filesystem: no process of this node holds it,
-    whether its rank runs, pauses for a checkpoint or ended.  So its writers are not counted, even
-    where the agent sees every process (as root), and a pause of over a minute does not drop it
-    (it did, and its counters started again from 0): it ends by idle_timeout.  Read by its own
-    node's agent (its host named in full, h2.cluster.example, is node h2), it is counted."""
-    log = tmp_path / "rank-008.metrics.jsonl"
-    log.write_text("".join(step(k, rank=8, host="h2.cluster.example") for k in range(3)))  # then closed
-    elsewhere, t = idle_collector(log, own_procfs(tmp_path), idle_timeout=600, node_name="h")
-    home, t_home = idle_collector(log, tmp_path / "proc", idle_timeout=600, node_name="h2")
+    whether its rank runs, pauses for a checkpoint or ended.  So no writer found says nothing of
+    it, even where the agent sees every process (as root): a pause of over a minute does not drop
+    it (it did, and its counters started again from 0), it ends by idle_timeout.  Read by its own
+    node's agent (its host named in full, h2.cluster.example, is node h2), it has ended.  A
+    writer found here counts whatever host the records name (a Kubernetes pod's rank names its
+    pod): that rank runs."""
+    remote = tmp_path / "logs" / "rank-008.metrics.jsonl"
+    remote.parent.mkdir()
+    remote.write_text("".join(step(k, rank=8, host="h2.cluster.example") for k in range(3)))  # then closed
+    pod = tmp_path / "logs" / "rank-009.metrics.jsonl"
+    writer = os.open(pod, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)  # its process, alive here
+    os.write(writer, "".join(step(k, rank=9, host="trainer-0") for k in range(3)).encode())
+    elsewhere, t = idle_collector(tmp_path / "logs" / "rank-*.jsonl", own_procfs(tmp_path), node_name="h")
+    home, t_home = idle_collector(remote, tmp_path / "proc", node_name="h2")
     try:
-        assert ranks(run(elsewhere)) == ranks(run(home)) == [("7", "8")]
+        assert ranks(run(elsewhere)) == [("7", "8"), ("7", "9")]
+        assert ranks(run(home)) == [("7", "8")]
         t[0] += 120  # idle for two minutes: the writer check has run
         t_home[0] += 120
         s = run(elsewhere)
-        assert ranks(s) == [("7", "8")]
-        assert [k for k in s if k[0] == "lockstep_training_log_writer_processes"] == []  # not counted
+        assert ranks(s) == [("7", "8"), ("7", "9")]
+        writers = {dict(k[1])["rank"]: v for k, v in s.items() if k[0] == "lockstep_training_log_writer_processes"}
+        assert writers == {"9": 1}  # rank 8's: not known here, not exported
         assert rank(s, "steps_total", 8, host="h2.cluster.example") == 3
         assert ranks(run(home)) == []  # its node saw no process holding it: ended
-        t[0] += 480  # idle_timeout since its last record
-        assert ranks(run(elsewhere)) == []
+        t[0] += 480  # idle_timeout since their last records: rank 9's process still holds its log
+        assert ranks(run(elsewhere)) == [("7", "9")]
     finally:
+        os.close(writer)
         elsewhere.close()
         home.close()
 
