@@ -49,11 +49,11 @@ from lockstep.collectors.training.writers import scan_writers
 # write to a shared log directory, and far below the 10-minute window of the stall alert: a
 # record stamped ahead within the tolerance delays a hung verdict by a minute at most.
 MAX_FUTURE_SECONDS = 60.0
-# A rank of this node that has logged nothing for this long is looked for among this node's
-# processes (a writer of its log: writers.py), then again every WRITER_CHECK_EVERY while it stays idle.  A
-# rank without one has ended (its process exited) and is dropped at once; a rank with one is
-# hung, not finished, and is kept past idle_timeout for as long as its process lives.  Longer
-# than a step, shorter than the stall alert's 10 minutes.
+# A rank that has logged nothing for this long is looked for among this node's processes (a
+# writer of its log: writers.py), then again every WRITER_CHECK_EVERY while it stays idle.  A
+# rank of this node without one has ended (its process exited) and is dropped at once; a rank
+# with one is hung, not finished, and is kept past idle_timeout for as long as its process
+# lives.  Longer than a step, shorter than the stall alert's 10 minutes.
 WRITER_CHECK_AFTER = 60.0
 WRITER_CHECK_EVERY = 60.0
 
