@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP
 from lockstep.emitter import format_timestamp, step_lines
-from lockstep.simulation import Scenario, kubernetes
+from lockstep.simulation import Scenario, changed_only, kubernetes
 from lockstep.simulation.host import BOOT_TIME
 from lockstep.simulation.slurm import TRAINING_PID
 from lockstep.simulation.timeline import (
@@ -381,6 +381,7 @@ def _rank_processes(node: SimulatedNode, t: float) -> None:
     job has ended its descriptors are gone: the kernel closed them when its processes exited."""
     process = node.paths.procfs / str(TRAINING_PID)
     ended = node.scenario == "training-finished" or hang_phase(node.scenario, t) == "ended"
+    write = changed_only(node.write)
     for rank in range(RANKS_PER_NODE):
         fd = process / "fd" / str(FIRST_LOG_FD + rank)
         info = process / "fdinfo" / str(FIRST_LOG_FD + rank)
@@ -394,9 +395,7 @@ def _rank_processes(node: SimulatedNode, t: float) -> None:
             # The path as the process names it, in its own mount namespace: the host's, not rootfs'.
             os.symlink("/" + str(path.relative_to(node.paths.rootfs)), fd)
         # (Its position left at 0: nothing reads it, and so the file changes only with the log's inode.)
-        text = f"pos:\t0\nflags:\t{APPEND_FLAGS}\nmnt_id:\t31\nino:\t{path.stat().st_ino}\n"
-        if not info.exists() or info.read_text() != text:
-            node.write(info, text)
+        write(info, f"pos:\t0\nflags:\t{APPEND_FLAGS}\nmnt_id:\t31\nino:\t{path.stat().st_ino}\n")
 
 
 # --- inference ---
