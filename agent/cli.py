@@ -25,10 +25,10 @@ from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.logs import collector_logger, setup_logging
 from lockstep.agent.options import declared_options
 from lockstep.agent.registry import Discovery, discover
-from lockstep.agent.report import command as report_command
 from lockstep.agent.scheduler import HEALTHY_STATES
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
+from lockstep.report import command as report_command
 
 
 def build_parser(discovery: Discovery) -> argparse.ArgumentParser:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.gpu import GPU_COLLECTOR_STUCK
 from alerts.model import Alert, Group
 from alerts.promql import WHERE, label, on
+from lockstep import thresholds as T
 
 AGENT_ALERTS = Group(
     "lockstep-agent.alerts",

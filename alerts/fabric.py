@@ -3,9 +3,9 @@ congestion control off."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Alert, Group
 from alerts.promql import VALUE, VALUE_2F, VALUE_PERCENT, WHERE, by, label, num, on, percent
+from lockstep import thresholds as T
 
 FABRIC_ALERTS = Group(
     "lockstep-fabric.alerts",

@@ -15,10 +15,10 @@ without per-rank step logs or NCCL telemetry shows.
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Alert, Group, Recording
 from alerts.promql import JOB_ON, VALUE_2F, VALUE_DURATION, job_by, label, num, percent
 from alerts.straggler_recording import INSTANCE_SUSPECT
+from lockstep import thresholds as T
 
 LAST = "lockstep_framework_last_iteration_timestamp_seconds"
 RW = T.FRAMEWORK_REPORTS_WINDOW

@@ -4,10 +4,10 @@ a degraded NVSwitch fabric (lockstep-gpu-verdicts.alerts)."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Alert, Group
 from alerts.promql import VALUE_2F, VALUE_DURATION, VALUE_PERCENT, WHERE, by, label, num, on, percent, regex
 from alerts.recording import SM_ACTIVE
+from lockstep import thresholds as T
 
 GPU_COLLECTOR_STUCK = 'lockstep_collector_state{collector="gpu", state="stuck"} == 1'
 THERMAL_REASONS = ("hw_thermal_slowdown", "sw_thermal_slowdown")

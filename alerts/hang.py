@@ -28,12 +28,12 @@ and names what the hang alert named (rank, node, GPU), with no state in the agen
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.framework import FRAMEWORK_STOPPED
 from alerts.model import Alert, Group, Recording
 from alerts.nccl import STUCK_RANKS, STUCK_SUSPECT
 from alerts.promql import WHERE, label, num, on, percent
 from alerts.training import GPU_SUSPECTS
+from lockstep import thresholds as T
 
 HW = T.HANG_WINDOW
 JOB = "(cluster, job_id)"

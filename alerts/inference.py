@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from alerts import thresholds as T
 from alerts.model import Alert
 from alerts.promql import VALUE_2F, VALUE_PERCENT, WHERE, label, num, percent
 from alerts.recording import FAILED_RATIO, FINISHED_RATE, TOKENS_RATE, TTFT_P95
+from lockstep import thresholds as T
 
 
 def _quoted(value: str) -> str:

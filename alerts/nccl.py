@@ -8,7 +8,6 @@ address its agent reports).
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Alert, Group, Recording
 from alerts.promql import VALUE_PERCENT, label, num
 from alerts.straggler_recording import (
@@ -19,6 +18,8 @@ from alerts.straggler_recording import (
     NODE_SUSPECTS,
     W,
 )
+from lockstep import thresholds as T
+from lockstep.suspects import NCCL_RANK_SUSPECT
 
 COMM_BY = "by (cluster, job_id, comm)"
 COMM_ON = "on (cluster, job_id, comm)"
@@ -27,7 +28,7 @@ PER_OP = "job_comm_rank:lockstep_nccl_collective_seconds:per_op5m"
 MEDIAN = "job_comm:lockstep_nccl_collective_seconds:median_per_op5m"
 RANKS = "job_comm:lockstep_nccl_ranks:count5m"
 WAIT_SHARE = "job_comm_rank:lockstep_nccl_peer_wait:share5m"
-STRAGGLER_SUSPECT = f"job_comm_rank:lockstep_nccl_suspect:active{W}"
+STRAGGLER_SUSPECT = NCCL_RANK_SUSPECT
 STUCK_RANKS = "job_comm_rank:lockstep_nccl_stuck:info"
 STUCK_SUSPECT = f"job_comm_rank:lockstep_nccl_stuck_suspect:active{W}"
 
@@ -46,7 +47,7 @@ def _straggler_suspects() -> tuple[Recording, ...]:
         _suspect(
             STRAGGLER_SUSPECT, name, f'{slow}\n* on (cluster, host) group_left ()\n{HOST_SUSPECT}{{suspect="{name}"}}'
         )
-        for name, _ in NODE_SUSPECTS
+        for name in (suspect.name for suspect in NODE_SUSPECTS)
     ]
     rules.append(
         _suspect(
@@ -68,7 +69,7 @@ def _stuck_suspects() -> tuple[Recording, ...]:
             name,
             f'{stuck}\n* on (cluster, instance) group_left ()\n{INSTANCE_SUSPECT}{{suspect="{name}"}}',
         )
-        for name, _ in NODE_SUSPECTS
+        for name in (suspect.name for suspect in NODE_SUSPECTS)
     ]
     # The rank's own GPU lost or throwing XIDs: RAS's nvml_dev is the NVML index, the gpu label.
     rules.append(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Alert, Group
 from alerts.promql import WHERE, label, num, on, regex
+from lockstep import thresholds as T
 
 
 def below_maximum(current: str, maximum: str, dimension: str, selector: str = "", indent: str = "") -> str:

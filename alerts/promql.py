@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from alerts import thresholds as T
+from lockstep import thresholds as T
 
 
 def by(*labels: str) -> str:

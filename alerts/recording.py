@@ -10,9 +10,9 @@ counters' rates; ratio_to_median5m: divided by the job's median).
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Group, Recording
 from alerts.promql import JOB_ON, by, job_by, num, on
+from lockstep import thresholds as T
 
 
 def _per_step(seconds_counter: str, name: str) -> Recording:

@@ -4,7 +4,7 @@ the rule files list them.
 `python -m alerts --write` renders these groups (alerts/render.py) into
 alerts/lockstep-recording.rules.yml, alerts/lockstep-alerts.rules.yml and
 deploy/prometheusrule.yaml; tests/alerts/test_alert_rules.py fails when those files differ from what
-it renders.  Every number comes from alerts/thresholds.py, which the dashboards read too.
+it renders.  Every number comes from lockstep/thresholds.py, which the dashboards read too.
 
 Where the rules are written:
 

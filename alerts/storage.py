@@ -3,10 +3,10 @@ alerts/rules.py), and filesystems hung or almost full and I/O stalls (lockstep-s
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Alert, Group
 from alerts.promql import VALUE_DURATION, VALUE_PERCENT, WHERE, by, label, num, on
 from alerts.recording import EXPECTED_INTERVAL
+from lockstep import thresholds as T
 
 CHECKPOINT_ALERTS = (
     Alert(

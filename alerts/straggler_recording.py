@@ -3,9 +3,20 @@ median and median absolute deviation (MAD), and the suspects on a slow rank's no
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Group, Recording
-from alerts.promql import JOB_ON, by, job_by, num, on, regex
+from alerts.promql import JOB_ON, by, job_by, num, on
+from lockstep import thresholds as T
+from lockstep.suspects import (
+    DATA_WAIT_SHARE,
+    FABRIC_SUSPECTS,
+    GPU_THROTTLE,
+    GPU_THROTTLE_CLAUSE,
+    HOST_SUSPECT,
+    NODE_SUSPECTS,
+    RANK_SUSPECT,
+    NodeSuspect,
+)
+from lockstep.suspects import NODE_SUSPECT as INSTANCE_SUSPECT
 
 W = T.STRAGGLER_SUSTAINED_WINDOW
 TARGET = ", ".join(T.TARGET_LABELS)
@@ -126,10 +137,6 @@ def _suspect(record: str, name: str, expr: str) -> Recording:
     return Recording(record, expr, (("suspect", name),))
 
 
-INSTANCE_SUSPECT = f"instance:lockstep_straggler_suspect:active{W}"
-HOST_SUSPECT = f"host:lockstep_straggler_suspect:active{W}"
-RANK_SUSPECT = f"job_rank:lockstep_training_suspect:active{W}"
-GPU_THROTTLE = f"gpu:lockstep_gpu_clock_event_active:avg{W}"
 HOST_INFO = "instance:lockstep_host:info"
 # The (cluster, host, job_id) whose job has a thermally or power throttled GPU on that host: which
 # GPU runs which rank is not known, so a rank's suspect is a throttled GPU of its job on its node.
@@ -139,46 +146,11 @@ JOB_GPU_THROTTLED_ON_HOST = (
     f"  * on ({TARGET}, uuid) group_right () lockstep_slurm_job_gpu_info\n"
     f"  * on (cluster, instance) group_left (host) {HOST_INFO}\n)"
 )
-SLOWDOWN_REASONS = regex(T.SUSPECT_GPU_THROTTLE_REASONS)
-
-# Node-wide suspects: (name, PromQL that has a sample per target where the node shows it).
-NODE_SUSPECTS = (
-    (
-        "ib_errors",
-        f"rate(lockstep_ib_port_symbol_errors_total[{W}]) > 0\n"
-        f"    or rate(lockstep_ib_port_link_error_recovery_total[{W}]) > 0\n"
-        f"    or rate(lockstep_ib_port_link_downed_total[{W}]) > 0\n"
-        f"    or rate(lockstep_ib_port_receive_errors_total[{W}]) > 0\n"
-        f"    or min_over_time(lockstep_ib_port_state[{W}]) < 4",
-    ),
-    (
-        "ib_congestion",
-        f"rate(lockstep_ib_port_transmit_wait_total[{W}])\n"
-        f"    / (rate(lockstep_ib_port_transmit_wait_total[{W}])"
-        f" + rate(lockstep_ib_port_transmitted_bytes_total[{W}]) / 4 > 0)\n"
-        f"    > {num(T.SUSPECT_IB_TRANSMIT_WAIT_RATIO)}",
-    ),
-    ("pfc_pause", f"rate(lockstep_pfc_pause_seconds_total[{W}]) > {num(T.SUSPECT_PFC_PAUSE_RATIO)}"),
-    (
-        "hung_mount",
-        f"min_over_time(lockstep_filesystem_responsive[{W}]) == 0\n"
-        f"    or rate(lockstep_nfs_major_timeouts_total[{W}]) > 0",
-    ),
-    (
-        "cpu_pressure",
-        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="cpu", kind="some"}}[{W}])'
-        f" > {num(T.SUSPECT_CPU_PRESSURE_RATIO)}",
-    ),
-    (
-        "io_pressure",
-        f'rate(lockstep_host_pressure_stalled_seconds_total{{resource="io", kind="full"}}[{W}])'
-        f" > {num(T.SUSPECT_IO_PRESSURE_RATIO)}",
-    ),
-)
 
 
-def _node_suspect(name: str, expr: str) -> Recording:
-    return _suspect(INSTANCE_SUSPECT, name, f"group {by()} (\n  {expr}\n)")
+def _node_suspect(suspect: NodeSuspect) -> Recording:
+    """A node's suspect, as lockstep/suspects.py defines it: a sample per target that shows it."""
+    return _suspect(INSTANCE_SUSPECT, suspect.name, f"group {by()} (\n  {suspect.rule()}\n)")
 
 
 # Ranks slow enough by the relative margin to be given suspects.
@@ -192,7 +164,7 @@ def _rank_suspects() -> tuple[Recording, ...]:
     slow = f"group by ({TARGET}, job_id, rank, host) ({SLOW_RANKS})"
     rules = [
         _suspect(RANK_SUSPECT, name, f'{slow}\n* on (cluster, host) group_left ()\n{HOST_SUSPECT}{{suspect="{name}"}}')
-        for name, _ in NODE_SUSPECTS
+        for name in (suspect.name for suspect in NODE_SUSPECTS)
     ]
     # A throttled GPU of the same job on the rank's node (which GPU runs which rank is not known).
     rules.append(
@@ -212,8 +184,7 @@ def _rank_suspects() -> tuple[Recording, ...]:
         _suspect(
             RANK_SUSPECT,
             "data_wait",
-            f"{slow}\nand on ({TARGET}, job_id, rank, host)\n"
-            f"{data_excess}\n> {num(T.SUSPECT_DATA_WAIT_SHARE)} * {excess}",
+            f"{slow}\nand on ({TARGET}, job_id, rank, host)\n{data_excess}\n> {num(DATA_WAIT_SHARE)} * {excess}",
         )
     )
     return tuple(rules)
@@ -260,11 +231,11 @@ STRAGGLER_RECORDING_GROUPS = (
     # apart from the rest.
     Group(
         "lockstep-stragglers-fabric-suspects.recording",
-        tuple(_node_suspect(name, expr) for name, expr in NODE_SUSPECTS if name.startswith("ib_")),
+        tuple(_node_suspect(suspect) for suspect in NODE_SUSPECTS if suspect.name in FABRIC_SUSPECTS),
     ),
     Group(
         "lockstep-stragglers-node-suspects.recording",
-        tuple(_node_suspect(name, expr) for name, expr in NODE_SUSPECTS if not name.startswith("ib_")),
+        tuple(_node_suspect(suspect) for suspect in NODE_SUSPECTS if suspect.name not in FABRIC_SUSPECTS),
     ),
     # Which host each node is, its throttled GPUs, and its suspects by host.
     Group(
@@ -283,11 +254,7 @@ STRAGGLER_RECORDING_GROUPS = (
                 "    )\n"
                 "  )\n)",
             ),
-            Recording(
-                GPU_THROTTLE,
-                f'avg_over_time(lockstep_gpu_clock_event_active{{reason=~"{SLOWDOWN_REASONS}"}}[{W}])'
-                f" > {num(T.SUSPECT_GPU_THROTTLE_SHARE)}",
-            ),
+            Recording(GPU_THROTTLE, GPU_THROTTLE_CLAUSE.rule()),
             Recording(
                 HOST_SUSPECT,
                 f"max by (cluster, host, suspect) (\n  {INSTANCE_SUSPECT}\n"

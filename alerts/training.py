@@ -4,7 +4,6 @@ alerts/rules.py)."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.model import Alert
 from alerts.promql import JOB_ON, VALUE_2F, VALUE_DURATION, VALUE_PERCENT, WHERE, job_by, label, num, percent
 from alerts.straggler_recording import (
@@ -17,6 +16,7 @@ from alerts.straggler_recording import (
     RANK_SUSPECT,
     W,
 )
+from lockstep import thresholds as T
 
 # What the straggler alerts say about suspects.
 # Annotations run a query at evaluation (Prometheus' template function `query`), so the suspects

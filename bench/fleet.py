@@ -59,7 +59,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # alerts/ and dashboards/ are repository packages, not installed
 
 from alerts import render  # noqa: E402
-from alerts import thresholds as T  # noqa: E402
+from lockstep import thresholds as T  # noqa: E402
 from lockstep.simulation.snapshot import expositions  # noqa: E402
 from lockstep.simulation.storage import EPOCH  # noqa: E402
 

@@ -52,8 +52,8 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from lockstep.agent.report.build import build_report
-from lockstep.agent.report.prometheus import Prometheus
+from lockstep.report.build import build_report
+from lockstep.report.prometheus import Prometheus
 
 PER_NODE = 8
 STEP_SECONDS = 10.0

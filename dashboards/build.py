@@ -4,7 +4,7 @@ order Grafana's dashboard list links them.
 `python -m dashboards --write` renders them (dashboards/render.py) to dashboards/*.json and to the
 Grafana sidecar ConfigMaps in deploy/dashboards-configmap.yaml; tests/dashboards/test_dashboards.py fails
 when those files differ from what it renders.  Threshold lines and colours come from
-alerts/thresholds.py, the numbers the alert rules use.
+lockstep/thresholds.py, the numbers the alert rules use.
 
 Where the dashboards are written:
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from dashboards.board import Board
 from dashboards.panels import NONE_BAD, RATE, SEL, Cell, stat, table, timeseries
+from lockstep import thresholds as T
 
 # The agents' scrape job, on the selected nodes.
 SCRAPE = f'job="{T.AGENT_JOB}", {SEL}'

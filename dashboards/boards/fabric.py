@@ -3,9 +3,9 @@ congestion), PFC pause and storms, ECN and congestion notifications, DCQCN."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from dashboards.board import Board
 from dashboards.panels import NONE_BAD, RATE, RED, SEL, Cell, above, below, table, timeseries
+from lockstep import thresholds as T
 
 
 def infiniband_ports() -> list[Cell]:

@@ -3,10 +3,10 @@ jobs run and their worst stragglers."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from dashboards.board import Board
 from dashboards.panels import NONE_BAD, RED, Cell, above, below, heatmap, stat, table, timeseries
 from dashboards.variables import CLUSTER
+from lockstep import thresholds as T
 
 # The fleet dashboard selects on the cluster only: it shows every node.
 CL = 'cluster=~"$cluster"'

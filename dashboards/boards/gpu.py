@@ -3,7 +3,6 @@ temperature, memory errors and driver state; NVLink traffic and errors."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.recording import SM_ACTIVE, TENSOR_ACTIVE
 from dashboards.board import Board
 from dashboards.panels import (
@@ -21,6 +20,7 @@ from dashboards.panels import (
     table,
     timeseries,
 )
+from lockstep import thresholds as T
 
 
 def activity() -> list[Cell]:

@@ -3,10 +3,10 @@ the cache is full and requests wait or get preempted), throughput, latency and f
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.promql import num
 from dashboards.board import Board
 from dashboards.panels import RATE, RED, SEL, Cell, above, below, heatmap, table, timeseries
+from lockstep import thresholds as T
 
 # An inference endpoint's level of generation throughput, as LockstepInferenceThroughputDrop sees it.
 TOKENS_LEVEL = (

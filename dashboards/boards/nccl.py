@@ -5,10 +5,10 @@ bandwidth.  RAS: each communicator's progress, its missing and dead ranks, the r
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.nccl import PER_OP, STRAGGLER_SUSPECT, STUCK_RANKS, STUCK_SUSPECT, WAIT_SHARE
 from alerts.promql import num
 from dashboards.panels import JOB, RATE, RED, Cell, above, table, timeseries
+from lockstep import thresholds as T
 
 RANK_BY = "by (cluster, job_id, comm, rank, host)"
 

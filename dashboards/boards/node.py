@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from dashboards.board import Board
 from dashboards.panels import GREEN, NONE_BAD, ORANGE, RATE, RED, SEL, Cell, above, stat, table, timeseries
+from lockstep import thresholds as T
 
 # The PCIe links table's columns: (GPU metric, HCA/NVMe metric), one query each.
 PCIE_LINK_COLUMNS = (

@@ -3,7 +3,6 @@ checkpoints and the fabric ports of its nodes."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.promql import num
 from alerts.recording import SM_ACTIVE, TENSOR_ACTIVE
 from dashboards.board import Board
@@ -24,6 +23,7 @@ from dashboards.panels import (
     with_id,
 )
 from dashboards.variables import CLUSTER, JOB_ID
+from lockstep import thresholds as T
 
 # Joins that keep a series to the job's GPUs (labelled with the job) or to its nodes.
 ON_JOB_GPUS = f"* on (cluster, instance, uuid) group_left (job_id) lockstep_slurm_job_gpu_info{{{JOB}}}"

@@ -3,10 +3,10 @@ pressure) and checkpoint saves per root."""
 
 from __future__ import annotations
 
-from alerts import thresholds as T
 from alerts.recording import EXPECTED_INTERVAL
 from dashboards.board import Board
 from dashboards.panels import GREEN, ORANGE, RATE, RED, SEL, Cell, above, below, table, timeseries
+from lockstep import thresholds as T
 
 
 def filesystems() -> list[Cell]:

@@ -15,13 +15,13 @@ import pytest
 import yaml
 
 from alerts import generated, render, rules
-from alerts import thresholds as T
 from alerts.__main__ import RULES
 from alerts.compression import Compression, scale_duration
 from alerts.inference import above_ttft_slo, ttft_slo_text
 from alerts.recording import TTFT_P95
 from alerts.tests import stragglers
 from dashboards.build import boards
+from lockstep import thresholds as T
 from tests.support import REPO, require_promtool, require_real
 from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, metrics_in
 

@@ -33,9 +33,9 @@ import pytest
 import yaml
 
 from alerts import render
-from alerts import thresholds as T
 from alerts.compression import Compression
 from alerts.hang import HANG_ALERTS
+from lockstep import thresholds as T
 from lockstep.simulation.timeline import HANG_AT
 from lockstep.simulation.workloads import timeline
 from tests.support import LOCKSTEP, free_port, require_real

@@ -42,8 +42,8 @@ import pytest
 import yaml
 
 from alerts import render
-from alerts import thresholds as T
 from alerts.compression import Compression
+from lockstep import thresholds as T
 from lockstep.simulation.timeline import SLOW_ONSET
 from lockstep.simulation.workloads import DEMO_EPOCH
 from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until

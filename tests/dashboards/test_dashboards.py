@@ -16,11 +16,11 @@ import pytest
 import yaml
 
 from alerts import generated, rules
-from alerts import thresholds as T
 from dashboards.__main__ import DASHBOARDS
 from dashboards.build import boards
 from dashboards.panels import DS
 from dashboards.render import CONFIGMAPS, json_path
+from lockstep import thresholds as T
 from tests.support import REPO
 from tests.support.queries import (
     WORKLOAD_CONTRACT,
@@ -116,7 +116,7 @@ def _steps(p: dict[str, Any]) -> list[float]:
     return [s["value"] for s in p["fieldConfig"]["defaults"]["thresholds"]["steps"] if s["value"] is not None]
 
 
-# Each panel that shows an alert's quantity draws the alert's threshold (from alerts/thresholds.py).
+# Each panel that shows an alert's quantity draws the alert's threshold (from lockstep/thresholds.py).
 ALERT_THRESHOLDS = [
     ("Lockstep / Fleet overview", "Worst training stragglers", T.TRAINING_STRAGGLER_COMPUTE_RATIO),
     ("Lockstep / Fleet overview", "Slowest GPUs against their job", T.GPU_STRAGGLER_SM_CLOCK_RATIO),

@@ -42,9 +42,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from alerts import thresholds as T
-from lockstep.agent.report import text
-from lockstep.agent.report.model import SCHEMA, from_json, to_dict
+from lockstep import thresholds as T
+from lockstep.report import text
+from lockstep.report.model import SCHEMA, from_json, to_dict
 from tests.support import REPO, AgentProcess, free_port, http_get, require_real, slurm_cluster, wait_until
 from tests.support.prometheus import PROMETHEUS, start_prometheus, stop_all
 

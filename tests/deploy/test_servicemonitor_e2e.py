@@ -41,8 +41,8 @@ import pytest
 import yaml
 
 from alerts import render, rules
-from alerts import thresholds as T
 from alerts.model import Alert
+from lockstep import thresholds as T
 from lockstep.simulation.gpu import GPU_UUIDS
 from lockstep.simulation.workloads import VLLM_MODEL, VLLM_URL
 from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until

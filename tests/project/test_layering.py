@@ -3,6 +3,8 @@
     lockstep.agent        the daemon: imports no collector and no simulation code
     lockstep.collectors   the collectors: import the agent's API, never the simulation
     lockstep.simulation   the simulated node, the fake NVML: may import both
+    lockstep.report       `lockstep report`, a client of Prometheus: imports none of the three,
+                          only what every judge shares (lockstep.thresholds, lockstep.suspects)
 
 Within lockstep.collectors, each collector (a module or package under collectors/) imports
 no other collector: what two need lives in the toolkit (lockstep.collectors.toolkit), which
@@ -47,10 +49,7 @@ def modules() -> dict[str, Path]:
     found = {}
     for package, folder in PACKAGE_DIRS.items():
         root = REPO / folder
-        paths = [root / "__init__.py"] if package == "lockstep" else sorted(root.rglob("*.py"))
-        if package == "lockstep":
-            paths += sorted(p for p in root.glob("*.py") if p.name != "__init__.py")
-        for path in paths:
+        for path in sorted(root.rglob("*.py")):
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 parts.pop()
@@ -151,6 +150,26 @@ def test_the_daemon_imports_no_collector_and_collectors_no_simulation() -> None:
         if (e.importer, e.imported) not in SANCTIONED
     ]
     assert wrong_way == []
+
+
+# Shared by every judge (rules, dashboards, report, health checks): they import only each other.
+SHARED_JUDGEMENTS = ("thresholds", "suspects")
+
+
+def test_the_report_is_a_client_and_the_judgements_a_leaf() -> None:
+    """The report (a client of Prometheus, run by people and the Slurm epilog, not by the daemon)
+    imports nothing of the daemon, the collectors or the simulation; the daemon reaches it only
+    through the CLI's `report` command; the thresholds and suspects import nothing of lockstep but each other."""
+    edges = imports(modules())
+    wrong = [
+        f"{known_path(e.importer)}:{e.line}: {e.importer} imports {e.imported}"
+        for e in edges
+        if (layer(e.importer) == "report" and layer(e.imported) in {"agent", "collectors", "simulation"})
+        or (layer(e.importer) == "agent" and layer(e.imported) == "report" and e.importer != "lockstep.agent.cli")
+        or (layer(e.importer) in SHARED_JUDGEMENTS and layer(e.imported) not in SHARED_JUDGEMENTS)
+    ]
+    assert wrong == []
+    assert ("lockstep.report.build", "lockstep.thresholds") in {(e.importer, e.imported) for e in edges}
 
 
 def test_the_demo_entry_is_imported_only_inside_the_functions_that_serve_demo() -> None:

@@ -39,7 +39,7 @@ from tests.support import REPO, require_real
 pytestmark = pytest.mark.real
 
 RECIPE = REPO / "docs" / "development.md"
-REPORT_E2E = "tests/agent/report/test_report_e2e.py"
+REPORT_E2E = "tests/report/test_report_e2e.py"
 SECTION = "## Adding a collector"
 
 NAME = "throwaway"

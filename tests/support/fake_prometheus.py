@@ -1,7 +1,7 @@
 """A stand-in for Prometheus' query API on a loopback socket, for the report's unit tests: each
 query is answered by the first rule whose regular expression it matches, and whose `when` (if
 any) accepts its times (an empty vector, matrix or series list when none does).  The report's
-real queries are proven on a real Prometheus in tests/agent/report/test_report_e2e.py; this only
+real queries are proven on a real Prometheus in tests/report/test_report_e2e.py; this only
 feeds chosen answers to the code around them."""
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from alerts import render
-from alerts import thresholds as T
 from alerts.compression import Compression
+from lockstep import thresholds as T
 from lockstep.simulation.gpu import XID_AT
 from lockstep.simulation.storage import EPOCH
 from lockstep.simulation.timeline import FRAMEWORK_SLOW_AT

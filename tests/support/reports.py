@@ -9,9 +9,9 @@ import difflib
 import re
 import subprocess
 
-from lockstep.agent.report import text
-from lockstep.agent.report.build import grafana_link
-from lockstep.agent.report.model import (
+from lockstep.report import text
+from lockstep.report.build import grafana_link
+from lockstep.report.model import (
     Alert,
     CheckpointRoot,
     Event,
@@ -26,7 +26,7 @@ from lockstep.agent.report.model import (
     Straggler,
     to_json,
 )
-from lockstep.agent.report.notes import notes_for, verdict_for
+from lockstep.report.notes import notes_for, verdict_for
 from tests.support import GOLDEN, LOCKSTEP, REPO
 
 T0 = 1767225600.0  # 2026-01-01T00:00:00Z

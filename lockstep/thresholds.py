@@ -1,9 +1,11 @@
-"""Every threshold of Lockstep's alert rules, in one place.
+"""Every threshold Lockstep judges by, in one place, installed with the agent.
 
-The rule files (alerts/*.rules.yml, deploy/prometheusrule.yaml) are generated from the rule
-modules (alerts/rules.py lists them), which take their numbers from here, and the dashboards
-draw the same numbers as threshold lines and colours (dashboards/boards/ import this module).
-Change a value, then regenerate both:
+Everything that judges imports this module, so nothing holds a copy: the rule modules in
+alerts/ (rendered to alerts/*.rules.yml and deploy/prometheusrule.yaml; alerts/rules.py lists
+them), the dashboards (dashboards/boards/ draw these numbers as threshold lines and colours),
+`lockstep report` (lockstep/report/: its notes, and its judging where Prometheus recorded no
+verdict) and the health checks.  What a node's suspect cause is lives beside it, as data, in
+lockstep/suspects.py.  Change a value, then regenerate the rules and dashboards:
 
     .venv/bin/python -m alerts --write && .venv/bin/python -m dashboards --write
 
@@ -331,3 +333,10 @@ FRAMEWORK_SLOWDOWN_RATIO = 1.25
 FRAMEWORK_SLOWDOWN_RECENT = "15m"
 FRAMEWORK_SLOWDOWN_BASELINE = "1h"
 FRAMEWORK_SLOWDOWN_FOR = "10m"
+
+
+def seconds(duration: str) -> float:
+    """A Prometheus duration of one unit ("10m", "2h", "30s") in seconds: the windows above
+    where the report judges in Python what the rules judge in PromQL."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    return float(duration[:-1]) * units[duration[-1]]

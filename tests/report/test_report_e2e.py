@@ -33,12 +33,12 @@ import pytest
 import yaml
 
 from alerts import render
-from alerts import thresholds as T
 from alerts.compression import Compression
-from lockstep.agent.report import text
-from lockstep.agent.report.build import NCCL_PER_OP_RECORDED
-from lockstep.agent.report.model import Report, from_json
-from lockstep.agent.report.prometheus import Prometheus
+from lockstep import thresholds as T
+from lockstep.report import text
+from lockstep.report.model import Report, from_json
+from lockstep.report.prometheus import Prometheus
+from lockstep.report.stragglers import NCCL_PER_OP_RECORDED
 from tests.support import LOCKSTEP, REPO, free_port, require_real
 from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
 from tests.support.reports import canonical, report_cli, report_goldens
@@ -185,7 +185,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             result.texts[scenario] = text.render(result.reports[scenario])
         # The collective straggler as a Prometheus without the shipped rules shows it: the
         # recorded time per collective deleted (the rules record again from now on, after `at`),
-        # so the report reads the counters (build.py counted_per_op).
+        # so the report reads the counters (lockstep/report/stragglers.py counted_per_op).
         deleted = urllib.request.Request(
             f"{url}/api/v1/admin/tsdb/delete_series?" + urllib.parse.urlencode({"match[]": NCCL_PER_OP_RECORDED}),
             method="POST",

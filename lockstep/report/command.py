@@ -11,11 +11,11 @@ import os
 import sys
 from pathlib import Path
 
-from lockstep.agent.report import html, store, text
-from lockstep.agent.report.build import build_report
-from lockstep.agent.report.model import Report, to_json
-from lockstep.agent.report.prometheus import Prometheus, ReportError
-from lockstep.agent.report.thresholds import GRAFANA_URL
+from lockstep.report import html, store, text
+from lockstep.report.build import build_report
+from lockstep.report.model import Report, to_json
+from lockstep.report.prometheus import Prometheus, ReportError
+from lockstep.thresholds import GRAFANA_URL
 
 PROMETHEUS_ENV = "LOCKSTEP_PROMETHEUS_URL"
 DEFAULT_PROMETHEUS = "http://localhost:9090"

@@ -1,13 +1,13 @@
 """The report as one self-contained HTML file: inline CSS and SVG plots, no script, nothing
-fetched from the network (tests/agent/report/test_html_browser.py opens it in headless Chromium)."""
+fetched from the network (tests/report/test_html_browser.py opens it in headless Chromium)."""
 
 from __future__ import annotations
 
 from html import escape
 
-from lockstep.agent.report.model import Point, Report
-from lockstep.agent.report.notes import human
-from lockstep.agent.report.text import stamp
+from lockstep.report.model import Point, Report
+from lockstep.report.notes import human
+from lockstep.report.text import stamp
 
 STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em auto; max-width: 60em; color: #222; }

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import time
 
-from lockstep.agent.report import thresholds as T
-from lockstep.agent.report.model import Report, Straggler
+from lockstep import thresholds as T
+from lockstep.report.model import Report, Straggler
 
 
 def human(seconds: float | None) -> str:

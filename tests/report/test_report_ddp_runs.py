@@ -57,8 +57,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from lockstep.agent.report import text
-from lockstep.agent.report.model import Report, from_json
+from lockstep.report import text
+from lockstep.report.model import Report, from_json
 from tests.support import free_port, require_promtool, require_real
 from tests.support.prometheus import PROMETHEUS, backfill, start_prometheus, stop_all
 from tests.support.reports import canonical, report_cli, report_goldens
@@ -74,7 +74,7 @@ SCRAPE = 15  # seconds between scrapes, as in production
 # close seen late, the writers not countable without root) still ends within it.
 AFTER_MINUTES = 1.5
 BEFORE_NOW = 120  # the last scrape, this long before the reports are made (the job has ended)
-WINDOW = 300  # the straggler ratio's window (agent/report/build.py STRAGGLER_RATE_WINDOW_SECONDS)
+WINDOW = 300  # the straggler ratio's window (lockstep/report/stragglers.py STRAGGLER_RATE_WINDOW_SECONDS)
 
 
 @dataclass(frozen=True)

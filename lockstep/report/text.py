@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 import time
 
-from lockstep.agent.report.model import Point, Report
-from lockstep.agent.report.notes import human
+from lockstep.report.model import Point, Report
+from lockstep.report.notes import human
 
 WIDTH = 100
 BARS = "▁▂▃▄▅▆▇█"

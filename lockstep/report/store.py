@@ -11,8 +11,8 @@ import re
 import tempfile
 from pathlib import Path
 
-from lockstep.agent.report.model import Report, from_json, to_json
-from lockstep.agent.report.prometheus import ReportError
+from lockstep.report.model import Report, from_json, to_json
+from lockstep.report.prometheus import ReportError
 
 DEFAULT_STORE = "/var/lib/lockstep/reports"
 STORE_ENV = "LOCKSTEP_REPORT_STORE"

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from lockstep.agent.report import text
-from lockstep.agent.report.model import SCHEMA, Point, from_json, to_dict, to_json
+from lockstep.report import text
+from lockstep.report.model import SCHEMA, Point, from_json, to_dict, to_json
 from tests.support.reports import sample_report
 
 

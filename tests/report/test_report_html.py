@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lockstep.agent.report import html
+from lockstep.report import html
 from tests.support import free_port, require_real, wait_until
 from tests.support.reports import sample_report
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from lockstep.agent.cli import main
-from lockstep.agent.report import store, text
-from lockstep.agent.report.model import from_json, to_json
+from lockstep.report import store, text
+from lockstep.report.model import from_json, to_json
 from tests.support.fake_prometheus import FakePrometheus, serving
 from tests.support.reports import sample_report
 

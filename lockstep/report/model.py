@@ -88,7 +88,10 @@ class Straggler:
     seconds: float = 0.0  # how long it was held responsible
     ratio: float = 0.0  # training: its work per step over the median rank's; nccl: its peers' wait share
     share_lost: float = 0.0  # share of the job's wall time lost waiting for it
-    evidence: list[str] = field(default_factory=list)  # suspects on its node and GPU in [start, end]
+    # The straggler rules' suspects on its node (lockstep/suspects.py names: "pfc_pause", ...), as
+    # the alert names them, and what each showed there (a line per port, mount, GPU, ...).
+    suspects: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lockstep.agent.report.build import build_report
-from lockstep.agent.report.prometheus import Prometheus
+from lockstep.report.build import build_report
+from lockstep.report.prometheus import Prometheus
 from tests.support import free_port, require_real
 from tests.support.prometheus import PROMETHEUS, backfill, start_prometheus, stop_all
 

@@ -14,23 +14,15 @@ from typing import Any
 import pytest
 
 from alerts.straggler_recording import PEERS_5M
-from lockstep.agent.report.build import (
-    STRAGGLER_RATE_WINDOW_SECONDS,
-    Scope,
-    build_report,
-    find_job,
-    flat_runs,
-    gpu_section,
-    increase_over_job,
-    job_section,
-    nccl_stragglers,
-    stalled_saves,
-    steps_section,
-    training_stragglers,
-    weighted_median,
-)
-from lockstep.agent.report.model import Interval, Point
-from lockstep.agent.report.prometheus import Prometheus, ReportError
+from lockstep.report.build import build_report
+from lockstep.report.checkpoints import stalled_saves
+from lockstep.report.gpus import gpu_section
+from lockstep.report.job import find_job, job_section
+from lockstep.report.model import Interval, Point
+from lockstep.report.prometheus import Prometheus, ReportError
+from lockstep.report.scope import Scope, increase_over_job
+from lockstep.report.steps import flat_runs, steps_section, weighted_median
+from lockstep.report.stragglers import STRAGGLER_RATE_WINDOW_SECONDS, nccl_stragglers, training_stragglers
 from tests.support.fake_prometheus import FakePrometheus, Request, Rule, matrix, series, serving, vector
 
 T = 1_800_000_000.0

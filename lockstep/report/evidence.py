@@ -1,0 +1,138 @@
+"""What each straggler's node (and its GPUs of the job) showed while it straggled: the straggler
+rules' suspects (lockstep/suspects.py), so that the report never contradicts the alert.
+
+Which suspects: where Prometheus records the shipped rules (the rank suspects' slow-rank source
+exists for the job), those the rules recorded for the straggler's rank while it straggled,
+RANK_SUSPECT (training) or NCCL_RANK_SUSPECT (NCCL): exactly what the straggler alert names.
+Where it records no rule, the report judges the same clauses itself, by the same thresholds.
+
+What they showed: each suspect's clauses evaluated on the straggler's node over the time it
+straggled (and one timeline window before), a line per series that holds ("PFC pause on
+ens3f0np0 priority 3 12% of the time"); a recorded suspect none of whose series holds over that
+span (the rules judge 30-minute windows) is said as the rules named it.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from lockstep.report.model import Straggler
+from lockstep.report.scope import Scope, agent_of_host, duration, quote
+from lockstep.suspects import (
+    DATA_WAIT_SHARE,
+    GPU_THROTTLE_CLAUSE,
+    NCCL_RANK_SUSPECT,
+    NCCL_SLOW_RANK_SOURCE,
+    NODE_SUSPECTS,
+    RANK_SUSPECT,
+    RANK_SUSPECT_NAMES,
+    SLOW_RANK_SOURCE,
+    Clause,
+    render,
+)
+
+
+def evidence(scope: Scope, straggler: Straggler) -> None:
+    """Set the straggler's suspects (names) and evidence (a line for each thing seen), and, for a
+    training straggler whose GPU is not known, the throttled GPU of its job on its node."""
+    # The rank's host may be another agent's node (its logs read elsewhere): that agent's series.
+    instance = agent_of_host(scope, straggler.host) or straggler.node
+    length = max(straggler.end - straggler.start, 0) + scope.window
+    seen = seen_on_node(scope, straggler, instance, duration(length)) if instance else {}
+    recorded = recorded_suspects(scope, straggler, duration(length))
+    names = set(seen) if recorded is None else recorded
+    straggler.suspects = [name for name in RANK_SUSPECT_NAMES if name in names]
+    straggler.evidence = [
+        line
+        for name in straggler.suspects
+        for line in seen.get(name) or [f"{name.replace('_', ' ')} (named by the straggler rules)"]
+    ]
+
+
+def recorded_suspects(scope: Scope, straggler: Straggler, w: str) -> set[str] | None:
+    """The suspects the rules recorded for the straggler's rank over ``w`` before its end; None
+    where Prometheus records no straggler rule for the job."""
+    if straggler.kind == "nccl":
+        source, record, extra = NCCL_SLOW_RANK_SOURCE, NCCL_RANK_SUSPECT, {"comm": straggler.comm}
+    else:
+        source, record, extra = SLOW_RANK_SOURCE, RANK_SUSPECT, {}
+    if source not in scope.recorded:
+        scope.recorded[source] = bool(scope.prom.series(scope.job(source), scope.start - scope.step, scope.end))
+    if not scope.recorded[source]:
+        return None
+    rank = scope.job(record, f"rank={quote(straggler.rank)}", **extra)
+    found = scope.prom.query(f"max by (suspect) (max_over_time({rank}[{w}]))", straggler.end)
+    return {s.labels.get("suspect", "") for s in found}
+
+
+def seen_on_node(scope: Scope, straggler: Straggler, instance: str, w: str) -> dict[str, list[str]]:
+    """Each suspect the node showed over ``w`` before the straggler's end, by the suspects'
+    clauses and thresholds: a line per series that holds."""
+    node = f"instance={quote(instance)}" + (f", cluster={quote(scope.cluster)}" if scope.cluster is not None else "")
+    seen: dict[str, list[str]] = {}
+    for suspect in NODE_SUSPECTS:
+        lines = [line for clause in suspect.clauses for line in holding(scope, clause, node, w, straggler.end)]
+        if lines:
+            seen[suspect.name] = lines
+    throttled = gpu_throttle(scope, straggler, instance, node, w)
+    if throttled:
+        seen["gpu_throttle"] = throttled
+    if straggler.kind == "training":
+        data_wait = data_wait_evidence(scope, straggler, w)
+        if data_wait:
+            seen["data_wait"] = data_wait
+    return seen
+
+
+def holding(scope: Scope, clause: Clause, node: str, w: str, at: float) -> list[str]:
+    """A line for each series of the clause that holds at ``at`` (its value a share of time
+    divided by the time scale where it is one)."""
+    lines = []
+    for s in scope.prom.query(render(clause.expr, node, w), at):
+        value = s.value / scope.scale if clause.per_second else s.value
+        if clause.holds(value):
+            lines.append(clause.say(s.labels, value))
+    return lines
+
+
+def gpu_throttle(scope: Scope, straggler: Straggler, instance: str, node: str, w: str) -> list[str]:
+    """The GPUs of the job on the node throttled by a slowdown reason (the rules' suspect: which
+    GPU runs which rank is not known); the first is taken as a training straggler's GPU."""
+    job_gpus = {
+        labels.get("uuid", ""): labels.get("gpu", "")
+        for labels in scope.series_of("lockstep_slurm_job_gpu_info")
+        if labels.get("instance") == instance
+    }
+    lines = []
+    for s in scope.prom.query(render(GPU_THROTTLE_CLAUSE.expr, node, w), straggler.end):
+        gpu = job_gpus.get(s.labels.get("uuid", ""))
+        if gpu is not None and GPU_THROTTLE_CLAUSE.holds(s.value):
+            lines.append(GPU_THROTTLE_CLAUSE.say({**s.labels, "gpu": gpu}, s.value))
+            if not straggler.gpu and straggler.kind == "training":
+                straggler.gpu = gpu
+    return lines
+
+
+def data_wait_evidence(scope: Scope, straggler: Straggler, w: str) -> list[str]:
+    """The rank's data wait per step above its job's median rank's by more than DATA_WAIT_SHARE
+    of its excess time per step (the rules' data_wait suspect)."""
+    by = "(rank)"
+    steps = f"sum by {by} (rate({scope.job('lockstep_training_steps_total')}[{w}]))"
+    data = scope.prom.query(
+        f"sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}])) / ({steps} > 0)",
+        straggler.end,
+    )
+    work = scope.prom.query(
+        f"(sum by {by} (rate({scope.job('lockstep_training_compute_seconds_total')}[{w}]))"
+        f" + sum by {by} (rate({scope.job('lockstep_training_data_wait_seconds_total')}[{w}]))) / ({steps} > 0)",
+        straggler.end,
+    )
+    data_of = {s.labels.get("rank"): s.value for s in data}
+    work_of = {s.labels.get("rank"): s.value for s in work}
+    if straggler.rank not in data_of or straggler.rank not in work_of or len(work_of) < 2:
+        return []
+    excess = work_of[straggler.rank] - statistics.median(work_of.values())
+    extra_wait = data_of[straggler.rank] - statistics.median(data_of.values())
+    if excess > 0 and extra_wait > DATA_WAIT_SHARE * excess:
+        return [f"data loader: {extra_wait:.3g} s more data wait per step than the median rank"]
+    return []
