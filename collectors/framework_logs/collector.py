@@ -1,13 +1,12 @@
 """The framework_logs collector: finds the jobs' output files (discovery.py), follows them
-(collectors/toolkit/follow.py), matches the frameworks' lines (parsers.py) and counts them per
-job (jobs.py).  The package's __init__ describes the whole."""
+(collectors/toolkit/followed_logs.py), matches the frameworks' lines (parsers.py) and counts
+them per job (jobs.py).  The package's __init__ describes the whole."""
 
 from __future__ import annotations
 
 import glob
 import os
 import re
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -16,15 +15,7 @@ from datetime import datetime
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.options import (
-    option,
-    parse_bool,
-    parse_choice,
-    parse_duration,
-    parse_positive_int,
-    parse_string,
-    parse_string_list,
-)
+from lockstep.agent.options import option, parse_bool, parse_duration, parse_positive_int, parse_string
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
 from lockstep.collectors.framework_logs.discovery import Discovered, Discovery
 from lockstep.collectors.framework_logs.jobs import JobState
@@ -50,7 +41,13 @@ from lockstep.collectors.framework_logs.metrics import (
     UNREADABLE,
 )
 from lockstep.collectors.framework_logs.parsers import FRAMEWORKS, BadLine, parse_line, split_prefix
-from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.follow import FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.followed_logs import (
+    FollowedLogs,
+    globs_option,
+    idle_timeout_option,
+    start_at_option,
+)
 from lockstep.collectors.toolkit.scontrol import SCONTROL, run_scontrol
 from lockstep.collectors.toolkit.skipped import SkippedLines
 
@@ -80,13 +77,10 @@ MAX_FUTURE_SECONDS = 60.0
 
 @dataclass(frozen=True)
 class FrameworkLogsOptions:
-    paths: tuple[str, ...] = option(
-        (),
-        parse_string_list,
-        "glob of training jobs' output files on the host (under --path.rootfs), ** allowed; the job is "
-        "taken from Slurm's default names (slurm-JOBID.out, slurm-ARRAYJOBID_TASKID.out)",
+    paths: tuple[str, ...] = globs_option(
+        "training jobs' output files",
         flag="--framework-logs.paths",
-        repeatable=True,
+        more="; the job is taken from Slurm's default names (slurm-JOBID.out, slurm-ARRAYJOBID_TASKID.out)",
     )
     slurm: bool = option(
         True,
@@ -95,13 +89,9 @@ class FrameworkLogsOptions:
     )
     pods: bool = option(True, parse_bool, "also follow /var/log/pods of the pods whose processes use this node's GPUs")
     node_name: str = option("", parse_string, "this node's name in Slurm (default: the short hostname)")
-    start_at: str = option(
-        "end",
-        parse_choice(("end", "beginning")),
-        "where to start reading the files present when the agent starts: end (skip their history) or beginning",
-    )
-    idle_timeout: float = option(
-        600.0, parse_duration, "a job that printed nothing for this long and is not seen running here is dropped"
+    start_at: str = start_at_option("files")
+    idle_timeout: float = idle_timeout_option(
+        "a job that printed nothing for this long and is not seen running here is dropped"
     )
     discovery_interval: float = option(60.0, parse_duration, "how often to look for jobs' output files")
     scontrol_timeout: float = option(5.0, parse_duration, "time limit of one scontrol show job")
@@ -143,10 +133,18 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         super().__init__(context)
         self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self._wall_clock = context.seams.get(WALL_CLOCK) or time.time
-        self._lock = threading.Lock()  # the watchdog thread and collect() both read files
-        self._follower: FileFollower | None = None
-        self._watcher: DirectoryWatcher | None = None
-        self._watch_problems: list[str] = []
+        # The output files' lock, follower, watch and close; their lines come to _ingest, under the lock.
+        self._logs = FollowedLogs(
+            self.paths.rootfs,
+            start_at=self.options.start_at,
+            on_lines=self._ingest,
+            what="output",
+            max_line_bytes=MAX_LINE_BYTES,
+            read_budget=self.options.round_bytes,
+            sweep_budget=self.options.round_bytes,
+            max_files=min(self.options.max_files, default_max_files(16)),
+            log=self.log,
+        )
         self._discovery = Discovery(
             paths=self.paths,
             scontrol=context.seams.get(SCONTROL) or run_scontrol,
@@ -177,40 +175,20 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         now = self._clock()
         found = self._discover()
         patterns = self._patterns(found)
-        with self._lock:
-            if not patterns and self._follower is None:
-                raise NothingHere(self._nothing_here())
-            if self._follower is None:
-                self._follower = FileFollower(
-                    patterns,
-                    self.paths.rootfs,
-                    start_at_end=self.options.start_at == "end",
-                    max_line_bytes=MAX_LINE_BYTES,
-                    read_budget=self.options.round_bytes,
-                    sweep_budget=self.options.round_bytes,
-                    max_files=min(self.options.max_files, default_max_files(16)),
-                    log=self.log,
-                )
-            else:
-                self._follower.set_patterns(patterns, self.paths.rootfs)
-            self._ingest(self._follower.sweep())
+        if not patterns and not self._logs.started:
+            # Once files were followed, a round without patterns still drains and closes them.
+            raise NothingHere(self._nothing_here())
+        # Under the files' lock, after the sweep gave _ingest the new lines; the watch is re-armed after.
+        with self._logs.swept(patterns) as follower:
             self._drop_ended(now)
-            directories = self._follower.directories()
-            families = self._families()
+            families = self._families(follower)
             self._invalid.log_new(
                 self.log, "output lines", f"{len(self._jobs)} jobs held (max_jobs {self.options.max_jobs})"
             )
-        self._watch(directories)  # outside our lock (see collectors/training/collector.py)
         return iter(families)
 
     def close(self) -> None:
-        with self._lock:
-            watcher, self._watcher = self._watcher, None
-            follower, self._follower = self._follower, None
-        if watcher is not None:
-            watcher.stop()
-        if follower is not None:
-            follower.close()
+        self._logs.close()
 
     # --- what to follow ---
 
@@ -258,27 +236,8 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
 
     # --- reading ---
 
-    def _on_file_event(self, path: str) -> None:
-        with self._lock:
-            if self._follower is None:
-                return
-            try:
-                self._ingest(self._follower.read_path(path))
-            except Exception as exc:  # never let one file kill the event thread; the sweep retries
-                self.log.debug("reading %s after an event failed: %s", path, exc)
-
-    def _watch(self, directories: set[str]) -> None:
-        try:
-            if self._watcher is None:
-                self._watcher = DirectoryWatcher(self._on_file_event)
-            problems = self._watcher.watch(directories)
-        except OSError as exc:
-            problems = [str(exc)]
-        if problems and problems != self._watch_problems:
-            self.log.warning("cannot watch output directories, reading them every round only: %s", "; ".join(problems))
-        self._watch_problems = problems
-
     def _ingest(self, lines: Iterable[Line]) -> None:
+        """Under the files' lock (a round's sweep, or a file event from the watchdog thread)."""
         now = self._clock()
         read_at = self._wall_clock()
         files: dict[str, tuple[str, bool, float]] = {}  # path -> (job id, CRI?, when last written)
@@ -375,7 +334,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
 
     # --- output ---
 
-    def _families(self) -> list[Metric]:
+    def _families(self, follower: FileFollower) -> list[Metric]:
         families = Families(self.metrics)
         for key in sorted(self._jobs):
             job = self._jobs[key]
@@ -400,26 +359,24 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
                 families[STRAGGLER_SECONDS].add_metric([*labels, "slowest"], round(s.slowest_seconds, 9))
                 families[STRAGGLER_RANK].add_metric([*labels, "fastest"], s.fastest_rank)
                 families[STRAGGLER_RANK].add_metric([*labels, "slowest"], s.slowest_rank)
-        assert self._follower is not None
-        sources = self._sources()
+        sources = self._sources(follower)
         for source in ("paths", "slurm", "pods"):
             families[FILES].add_metric([source], sources.get(source, 0))
-        families[SKIPPED_FILES].add_metric([], self._follower.skipped)
+        families[SKIPPED_FILES].add_metric([], follower.skipped)
         families[UNREADABLE].add_metric([], self._found.unreadable)
         families[BYTES_READ].add_metric([], self._bytes)
         for framework in FRAMEWORKS:
             if self._matched[framework]:  # the frameworks seen: none of a node's series for the others
                 families[LINES].add_metric([framework], self._matched[framework])
-        self._invalid["too_long"] = self._follower.lines_too_long + self._cri_too_long
+        self._invalid["too_long"] = follower.lines_too_long + self._cri_too_long
         for reason in INVALID_REASONS:
             families[INVALID].add_metric([reason], self._invalid[reason])
         families[DISCOVERY_FAILURES].add_metric([], self._discovery.failures.get("slurm", 0))
         return families.with_samples()
 
-    def _sources(self) -> dict[str, int]:
-        assert self._follower is not None
+    def _sources(self, follower: FileFollower) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for path in self._follower.followed_paths():
+        for path in follower.followed_paths():
             host = self._host_path(path)
             if host in self._found.slurm_files:
                 source = "slurm"

@@ -2,8 +2,9 @@
 (inspector_records.py has the format) and turns each rank's records into counters.
 
 Files are found by the configured globs and followed as the training logs are
-(collectors/toolkit/follow.py: rotation, truncation, a partial last line, bounded bytes per
-round and files).  The plugin writes only from a periodic dump thread: with the default
+(collectors/toolkit/followed_logs.py and follow.py: rotation, truncation, a partial last line,
+bounded bytes per round and files), by a sweep each round, without file events.  The plugin
+writes only from a periodic dump thread: with the default
 ``NCCL_INSPECTOR_DUMP_THREAD_INTERVAL_MICROSECONDS`` (-1 in 2.30, 0 in 2.28) it writes nothing at
 all, and what a communicator completed after the last dump before it was destroyed is never
 written (docs/workloads.md, "What the Inspector's numbers cover").  A rank that stops writing is
@@ -32,14 +33,7 @@ from dataclasses import dataclass, field
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.options import (
-    option,
-    parse_choice,
-    parse_duration,
-    parse_positive_int,
-    parse_string,
-    parse_string_list,
-)
+from lockstep.agent.options import option, parse_positive_int, parse_string
 from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.nccl.inspector_metrics import (
     COLLECTIVE_BUS_BYTES,
@@ -55,6 +49,12 @@ from lockstep.collectors.nccl.inspector_metrics import (
 )
 from lockstep.collectors.nccl.inspector_records import INVALID_REASONS, BadLine, InspectorRecord, parse_line
 from lockstep.collectors.toolkit.follow import FileFollower, FileId, Line, default_max_files
+from lockstep.collectors.toolkit.followed_logs import (
+    FollowedLogs,
+    globs_option,
+    idle_timeout_option,
+    start_at_option,
+)
 from lockstep.collectors.toolkit.procs import slurm_job
 
 SKIP_REASONS = (*INVALID_REASONS, "series_limit")
@@ -71,21 +71,13 @@ RankKey = tuple[str, str, int, str]  # (job_id, comm, rank, host)
 
 @dataclass(frozen=True)
 class InspectorOptions:
-    dumps: tuple[str, ...] = option(
-        (),
-        parse_string_list,
-        "glob of NCCL Inspector dump files (<dump dir>/<host>-pid<pid>.log) or dump directories (their "
-        "*-pid*.log files are read), on the host (under --path.rootfs), ** allowed",
+    dumps: tuple[str, ...] = globs_option(
+        "NCCL Inspector dump files (<dump dir>/<host>-pid<pid>.log) or dump directories (their "
+        "*-pid*.log files are read)",
         flag="--nccl-inspector.dumps",
-        repeatable=True,
     )
-    start_at: str = option(
-        "end",
-        parse_choice(("end", "beginning")),
-        "where to start reading the dump files present when the agent starts: end (skip their history) or beginning",
-        flag="--nccl-inspector.start-at",
-    )
-    idle_timeout: float = option(600.0, parse_duration, "a rank with no new record for this long is dropped")
+    start_at: str = start_at_option("dump files", flag="--nccl-inspector.start-at")
+    idle_timeout: float = idle_timeout_option("a rank with no new record for this long is dropped")
     max_series: int = option(
         4096,
         parse_positive_int,
@@ -159,7 +151,20 @@ class InspectorCollector(Collector[InspectorOptions]):
         # When each rank last wrote, for idle_timeout (the simulated node and tests replace the
         # clock through the seam, agent/seams.py).
         self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
-        self._follower: FileFollower | None = None
+        # The dump files' follower and close.  Not watched, as before: the sweep each round reads
+        # them; the plugin writes only from its periodic dump thread, never a line to see at once.
+        self._logs = FollowedLogs(
+            self.paths.rootfs,
+            start_at=self.options.start_at,
+            on_lines=self._ingest,
+            watch=False,
+            # An eighth of the open-file limit at most, whatever the option says: with the training
+            # logs' quarter and the HTTP endpoint's half, the agent keeps descriptors of its own.
+            max_files=min(self.options.max_files, default_max_files(share=8)),
+            sweep_budget=self.options.max_bytes_per_round,
+            log=self.log,
+            directory_files=DUMP_FILES,
+        )
         self._ranks: dict[RankKey, _Rank] = {}
         self._skipped = dict.fromkeys(SKIP_REASONS, 0)
         self._job_of_file: dict[FileId, str] = {}
@@ -168,50 +173,30 @@ class InspectorCollector(Collector[InspectorOptions]):
     def check(self) -> str:
         if not self.options.dumps:
             raise NothingHere(self._nothing_configured())
-        follower = self._new_follower(start_at_end=True)
-        try:
-            for _line in follower.sweep():
-                pass  # files present now are followed from their end: nothing but context
+        with self._logs.probe(self.options.dumps) as follower:
             if not follower.followed:
                 return f"0 Inspector dump files: {follower.why_no_files()}"
             return f"{follower.followed} Inspector dump file(s) match {', '.join(self.options.dumps)}"
-        finally:
-            follower.close()
 
     def collect(self) -> Iterator[Metric]:
         if not self.options.dumps:
             raise NothingHere(self._nothing_configured())
-        if self._follower is None:
-            self._follower = self._new_follower(start_at_end=self.options.start_at == "end")
-        self._ingest(self._follower.sweep())
-        now = self._clock()
-        for key, rank in list(self._ranks.items()):
-            if now - rank.last_record_at >= self.options.idle_timeout:
-                del self._ranks[key]  # the job ended (or the communicator was destroyed): its series go
-        if len(self._job_of_file) > 2 * self.options.max_files:
-            self._job_of_file.clear()  # files come and go: looked up again for the files still written to
-        self._attribute_gpus()
-        return iter(self._families())
+        # After the sweep gave _ingest the new records.
+        with self._logs.swept(self.options.dumps) as follower:
+            now = self._clock()
+            for key, rank in list(self._ranks.items()):
+                if now - rank.last_record_at >= self.options.idle_timeout:
+                    del self._ranks[key]  # the job ended (or the communicator was destroyed): its series go
+            if len(self._job_of_file) > 2 * self.options.max_files:
+                self._job_of_file.clear()  # files come and go: looked up again for the files still written to
+            self._attribute_gpus()
+            families = self._families(follower)
+        return iter(families)
 
     def close(self) -> None:
-        follower, self._follower = self._follower, None
-        if follower is not None:
-            follower.close()
+        self._logs.close()
 
     # --- reading ---
-
-    def _new_follower(self, start_at_end: bool) -> FileFollower:
-        return FileFollower(
-            self.options.dumps,
-            self.paths.rootfs,
-            start_at_end=start_at_end,
-            # An eighth of the open-file limit at most, whatever the option says: with the training
-            # logs' quarter and the HTTP endpoint's half, the agent keeps descriptors of its own.
-            max_files=min(self.options.max_files, default_max_files(share=8)),
-            sweep_budget=self.options.max_bytes_per_round,
-            log=self.log,
-            directory_files=DUMP_FILES,
-        )
 
     def _ingest(self, lines: Iterable[Line]) -> None:
         now = self._clock()
@@ -284,7 +269,7 @@ class InspectorCollector(Collector[InspectorOptions]):
 
     # --- output ---
 
-    def _families(self) -> list[Metric]:
+    def _families(self, follower: FileFollower) -> list[Metric]:
         families = Families(self.metrics)
         for key in sorted(self._ranks):
             rank = self._ranks[key]
@@ -303,9 +288,8 @@ class InspectorCollector(Collector[InspectorOptions]):
                 families[P2P_OPERATIONS].add_metric([*labels, operation], counters.operations)
                 families[P2P_SECONDS].add_metric([*labels, operation], round(counters.seconds, 6))
                 families[P2P_BYTES].add_metric([*labels, operation], counters.message_bytes)
-        assert self._follower is not None
-        families[FILES].add_metric([], self._follower.followed)
-        self._skipped["too_long"] = self._follower.lines_too_long
+        families[FILES].add_metric([], follower.followed)
+        self._skipped["too_long"] = follower.lines_too_long
         for reason in SKIP_REASONS:
             families[SKIPPED].add_metric([reason], self._skipped[reason])
         return families.with_samples()

@@ -26,6 +26,10 @@ The toolkit (``lockstep.collectors.toolkit``):
 
 - ``follow``: following growing line-oriented files by glob through rotation and
   truncation, with inotify events and a bounded sweep (training logs, NCCL Inspector dumps);
+- ``followed_logs``: ``FollowedLogs``, a collector's followed files from its first round to its
+  close (the lock, the follower, the sweep, the watch and the close order), and the options
+  collectors following files declare alike (``globs_option``, ``start_at_option``,
+  ``idle_timeout_option``): training, framework_logs, NCCL Inspector;
 - ``sysfs``: sysfs attributes read within their page, the widest counter a reading may hold,
   the RDMA devices' network interfaces;
 - ``mounts``: the mount table (``/proc/<pid>/mountinfo``) parsed;

@@ -69,6 +69,13 @@ MAX_LINES = 200_000
 # Files followed at most, whatever the open-file limit: each holds a descriptor.
 MAX_FILES = 1024
 
+# A FileFollower's bounds when its user sets none (FollowedLogs takes the same defaults): a line
+# longer than MAX_LINE_BYTES is dropped, at most READ_BUDGET bytes are read from one file per
+# call and SWEEP_BUDGET from all of them per sweep.
+MAX_LINE_BYTES = 64 * 1024
+READ_BUDGET = 16 * 1024 * 1024
+SWEEP_BUDGET = 32 * 1024 * 1024
+
 
 def default_max_files(share: int = 4) -> int:
     """How many log files may be open at once: 1/``share`` of the soft open-file limit, at most
@@ -137,9 +144,9 @@ class FileFollower:
         root: Path = Path("/"),
         *,
         start_at_end: bool,
-        max_line_bytes: int = 64 * 1024,
-        read_budget: int = 16 * 1024 * 1024,
-        sweep_budget: int = 32 * 1024 * 1024,
+        max_line_bytes: int = MAX_LINE_BYTES,
+        read_budget: int = READ_BUDGET,
+        sweep_budget: int = SWEEP_BUDGET,
         max_lines: int = MAX_LINES,
         max_files: int | None = None,
         log: logging.Logger | None = None,

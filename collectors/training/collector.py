@@ -1,11 +1,10 @@
-"""The training collector: follows the ranks' logs (collectors/toolkit/follow.py), turns their lines into records
-(records.py) and steps (steps.py), and exposes each rank's counters (metrics.py).  The
-package's __init__ describes the whole."""
+"""The training collector: follows the ranks' logs (collectors/toolkit/followed_logs.py), turns
+their lines into records (records.py) and steps (steps.py), and exposes each rank's counters
+(metrics.py).  The package's __init__ describes the whole."""
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -13,16 +12,15 @@ from dataclasses import dataclass
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
-from lockstep.agent.options import (
-    option,
-    parse_choice,
-    parse_duration,
-    parse_positive_int,
-    parse_string,
-    parse_string_list,
-)
+from lockstep.agent.options import option, parse_positive_int, parse_string
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
-from lockstep.collectors.toolkit.follow import DirectoryWatcher, FileFollower, FileId, Line
+from lockstep.collectors.toolkit.follow import FileFollower, FileId, Line
+from lockstep.collectors.toolkit.followed_logs import (
+    FollowedLogs,
+    globs_option,
+    idle_timeout_option,
+    start_at_option,
+)
 from lockstep.collectors.toolkit.skipped import SkippedLines
 from lockstep.collectors.training.metrics import (
     COMM_WAIT_SECONDS,
@@ -67,20 +65,9 @@ DEFAULT_MAX_RANKS = 1024
 
 @dataclass(frozen=True)
 class TrainingOptions:
-    logs: tuple[str, ...] = option(
-        (),
-        parse_string_list,
-        "glob of per-rank JSON-lines metric logs, on the host (under --path.rootfs), ** allowed",
-        flag="--training.logs",
-        repeatable=True,
-    )
-    start_at: str = option(
-        "end",
-        parse_choice(("end", "beginning")),
-        "where to start reading the log files present when the agent starts: end (skip their history) or beginning",
-        flag="--training.start-at",
-    )
-    idle_timeout: float = option(600.0, parse_duration, "a rank that has logged nothing for this long is dropped")
+    logs: tuple[str, ...] = globs_option("per-rank JSON-lines metric logs", flag="--training.logs")
+    start_at: str = start_at_option("log files", flag="--training.start-at")
+    idle_timeout: float = idle_timeout_option("a rank that has logged nothing for this long is dropped")
     node_name: str = option(
         "",
         parse_string,
@@ -120,39 +107,36 @@ class TrainingCollector(Collector[TrainingOptions]):
         # the simulated node and tests replace them through the seams (agent/seams.py).
         self._clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self._wall_clock = context.seams.get(WALL_CLOCK) or time.time
-        self._lock = threading.Lock()  # the watchdog thread and collect() both read files
-        self._follower: FileFollower | None = None
-        self._watcher: DirectoryWatcher | None = None
+        # The logs' lock, follower, watch and close; their lines come to _ingest, under the lock,
+        # and the closes of their writers to _on_file_closed.
+        self._logs = FollowedLogs(
+            self.paths.rootfs,
+            start_at=self.options.start_at,
+            on_lines=self._ingest,
+            on_closed=self._on_file_closed,
+            what="log",
+            log=self.log,
+        )
         self._ranks: dict[tuple[str, str, str], RankState] = {}
         self._invalid = SkippedLines(INVALID_REASONS)
         # Files first read from their end: the step already under way there (the step of
         # the line before the starting point), whose remaining records are not counted:
         # its beginning was never read.
         self._under_way: dict[FileId, str] = {}
-        self._watch_problems: list[str] = []
         self._writers_checked_at: float | None = None
         self._node = (self.options.node_name or os.uname().nodename).split(".")[0]
 
     def check(self) -> str:
         if not self.options.logs:
             raise NothingHere(self._nothing_configured())
-        follower = FileFollower(self.options.logs, self.paths.rootfs, start_at_end=True, log=self.log)
-        try:
-            for _line in follower.sweep():
-                pass  # files present now are followed from their end: nothing but context
+        with self._logs.probe(self.options.logs) as follower:
             return f"{follower.followed} log file(s) match {', '.join(self.options.logs)}"
-        finally:
-            follower.close()
 
     def collect(self) -> Iterator[Metric]:
         if not self.options.logs:
             raise NothingHere(self._nothing_configured())
-        with self._lock:
-            if self._follower is None:
-                self._follower = FileFollower(
-                    self.options.logs, self.paths.rootfs, start_at_end=self.options.start_at == "end", log=self.log
-                )
-            self._ingest(self._follower.sweep())
+        # Under the logs' lock, after the sweep gave _ingest the new lines; the watch is re-armed after.
+        with self._logs.swept(self.options.logs) as follower:
             now = self._clock()
             self._count_writers(now)
             for key, rank in list(self._ranks.items()):
@@ -162,24 +146,14 @@ class TrainingCollector(Collector[TrainingOptions]):
                     del self._ranks[key]  # nothing says it still runs: drop its series
                 elif rank.pending is not None and now - rank.last_record_at >= PENDING_STEP_FLUSH_SECONDS:
                     rank.finish_step()
-            directories = self._follower.directories()
-            families = self._families()
+            families = self._families(follower)
             self._invalid.log_new(
                 self.log, "log lines", f"{len(self._ranks)} ranks held (max_ranks {self.options.max_ranks})"
             )
-        # Outside our lock: watchdog's dispatcher holds its own lock while it calls
-        # _on_file_event, which takes ours.
-        self._watch(directories)
         return iter(families)
 
     def close(self) -> None:
-        with self._lock:
-            watcher, self._watcher = self._watcher, None
-            follower, self._follower = self._follower, None  # events from now on read nothing
-        if watcher is not None:
-            watcher.stop()  # not under our lock, see collect()
-        if follower is not None:
-            follower.close()
+        self._logs.close()
 
     def _count_writers(self, now: float) -> None:
         """Count the writers of the logs of ranks idle for WRITER_CHECK_AFTER (writers.py).  A
@@ -226,45 +200,22 @@ class TrainingCollector(Collector[TrainingOptions]):
 
     # --- reading ---
 
-    def _on_file_event(self, path: str) -> None:
-        """From the watchdog thread: read the file now (growth, rotation, truncation)."""
-        with self._lock:
-            if self._follower is None:
-                return
-            try:
-                self._ingest(self._follower.read_path(path))
-            except Exception as exc:  # never let one file kill the event thread; the sweep retries
-                self.log.debug("reading %s after an event failed: %s", path, exc)
-
     def _on_file_closed(self, path: str) -> None:
-        """From the watchdog thread: a process closed ``path`` after writing to it."""
+        """From the watchdog thread, under the logs' lock: a process closed ``path`` after
+        writing to it."""
         try:
             inode = os.stat(path).st_ino
         except OSError:
             return  # gone: its ranks end by the sweep, the writer count or idle_timeout
         log = (os.path.basename(path), inode)
-        with self._lock:
-            now = self._clock()
-            for rank in self._ranks.values():
-                if rank.log == log:
-                    rank.closed_at = now
-
-    def _watch(self, directories: set[str]) -> None:
-        """Point the watcher at ``directories``.  Called from the collector's own thread
-        only (collect, then close at the end), never with our lock held."""
-        try:
-            if self._watcher is None:
-                self._watcher = DirectoryWatcher(self._on_file_event, self._on_file_closed)
-            problems = self._watcher.watch(directories)
-        except OSError as exc:
-            problems = [str(exc)]
-        # e.g. the inotify watch limit: the sweep every round still reads everything.
-        if problems and problems != self._watch_problems:
-            self.log.warning("cannot watch log directories, reading them every round only: %s", "; ".join(problems))
-        self._watch_problems = problems
+        now = self._clock()
+        for rank in self._ranks.values():
+            if rank.log == log:
+                rank.closed_at = now
 
     def _ingest(self, lines: Iterable[Line]) -> None:
-        """Parse each line as the follower hands it over: nothing holds the round's lines."""
+        """Parse each line as the follower hands it over: nothing holds the round's lines.  Under
+        the logs' lock (a round's sweep, or a file event from the watchdog thread)."""
         now = self._clock()
         latest_believable_ts = self._wall_clock() + MAX_FUTURE_SECONDS
         for line in lines:
@@ -309,7 +260,7 @@ class TrainingCollector(Collector[TrainingOptions]):
 
     # --- output ---
 
-    def _families(self) -> list[Metric]:
+    def _families(self, follower: FileFollower) -> list[Metric]:
         families = Families(self.metrics)
         for key in sorted(self._ranks, key=lambda k: (k[0], int(k[1]), k[2])):
             rank = self._ranks[key]
@@ -329,10 +280,9 @@ class TrainingCollector(Collector[TrainingOptions]):
                 families[LAST_STEP].add_metric(labels, rank.last_step_ts)
             if rank.writers is not None:
                 families[LOG_WRITERS].add_metric(labels, rank.writers)
-        assert self._follower is not None
-        families[FILES].add_metric([], self._follower.followed)
-        families[SKIPPED_FILES].add_metric([], self._follower.skipped)
-        self._invalid["too_long"] = self._follower.lines_too_long
+        families[FILES].add_metric([], follower.followed)
+        families[SKIPPED_FILES].add_metric([], follower.skipped)
+        self._invalid["too_long"] = follower.lines_too_long
         for reason in INVALID_REASONS:
             families[INVALID].add_metric([reason], self._invalid[reason])
         return families.with_samples()
