@@ -39,6 +39,7 @@ from lockstep.report import text
 from lockstep.report.model import Report, from_json
 from lockstep.report.prometheus import Prometheus
 from lockstep.report.stragglers import NCCL_PER_OP_RECORDED
+from lockstep.suspects import NCCL_RANK_SUSPECT, RANK_SUSPECT
 from tests.support import LOCKSTEP, REPO, free_port, require_real
 from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
 from tests.support.reports import canonical, report_cli, report_goldens
@@ -87,7 +88,26 @@ class Run:
     # ... and once deleted (at the same moment), with nccl-straggler's report then (the counters').
     recorded_after_delete: dict[str, int] = field(default_factory=dict)
     counted_nccl: subprocess.CompletedProcess[str] | None = None
+    # The suspects the rules recorded for each straggler of each report, over the same span as
+    # the report reads (what the straggler alert's annotation names), by scenario and rank.
+    recorded_suspects: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     stored_text: subprocess.CompletedProcess[str] | None = None
+
+
+def suspects_recorded_for(url: str, report: Report) -> dict[str, set[str]]:
+    """For each straggler of the report, the suspects the rules recorded for its rank over its
+    span and the timeline's window before (asked here, apart from the report's own query)."""
+    out = {}
+    for s in report.stragglers:
+        record = NCCL_RANK_SUSPECT if s.kind == "nccl" else RANK_SUSPECT
+        comm = f', comm="{s.comm}"' if s.kind == "nccl" else ""
+        span = s.end - s.start + 4 * 1.5  # the report's window: 4 scrapes
+        expr = (
+            f'max by (suspect) (max_over_time({record}{{cluster="{report.job.cluster}", job_id="4242",'
+            f' rank="{s.rank}"{comm}}}[{int(span * 1000)}ms]))'
+        )
+        out[s.rank] = {x.labels["suspect"] for x in Prometheus(url).query(expr, s.end)}
+    return out
 
 
 def recorded_per_cluster(url: str, at: float) -> dict[str, int]:
@@ -183,6 +203,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                 continue
             result.reports[scenario] = from_json(got.stdout)
             result.texts[scenario] = text.render(result.reports[scenario])
+            result.recorded_suspects[scenario] = suspects_recorded_for(url, result.reports[scenario])
         # The collective straggler as a Prometheus without the shipped rules shows it: the
         # recorded time per collective deleted (the rules record again from now on, after `at`),
         # so the report reads the counters (lockstep/report/stragglers.py counted_per_op).
@@ -248,6 +269,7 @@ def test_each_report_fits_100_columns_and_names_the_job(run: Run, scenario: str)
 @dataclass(frozen=True)
 class Expected:
     stragglers: tuple[tuple[str, str, str, str], ...] = ()  # kind, rank, gpu, the first evidence's start
+    suspects: tuple[str, ...] = ()  # the first straggler's suspects (lockstep/suspects.py names)
     stopped_first: tuple[str, str] | None = None  # rank, GPU
     hang_alerts: tuple[str, ...] = ()
     checkpoint_stalls: int = 0
@@ -255,11 +277,19 @@ class Expected:
 
 EXPECTED = {
     "healthy": Expected(),
-    "straggler": Expected(stragglers=(("training", "3", "3", "GPU 3 throttled (hw_slowdown)"),)),
-    "straggler-thermal": Expected(stragglers=(("training", "3", "3", "GPU 3 throttled (sw_thermal_slowdown)"),)),
-    "straggler-data": Expected(stragglers=(("training", "3", "", "data loader: "),)),
-    "straggler-nfs": Expected(stragglers=(("training", "3", "", "mount /home hung"),)),
-    "straggler-pfc": Expected(stragglers=(("training", "3", "", "PFC pause on ens3f0np0 priority 3"),)),
+    "straggler": Expected(
+        stragglers=(("training", "3", "3", "GPU 3 throttled (hw_slowdown)"),), suspects=("gpu_throttle",)
+    ),
+    "straggler-thermal": Expected(
+        stragglers=(("training", "3", "3", "GPU 3 throttled (sw_thermal_slowdown)"),), suspects=("gpu_throttle",)
+    ),
+    "straggler-data": Expected(stragglers=(("training", "3", "", "data loader: "),), suspects=("data_wait",)),
+    "straggler-nfs": Expected(
+        stragglers=(("training", "3", "", "mount /home hung"),), suspects=("hung_mount", "data_wait")
+    ),
+    "straggler-pfc": Expected(
+        stragglers=(("training", "3", "", "PFC pause on ens3f0np0 priority 3"),), suspects=("pfc_pause",)
+    ),
     "nccl-straggler": Expected(stragglers=(("nccl", "5", "5", ""),)),
     "hang-steps": Expected(stopped_first=("", "6"), hang_alerts=("LockstepTrainingHung",)),
     "hang-nccl": Expected(stopped_first=("6", "6"), hang_alerts=("LockstepNCCLRankStuck",)),
@@ -278,6 +308,7 @@ def test_each_report_names_what_went_wrong(run: Run, scenario: str) -> None:
         for s, (_, _, _, e) in zip(report.stragglers, wanted.stragglers)
     )
     assert (stragglers, len(report.stragglers)) == (wanted.stragglers, len(wanted.stragglers))
+    assert tuple(report.stragglers[0].suspects if report.stragglers else ()) == wanted.suspects
     pm = report.post_mortem
     assert (None if pm is None else (pm.rank, pm.gpu)) == wanted.stopped_first
     assert [h.alert for h in report.hangs if h.alert in wanted.hang_alerts] == list(wanted.hang_alerts)
@@ -287,6 +318,20 @@ def test_each_report_names_what_went_wrong(run: Run, scenario: str) -> None:
             "Nothing to report: no straggler, stall, hang, throttling, idle GPU or alert during the job."
         ]
         assert report.alerts == []
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_each_stragglers_suspects_are_those_the_rules_recorded_for_its_rank(run: Run, scenario: str) -> None:
+    """The report never contradicts the alert: a straggler's suspects are exactly those the
+    shipped rules recorded for its rank over the time it straggled (RANK_SUSPECT,
+    NCCL_RANK_SUSPECT: what LockstepTrainingStragglerSustained's and LockstepNCCLStraggler's
+    annotations read), and each has a line of what its node showed.  Before the suspects were
+    shared (lockstep/suspects.py), the report judged a hung mount by two unresponsive scrapes
+    where the rule names it at one."""
+    report = run.reports[scenario]
+    assert {s.rank: set(s.suspects) for s in report.stragglers} == run.recorded_suspects[scenario]
+    for straggler in report.stragglers:
+        assert len(straggler.evidence) >= len(straggler.suspects), straggler
 
 
 def test_the_hung_jobs_report_says_no_step_completed_from_its_last_step_on(run: Run) -> None:
