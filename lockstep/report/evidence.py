@@ -2,9 +2,11 @@
 rules' suspects (lockstep/suspects.py), so that the report never contradicts the alert.
 
 Which suspects: where Prometheus records the shipped rules (the rank suspects' slow-rank source
-exists for the job), those the rules recorded for the straggler's rank while it straggled,
-RANK_SUSPECT (training) or NCCL_RANK_SUSPECT (NCCL): exactly what the straggler alert names.
-Where it records no rule, the report judges the same clauses itself, by the same thresholds.
+exists for the job), those the rules recorded while the rank straggled: its node's
+(NODE_SUSPECT), a throttled GPU of its job there (GPU_THROTTLE) and its rank's (RANK_SUSPECT,
+NCCL_RANK_SUSPECT), so every suspect a straggler alert names is named; the rank's data wait,
+which the rules record only for ranks slow over 30 minutes, is also judged here by the same
+definition.  Where Prometheus records no rule, the report judges the same clauses itself.
 
 What they showed: each suspect's clauses evaluated on the straggler's node over the time it
 straggled (and one timeline window before), a line per series that holds ("PFC pause on
@@ -17,12 +19,15 @@ from __future__ import annotations
 import statistics
 
 from lockstep.report.model import Straggler
+from lockstep.report.prometheus import Sample
 from lockstep.report.scope import Scope, agent_of_host, duration, quote
 from lockstep.suspects import (
     DATA_WAIT_SHARE,
+    GPU_THROTTLE,
     GPU_THROTTLE_CLAUSE,
     NCCL_RANK_SUSPECT,
     NCCL_SLOW_RANK_SOURCE,
+    NODE_SUSPECT,
     NODE_SUSPECTS,
     RANK_SUSPECT,
     RANK_SUSPECT_NAMES,
@@ -38,10 +43,18 @@ def evidence(scope: Scope, straggler: Straggler) -> None:
     # The rank's host may be another agent's node (its logs read elsewhere): that agent's series.
     instance = agent_of_host(scope, straggler.host) or straggler.node
     length = max(straggler.end - straggler.start, 0) + scope.window
-    seen = seen_on_node(scope, straggler, instance, duration(length)) if instance else {}
-    recorded = recorded_suspects(scope, straggler, duration(length))
-    names = set(seen) if recorded is None else recorded
+    w = duration(length)
+    seen, throttled_gpu = seen_on_node(scope, straggler, instance, w) if instance else ({}, "")
+    recorded = recorded_suspects(scope, straggler, instance, w)
+    if recorded is None:
+        names = set(seen)
+    else:
+        # The data wait is the rank's own (the rules record it only for ranks slow over 30
+        # minutes): judged here by the same definition wherever the rules did not record it.
+        names = recorded | ({"data_wait"} & set(seen))
     straggler.suspects = [name for name in RANK_SUSPECT_NAMES if name in names]
+    if "gpu_throttle" in straggler.suspects and not straggler.gpu and straggler.kind == "training":
+        straggler.gpu = throttled_gpu  # (which GPU runs which rank is not known: the throttled one)
     straggler.evidence = [
         line
         for name in straggler.suspects
@@ -49,9 +62,11 @@ def evidence(scope: Scope, straggler: Straggler) -> None:
     ]
 
 
-def recorded_suspects(scope: Scope, straggler: Straggler, w: str) -> set[str] | None:
-    """The suspects the rules recorded for the straggler's rank over ``w`` before its end; None
-    where Prometheus records no straggler rule for the job."""
+def recorded_suspects(scope: Scope, straggler: Straggler, instance: str, w: str) -> set[str] | None:
+    """The suspects the rules recorded over ``w`` before the straggler's end: its node's
+    (NODE_SUSPECT), a throttled GPU of its job there (GPU_THROTTLE), and those recorded for its
+    rank (RANK_SUSPECT, NCCL_RANK_SUSPECT: what the straggler alerts name, a subset of the
+    first two but for the data wait); None where Prometheus records no straggler rule for the job."""
     if straggler.kind == "nccl":
         source, record, extra = NCCL_SLOW_RANK_SOURCE, NCCL_RANK_SUSPECT, {"comm": straggler.comm}
     else:
@@ -61,13 +76,26 @@ def recorded_suspects(scope: Scope, straggler: Straggler, w: str) -> set[str] | 
     if not scope.recorded[source]:
         return None
     rank = scope.job(record, f"rank={quote(straggler.rank)}", **extra)
-    found = scope.prom.query(f"max by (suspect) (max_over_time({rank}[{w}]))", straggler.end)
-    return {s.labels.get("suspect", "") for s in found}
+    names = {s.labels.get("suspect", "") for s in ask_max(scope, rank, w, straggler.end)}
+    if instance:
+        node = f"{{instance={quote(instance)}" + (f", cluster={quote(scope.cluster)}}}" if scope.cluster else "}")
+        names |= {s.labels.get("suspect", "") for s in ask_max(scope, NODE_SUSPECT + node, w, straggler.end)}
+        job_gpus = f"lockstep_slurm_job_gpu_info{node[:-1]}, job_id={quote(scope.job_id)}}}"
+        throttled = f"max by (uuid) (max_over_time({GPU_THROTTLE}{node}[{w}])) and on (uuid) {job_gpus}"
+        if scope.prom.query(throttled, straggler.end):
+            names.add("gpu_throttle")
+    return names
 
 
-def seen_on_node(scope: Scope, straggler: Straggler, instance: str, w: str) -> dict[str, list[str]]:
+def ask_max(scope: Scope, selector: str, w: str, at: float) -> list[Sample]:
+    """Each suspect recorded in the selector's series at any time of the window."""
+    return scope.prom.query(f"max by (suspect) (max_over_time({selector}[{w}]))", at)
+
+
+def seen_on_node(scope: Scope, straggler: Straggler, instance: str, w: str) -> tuple[dict[str, list[str]], str]:
     """Each suspect the node showed over ``w`` before the straggler's end, by the suspects'
-    clauses and thresholds: a line per series that holds."""
+    clauses and thresholds: a line per series that holds; and the first throttled GPU of the job
+    there ("" for none)."""
     node = f"instance={quote(instance)}" + (f", cluster={quote(scope.cluster)}" if scope.cluster is not None else "")
     seen: dict[str, list[str]] = {}
     for suspect in NODE_SUSPECTS:
@@ -76,12 +104,12 @@ def seen_on_node(scope: Scope, straggler: Straggler, instance: str, w: str) -> d
             seen[suspect.name] = lines
     throttled = gpu_throttle(scope, straggler, instance, node, w)
     if throttled:
-        seen["gpu_throttle"] = throttled
+        seen["gpu_throttle"] = [line for _, line in throttled]
     if straggler.kind == "training":
         data_wait = data_wait_evidence(scope, straggler, w)
         if data_wait:
             seen["data_wait"] = data_wait
-    return seen
+    return seen, throttled[0][0] if throttled else ""
 
 
 def holding(scope: Scope, clause: Clause, node: str, w: str, at: float) -> list[str]:
@@ -95,9 +123,9 @@ def holding(scope: Scope, clause: Clause, node: str, w: str, at: float) -> list[
     return lines
 
 
-def gpu_throttle(scope: Scope, straggler: Straggler, instance: str, node: str, w: str) -> list[str]:
+def gpu_throttle(scope: Scope, straggler: Straggler, instance: str, node: str, w: str) -> list[tuple[str, str]]:
     """The GPUs of the job on the node throttled by a slowdown reason (the rules' suspect: which
-    GPU runs which rank is not known); the first is taken as a training straggler's GPU."""
+    GPU runs which rank is not known), each with its line."""
     job_gpus = {
         labels.get("uuid", ""): labels.get("gpu", "")
         for labels in scope.series_of("lockstep_slurm_job_gpu_info")
@@ -107,9 +135,7 @@ def gpu_throttle(scope: Scope, straggler: Straggler, instance: str, node: str, w
     for s in scope.prom.query(render(GPU_THROTTLE_CLAUSE.expr, node, w), straggler.end):
         gpu = job_gpus.get(s.labels.get("uuid", ""))
         if gpu is not None and GPU_THROTTLE_CLAUSE.holds(s.value):
-            lines.append(GPU_THROTTLE_CLAUSE.say({**s.labels, "gpu": gpu}, s.value))
-            if not straggler.gpu and straggler.kind == "training":
-                straggler.gpu = gpu
+            lines.append((gpu, GPU_THROTTLE_CLAUSE.say({**s.labels, "gpu": gpu}, s.value)))
     return lines
 
 

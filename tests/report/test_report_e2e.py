@@ -39,7 +39,7 @@ from lockstep.report import text
 from lockstep.report.model import Report, from_json
 from lockstep.report.prometheus import Prometheus
 from lockstep.report.stragglers import NCCL_PER_OP_RECORDED
-from lockstep.suspects import NCCL_RANK_SUSPECT, RANK_SUSPECT
+from lockstep.suspects import GPU_THROTTLE, NCCL_RANK_SUSPECT, NODE_SUSPECT, RANK_SUSPECT
 from tests.support import LOCKSTEP, REPO, free_port, require_real
 from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
 from tests.support.reports import canonical, report_cli, report_goldens
@@ -95,18 +95,25 @@ class Run:
 
 
 def suspects_recorded_for(url: str, report: Report) -> dict[str, set[str]]:
-    """For each straggler of the report, the suspects the rules recorded for its rank over its
-    span and the timeline's window before (asked here, apart from the report's own query)."""
+    """For each straggler of the report, the suspects the rules recorded over its span and the
+    timeline's window before (asked here, apart from the report's own queries): its rank's (what
+    the straggler alerts name), its node's, and a throttled GPU of its job there."""
+    prom = Prometheus(url)
     out = {}
     for s in report.stragglers:
         record = NCCL_RANK_SUSPECT if s.kind == "nccl" else RANK_SUSPECT
         comm = f', comm="{s.comm}"' if s.kind == "nccl" else ""
-        span = s.end - s.start + 4 * 1.5  # the report's window: 4 scrapes
-        expr = (
-            f'max by (suspect) (max_over_time({record}{{cluster="{report.job.cluster}", job_id="4242",'
-            f' rank="{s.rank}"{comm}}}[{int(span * 1000)}ms]))'
-        )
-        out[s.rank] = {x.labels["suspect"] for x in Prometheus(url).query(expr, s.end)}
+        window = f"[{int((s.end - s.start + 4 * 1.5) * 1000)}ms]"  # the report's window: 4 scrapes
+        node = f'{{cluster="{report.job.cluster}", instance="{s.node}"}}'
+        rank = f'{{cluster="{report.job.cluster}", job_id="4242", rank="{s.rank}"{comm}}}'
+        names = set()
+        for selector in (record + rank, NODE_SUSPECT + node):
+            found = prom.query(f"max by (suspect) (max_over_time({selector}{window}))", s.end)
+            names |= {x.labels["suspect"] for x in found}
+        gpus = f'lockstep_slurm_job_gpu_info{{cluster="{report.job.cluster}", job_id="4242"}}'
+        if prom.query(f"max by (uuid) (max_over_time({GPU_THROTTLE}{node}{window})) and on (uuid) {gpus}", s.end):
+            names.add("gpu_throttle")
+        out[s.rank] = names
     return out
 
 
@@ -323,13 +330,19 @@ def test_each_report_names_what_went_wrong(run: Run, scenario: str) -> None:
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_each_stragglers_suspects_are_those_the_rules_recorded_for_its_rank(run: Run, scenario: str) -> None:
     """The report never contradicts the alert: a straggler's suspects are exactly those the
-    shipped rules recorded for its rank over the time it straggled (RANK_SUSPECT,
-    NCCL_RANK_SUSPECT: what LockstepTrainingStragglerSustained's and LockstepNCCLStraggler's
-    annotations read), and each has a line of what its node showed.  Before the suspects were
-    shared (lockstep/suspects.py), the report judged a hung mount by two unresponsive scrapes
-    where the rule names it at one."""
+    shipped rules recorded while it straggled: its rank's (RANK_SUSPECT, NCCL_RANK_SUSPECT: what
+    LockstepTrainingStragglerSustained's and LockstepNCCLStraggler's annotations read), its
+    node's and a throttled GPU of its job there; the data wait, which the rules record only for
+    a rank slow over 30 minutes, the report may judge itself.  Each suspect has a line of what
+    its node showed.  Before the suspects were shared (lockstep/suspects.py), the report judged
+    a hung mount by two unresponsive scrapes where the rule names it at one."""
     report = run.reports[scenario]
-    assert {s.rank: set(s.suspects) for s in report.stragglers} == run.recorded_suspects[scenario]
+    recorded = run.recorded_suspects[scenario]
+    named = {s.rank: set(s.suspects) for s in report.stragglers}
+    assert {rank: names - {"data_wait"} for rank, names in named.items()} == {
+        rank: names - {"data_wait"} for rank, names in recorded.items()
+    }
+    assert all(recorded[rank] <= names for rank, names in named.items()), (named, recorded)
     for straggler in report.stragglers:
         assert len(straggler.evidence) >= len(straggler.suspects), straggler
 
