@@ -150,8 +150,9 @@ NODE_SUSPECTS: tuple[NodeSuspect, ...] = (
             # Unresponsive at one scrape of the window is enough: a statfs that did not answer
             # within its deadline stalls whatever reads that mount.
             Clause("min_over_time(lockstep_filesystem_responsive{SEL}[WIN])", "==", 0, "mount {mountpoint} hung"),
-            Clause(
-                "increase(lockstep_nfs_major_timeouts_total{SEL}[WIN])",
+            Clause(  # a mount's operations together (the counter is a series an RPC operation)
+                f"sum by ({', '.join(T.TARGET_LABELS)}, mountpoint) "
+                "(increase(lockstep_nfs_major_timeouts_total{SEL}[WIN]))",
                 ">",
                 0,
                 "NFS {mountpoint}: {value:.0f} major timeouts",
