@@ -94,6 +94,8 @@ def query_status(
         document = json.loads(body)
     except ValueError as exc:
         raise RasError(f"the status is not JSON ({len(body)} bytes): {exc}") from exc
+    except RecursionError as exc:  # arrays or objects nested deeper than the parser goes
+        raise RasError(f"the status is nested too deep to parse ({len(body)} bytes)") from exc
     if not isinstance(document, dict):
         raise RasError("the status is not a JSON object")
     return document

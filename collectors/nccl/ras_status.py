@@ -118,7 +118,19 @@ class Status:
 
 
 def parse_status(document: dict[str, Any]) -> Status:
-    """The status, or RasError naming the first field that is missing or of the wrong type."""
+    """The status, or RasError naming the first field that is missing or of the wrong type.
+
+    Whatever the document, the only exception is RasError: a parser failure is a failed query
+    (counted), never a failed collector (issue 46)."""
+    try:
+        return _status(document)
+    except RasError:
+        raise
+    except (RecursionError, ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+        raise RasError(f"status: cannot be read ({type(exc).__name__}: {exc})") from exc
+
+
+def _status(document: dict[str, Any]) -> Status:
     communicators = _list(document, "communicators", "")
     ras = document.get("ras")
     if not isinstance(ras, dict):
