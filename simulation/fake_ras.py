@@ -172,7 +172,9 @@ class FakeRas:
     ``job`` is called for each status report (so it can follow a simulated clock); None means
     no NCCL process runs: a connection is refused.
     ``answer_delay`` holds every status report back that long (a large or troubled job);
-    ``json_supported=False`` is an NCCL before 2.28.7.  ``commands`` records every line received.
+    ``json_supported=False`` is an NCCL before 2.28.7.  ``answer``, when given, is the status
+    report's text instead of the job's (a hostile listener's, for the tests).  ``commands``
+    records every line received.
     """
 
     def __init__(
@@ -181,8 +183,10 @@ class FakeRas:
         *,
         json_supported: bool = True,
         answer_delay: float = 0.0,
+        answer: Callable[[], str] | None = None,
     ) -> None:
         self.job = job
+        self.answer = answer
         self.json_supported = json_supported
         self.answer_delay = answer_delay
         self.commands: list[str] = []
@@ -227,6 +231,8 @@ class FakeRas:
                         if job is None:
                             return  # the job ended meanwhile: the connection closes unanswered
                         report = render_json(job) if json_format else render_text(job)
+                        if self.answer is not None:
+                            report = self.answer()
                         try:
                             sock.sendall(report.encode())
                         except OSError:

@@ -31,11 +31,17 @@ counts stop; hang-killed's communicators are gone from KILLED_AT), ``hang-save``
 rank 0, is behind while the others wait in the save's collective), ``hang-eval`` (no collective,
 every rank equal) and ``hang-end`` (nothing listens from HANG_AT).  In the hang scenarios,
 this node's agent reads its ranks' dumps and RAS as in the others.
+
+While RAS answers, the job's process (pid 2200, alice's uid 1001) holds the socket listening
+on 127.0.0.1:28028 in the simulated procfs (``net/tcp``, its ``fd`` and ``status``), as the
+first NCCL process of a node does: the collector trusts an answer only from the process it
+names (collectors/nccl/ras_listener.py).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,6 +105,11 @@ DUMP_GLOB = "/scratch/runs/*__task=0/nccl-inspector-*/*.log"
 STRAGGLER_RANK, STRAGGLER_FACTOR = 5, 1.3
 JITTER = 0.04
 HANG_RANK, HANG_AT = 13, -120.0  # rank 13's process dies at this time
+# pid 2200's socket listening on the RAS port: its descriptor, inode, and its user's uid (alice,
+# UserId=alice(1001) in simulation/slurm.py's scontrol).
+RAS_FD, RAS_SOCKET_INODE, JOB_UID = 9, 280280, 1001
+RAS_PORT = 28028
+TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 DEAD_AFTER = 60.0  # RAS declares a process dead after 60 s without keep-alives
 FINISHED_AT = -120.0
 
@@ -110,6 +121,7 @@ def build(node: SimulatedNode, t: float) -> None:
     if node.seams.get(RAS_CONNECT) is None:  # one for the node's life, like every seam; it reads the node's time
         ras = FakeRas(lambda: ras_job(node.scenario, node.t))
         node.seams.replace(RAS_CONNECT.replaced_by(ras.connect))
+    _ras_listener(node, t)
     if node.scenario not in WITH_TELEMETRY:
         return  # the job runs without NCCL's telemetry: no dumps to read, no RAS port answering
     node.options["nccl_inspector"] = {"dumps": [DUMP_GLOB], "start_at": "beginning", "node_name": HOSTS[0]}
@@ -117,6 +129,33 @@ def build(node: SimulatedNode, t: float) -> None:
     steps = _steps(node.scenario, t)
     for task, host in enumerate(HOSTS):
         _dump(node, dump_path(node, task, host), node.scenario, task, steps)
+
+
+def _ras_listener(node: SimulatedNode, t: float) -> None:
+    """pid 2200 holds 127.0.0.1:28028 while RAS answers; nothing listens otherwise."""
+    if node.scenario not in WITH_TELEMETRY:
+        return
+    proc = node.paths.procfs
+    fd = proc / str(PID) / "fd" / str(RAS_FD)
+    listening = ras_job(node.scenario, t) is not None
+    lines = TCP_HEADER
+    if listening:
+        lines += (
+            f"   0: 0100007F:{RAS_PORT:04X} 00000000:0000 0A 00000000:00000000 00:00000000 00000000 "
+            f"{JOB_UID:>5}        0 {RAS_SOCKET_INODE} 1 0000000000000000 100 0 0 10 0\n"
+        )
+        if not fd.is_symlink():
+            fd.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(f"socket:[{RAS_SOCKET_INODE}]", fd)
+        node.write(
+            proc / str(PID) / "status",
+            f"Name:\tpython\nTgid:\t{PID}\nPid:\t{PID}\nPPid:\t2101\nNSpid:\t{PID}\n"
+            f"Uid:\t{JOB_UID}\t{JOB_UID}\t{JOB_UID}\t{JOB_UID}\nGid:\t{JOB_UID}\t{JOB_UID}\t{JOB_UID}\t{JOB_UID}\n",
+        )
+    else:
+        fd.unlink(missing_ok=True)
+    node.write(proc / "net" / "tcp", lines)
+    node.write(proc / "net" / "tcp6", TCP_HEADER)
 
 
 def _steps(scenario: str, t: float) -> list[tuple[float, float]]:

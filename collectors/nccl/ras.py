@@ -15,9 +15,16 @@ Who asks (``role``):
   query per round plus N per ``recheck``.
 - ``every-node``: every node asks every round.  Cost: N job-wide queries per round; for small
   jobs, or to see every node's own ranks' counts all the time.
-On every query the node's own ranks (those on its addresses) get their counts and status.
+On every query the node's own ranks (those on its addresses) get their counts and status, at
+most ``max_node_ranks`` of them (the rest counted).
 
 A node whose port refuses the connection runs no NCCL process: nothing here, quietly.
+
+Hostile answers (issue 46): an answer is trusted only when the socket listening on the port is
+held by a process the answer names as this node's rank (ras_listener.py), and the series carry
+that process's job; else it is refused and counted (``result="untrusted"``).  Every answer that
+cannot be parsed, however (not JSON, nested past the parser's depth, fields of the wrong type),
+is a failed query, counted, never a failed collector.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from lockstep.collectors.nccl.ras_client import (
     connect_tcp,
     query_status,
 )
+from lockstep.collectors.nccl.ras_listener import Untrusted, trusted_listener
 from lockstep.collectors.nccl.ras_metrics import (
     ADDRESS_INFO,
     COLLECTION_SECONDS,
@@ -65,11 +73,12 @@ from lockstep.collectors.nccl.ras_metrics import (
     OWN_RANK,
     QUERIES,
     RANK_BEHIND,
+    SKIPPED_RANKS,
 )
-from lockstep.collectors.nccl.ras_status import COLLECTIVES, Communicator, Status, parse_status
-from lockstep.collectors.toolkit.procs import slurm_job
+from lockstep.collectors.nccl.ras_status import COLLECTIVES, Communicator, Rank, Status, parse_status
+from lockstep.collectors.toolkit.procs import listeners_on_port, slurm_job
 
-QUERY_RESULTS = ("ok", "failed", "text_only")
+QUERY_RESULTS = ("ok", "failed", "text_only", "untrusted")
 
 
 def parse_address(value: object) -> tuple[str, int]:
@@ -112,6 +121,12 @@ class RasOptions:
         64, parse_positive_int, "most ranks behind, and most missing ranks, listed per communicator"
     )
     max_communicators: int = option(256, parse_positive_int, "most communicators exported")
+    max_node_ranks: int = option(
+        1024,
+        parse_positive_int,
+        "most of this node's ranks exported (a rank per communicator it is in, 6 series each); "
+        "the rest are counted in lockstep_nccl_ras_skipped_ranks_total",
+    )
     node_addresses: tuple[str, ...] = option(
         (),
         parse_string_list,
@@ -137,6 +152,7 @@ class RasCollector(Collector[RasOptions]):
         MISSING_RANK,
         OWN_COLLECTIVES,
         OWN_RANK,
+        SKIPPED_RANKS,
     )
     options_class = RasOptions
 
@@ -150,10 +166,13 @@ class RasCollector(Collector[RasOptions]):
         self._leader = False
         self._last_query: float | None = None
         self._own_addresses: set[str] = set()  # this node's addresses seen in the last answer
+        self._listener: int | None = None  # the pid trusted last (looked at first next time)
+        self._skipped_ranks = 0  # this node's ranks past max_node_ranks, over every answer
+        self._last_skipped = 0  # in the last answer (logged when it changes)
         self._problem = ""
 
     def check(self) -> str:
-        status = self._query()
+        status, _ = self._query()
         return (
             f"NCCL {status.nccl_version} RAS at {self._where()}: {len(status.communicators)} communicator(s), "
             f"answered in {status.collection_seconds:.3f} s"
@@ -171,7 +190,7 @@ class RasCollector(Collector[RasOptions]):
         if due:
             self._last_query = now
             try:
-                status = self._query()
+                status, listener = self._query()
             except NothingHere:
                 self._leader = False
                 self._own_addresses = set()
@@ -179,15 +198,19 @@ class RasCollector(Collector[RasOptions]):
             except TextOnly as exc:
                 self._queries["text_only"] += 1
                 self._log_once(str(exc))
+            except Untrusted as exc:
+                self._queries["untrusted"] += 1
+                self._log_once(f"RAS answer from {self._where()} refused: {exc}")
             except RasError as exc:
                 self._queries["failed"] += 1
                 self._log_once(f"RAS query to {self._where()} failed: {exc}")
             else:
                 self._queries["ok"] += 1
                 self._problem = ""
-                self._export(status, families)
+                self._export(status, listener, families)
         for result in QUERY_RESULTS:
             families[QUERIES].add_metric([result], self._queries[result])
+        families[SKIPPED_RANKS].add_metric([], self._skipped_ranks)
         families[LEADER].add_metric([], 1 if self._leader else 0)
         for address in sorted(self._own_addresses):
             families[ADDRESS_INFO].add_metric([address], 1)
@@ -199,15 +222,24 @@ class RasCollector(Collector[RasOptions]):
         host, port = self.options.address
         return f"{host}:{port}"
 
-    def _query(self) -> Status:
+    def _query(self) -> tuple[Status, int]:
+        """The answer and the pid it is trusted to come from (whose job it is), or NothingHere,
+        RasError (failed, text only) or Untrusted (refused)."""
         host, port = self.options.address
+        procfs = self.paths.procfs
+        before = listeners_on_port(procfs, port)
         try:
             document = query_status(
                 self._connect, host, port, timeout=self.options.timeout, max_bytes=self.options.max_reply_bytes
             )
         except NoRasService as exc:
             raise NothingHere(f"no NCCL RAS service at {self._where()} ({exc}): no NCCL job on this node") from exc
-        return parse_status(document)
+        status = parse_status(document)
+        local = self._local_addresses()
+        named = {rank.pid for _, rank in _node_ranks(status.communicators, local)}
+        after = listeners_on_port(procfs, port)
+        self._listener = trusted_listener(procfs, port, before, after, named, self._listener)
+        return status, self._listener
 
     def _log_once(self, problem: str) -> None:
         if problem != self._problem:
@@ -221,17 +253,28 @@ class RasCollector(Collector[RasOptions]):
 
     # --- the answer ---
 
-    def _export(self, status: Status, families: Families) -> None:
+    def _export(self, status: Status, listener: int, families: Families) -> None:
         local = self._local_addresses()
         communicators = status.communicators[: self.options.max_communicators]
-        own = [(comm, rank) for comm in communicators for rank in comm.ranks if rank.host in local]
+        own = _node_ranks(communicators, local)
         # Loopback is every node's: it joins no rank to a node.
         self._own_addresses = {rank.host for _, rank in own if not _loopback(rank.host)}
-        job_id = next((job for _, rank in own if (job := slurm_job(self.paths.procfs, rank.pid))), "unknown")
+        # The job of the process holding the RAS port, which the answer names (ras_listener.py):
+        # never that of a pid the answer merely names.
+        job_id = slurm_job(self.paths.procfs, listener) or "unknown"
         self._leader = _leads(communicators, local)
         families[INFO].add_metric([status.nccl_version], 1)
         families[COLLECTION_SECONDS].add_metric([], status.collection_seconds)
-        for comm, rank in sorted(own, key=lambda cr: (cr[0].comm, cr[1].rank)):
+        kept = sorted(own, key=lambda cr: (cr[0].comm, cr[1].rank))[: self.options.max_node_ranks]
+        skipped = len(own) - len(kept)
+        self._skipped_ranks += skipped
+        if skipped != self._last_skipped and skipped:
+            self.log.warning(
+                f"{len(own)} ranks of this node in the RAS answer, more than max_node_ranks "
+                f"({self.options.max_node_ranks}): {skipped} not exported"
+            )
+        self._last_skipped = skipped
+        for comm, rank in kept:
             labels = [job_id, comm.comm, str(rank.rank)]
             families[OWN_RANK].add_metric([*labels, str(rank.nvml_dev), rank.status], 1)
             for collective in COLLECTIVES:
@@ -284,6 +327,11 @@ def local_addresses(procfs: Path) -> set[str]:
     except OSError:
         pass
     return found
+
+
+def _node_ranks(communicators: tuple[Communicator, ...], local: set[str]) -> list[tuple[Communicator, Rank]]:
+    """The ranks on this node's addresses, with their communicator."""
+    return [(comm, rank) for comm in communicators for rank in comm.ranks if rank.host in local]
 
 
 def _loopback(address: str) -> bool:

@@ -12,8 +12,15 @@ QUERIES = MetricSpec(
     "lockstep_nccl_ras_queries_total",
     "counter",
     "Status queries sent to NCCL's RAS service, by result: ok, failed (refused, timed out, too large, not the "
-    "expected JSON), text_only (NCCL before 2.28.7 answers no JSON).",
+    "expected JSON), text_only (NCCL before 2.28.7 answers no JSON), untrusted (the answer was refused: the "
+    "socket listening on the RAS port is not held by a process the answer names as this node's rank).",
     ("result",),
+)
+SKIPPED_RANKS = MetricSpec(
+    "lockstep_nccl_ras_skipped_ranks_total",
+    "counter",
+    "This node's ranks (a rank per communicator) in RAS answers that were not exported, past max_node_ranks: "
+    "each answer adds those it had past the cap.",
 )
 LEADER = MetricSpec(
     "lockstep_nccl_ras_leader",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -126,23 +126,80 @@ def listening_sockets(
 
 def _listening_table(procfs: Path, pid: int) -> dict[int, ListeningSocket]:
     """Every listening TCP socket of the process's network namespace, by inode."""
-    found = {}
+    return {
+        inode: ListeningSocket(_address(address), port, inode)
+        for address, port, inode, _ in _listening_lines(procfs / str(pid) / "net")
+    }
+
+
+def listeners_on_port(procfs: Path, port: int) -> dict[int, int]:
+    """The TCP sockets listening on ``port``, whatever their address, in the reader's own
+    network namespace (``<procfs>/net/tcp{,6}``: /proc/net is /proc/self/net): inode -> the
+    uid of the socket's creator (the kernel's ``uid`` column, which its process cannot change)."""
+    return {inode: uid for _, found, inode, uid in _listening_lines(procfs / "net") if found == port}
+
+
+def _listening_lines(net: Path) -> Iterator[tuple[str, int, int, int]]:
+    """(hex address, port, inode, uid) of each listening socket in <net>/tcp and tcp6."""
     for table, width in (("tcp", 8), ("tcp6", 32)):
         try:
-            text = read_text(procfs / str(pid) / "net" / table)
+            text = read_text(net / table)
         except OSError:
             continue
         for line in text.splitlines()[1:]:
             fields = line.split()
-            if len(fields) < 10 or fields[3] != _LISTEN or not (fields[9].isascii() and fields[9].isdigit()):
+            if len(fields) < 10 or fields[3] != _LISTEN or not all(_decimal(fields[i]) for i in (7, 9)):
                 continue
-            inode = int(fields[9])
             address, _, port = fields[1].partition(":")
             # Hex as the kernel writes it, or the line is skipped: one bad line costs its socket only.
             if len(address) != width or not _HEX.fullmatch(address) or len(port) != 4 or not _HEX.fullmatch(port):
                 continue
-            found[inode] = ListeningSocket(_address(address), int(port, 16), inode)
-    return found
+            yield address, int(port, 16), int(fields[9]), int(fields[7])
+
+
+def _decimal(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 20  # str.isdigit alone: "²" too
+
+
+def socket_holder(procfs: Path, inode: int, pids: Iterable[int]) -> tuple[int | None, bool]:
+    """The first of ``pids`` that holds the socket ``inode`` among its descriptors, and whether
+    some of them could not be looked at (another user's process, for an agent that is not root)."""
+    unreadable = False
+    for pid in pids:
+        try:
+            if inode in socket_inodes(procfs, pid):
+                return pid, unreadable
+        except PermissionError:
+            unreadable = True
+    return None, unreadable
+
+
+def process_ids(procfs: Path) -> list[int]:
+    """The pids in procfs, ascending (no file read)."""
+    try:
+        return sorted(int(name) for name in os.listdir(procfs) if name.isascii() and name.isdigit())
+    except OSError:
+        return []
+
+
+def process_owner(procfs: Path, pid: int) -> tuple[int | None, tuple[int, ...]]:
+    """The process's effective uid and its pid in each of its pid namespaces, outermost first
+    (NSpid: ``(93445, 17)`` for pid 17 of a container), from /proc/PID/status, which anyone may
+    read: (None, ()) when it is gone or unreadable."""
+    try:
+        text = read_text(procfs / str(pid) / "status")
+    except OSError:
+        return None, ()
+    uid: int | None = None
+    pids: tuple[int, ...] = (pid,)
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        fields = value.split()
+        if key == "Uid" and len(fields) >= 2 and _decimal(fields[1]):
+            uid = int(fields[1])
+        elif key == "NSpid" and fields and all(_decimal(f) for f in fields):
+            pids = tuple(int(f) for f in fields)
+    return uid, pids
 
 
 def _address(hex_address: str) -> str:

@@ -19,6 +19,7 @@ from lockstep.collectors.nccl.ras_client import RAS_CONNECT
 from lockstep.collectors.nccl.ras_status import comm_id
 from lockstep.simulation.fake_ras import FakeCommunicator, FakeJob, FakeRank, FakeRas
 from tests.support import FIXTURES, collected
+from tests.support.procfs import LISTENER_INODE, USER, listeners, process, tcp_listen
 
 # The communicator of the Inspector fixture: header.id "0x7f8c496ae9f661" (NVIDIA's README
 # example), whose whole hash RAS prints as "0x7f8c496ae9f66142".
@@ -29,7 +30,8 @@ def test_ras_and_inspector_series_of_one_communicator_share_their_comm_label(tmp
     rootfs = tmp_path / "rootfs"
     shutil.copytree(FIXTURES / "nccl" / "inspector", rootfs / "dumps")
     paths = Paths(sysfs=tmp_path / "sys", procfs=tmp_path / "proc", rootfs=rootfs)
-    (tmp_path / "proc").mkdir()
+    process(tmp_path / "proc", 2200, sockets=(LISTENER_INODE,))  # rank 3's process, holding the RAS port
+    listeners(tmp_path / "proc", tcp_listen("0100007F", 28028, USER, LISTENER_INODE))
     inspector = InspectorCollector(
         CollectorContext(
             paths,

@@ -29,6 +29,7 @@ from lockstep.simulation.fake_ras import (
     render_json,
 )
 from tests.support import FIXTURES, collected
+from tests.support.procfs import LISTENER_INODE, OTHER_USER, USER, listeners, process, tcp_listen
 
 FIXTURE = FIXTURES / "nccl" / "ras" / "status-2.30.7.json"
 # The `comm` label: RAS's hash ("0x5f4a2b1c9d8e7f60") cut to the Inspector plugin's 14 hex digits.
@@ -67,22 +68,27 @@ def fixture_job() -> FakeJob:
     )
 
 
-def procfs(tmp_path: Path) -> Paths:
+def procfs(tmp_path: Path, listener: int = 2200) -> Paths:
+    """Job 4242's ranks 0 and 1 (pids 2200 and 2201, user 1000) on this node; 2200 listens on
+    127.0.0.1:28028, as the first NCCL process of a node does.  ``listener=3300``: node002's
+    (10.0.0.2) view, where rank 2's process 3300 listens."""
     proc = tmp_path / "proc"
-    for pid in (2200, 2201):
-        (proc / str(pid)).mkdir(parents=True)
-        (proc / str(pid) / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n")
+    for pid in (2200, 2201, 3300):
+        process(proc, pid, sockets=(LISTENER_INODE,) if pid == listener else ())
+    listeners(proc, tcp_listen("0100007F", 28028, USER, LISTENER_INODE))
     return Paths(sysfs=tmp_path / "sys", procfs=proc, rootfs=tmp_path)
 
 
-def make(tmp_path: Path, fake: FakeRas, clock: Callable[[], float] | None = None, **options) -> RasCollector:  # type: ignore[no-untyped-def]
+def make(  # type: ignore[no-untyped-def]
+    tmp_path: Path, fake: FakeRas, clock: Callable[[], float] | None = None, listener: int = 2200, **options
+) -> RasCollector:
     options.setdefault("node_addresses", ("10.0.0.1",))
     seams = Seams(RAS_CONNECT.replaced_by(fake.connect))
     if clock is not None:
         seams.replace(MONOTONIC_CLOCK.replaced_by(clock))
     return RasCollector(
         CollectorContext(
-            procfs(tmp_path),
+            procfs(tmp_path, listener),
             RasOptions(**options),
             logging.getLogger("test"),
             seams=seams,
@@ -136,7 +142,7 @@ def test_own_ranks_get_their_counts_and_status(tmp_path: Path) -> None:
 def test_a_follower_exports_its_own_ranks_and_queries_only_every_recheck(tmp_path: Path) -> None:
     fake = FakeRas(fixture_job)
     now = [0.0]
-    collector = make(tmp_path, fake, node_addresses=("10.0.0.2",), recheck=900.0, clock=lambda: now[0])
+    collector = make(tmp_path, fake, node_addresses=("10.0.0.2",), recheck=900.0, clock=lambda: now[0], listener=3300)
     s = collected(collector)
     assert by(s, "lockstep_nccl_ras_leader") == {(): 0}
     assert by(s, "lockstep_nccl_communicator_ranks", "comm") == {}  # the leader's to export
@@ -154,7 +160,7 @@ def test_a_follower_exports_its_own_ranks_and_queries_only_every_recheck(tmp_pat
 
 def test_every_node_role_queries_every_round(tmp_path: Path) -> None:
     fake = FakeRas(fixture_job)
-    collector = make(tmp_path, fake, node_addresses=("10.0.0.2",), role="every-node")
+    collector = make(tmp_path, fake, node_addresses=("10.0.0.2",), role="every-node", listener=3300)
     collected(collector)
     s = collected(collector)
     assert fake.commands.count("STATUS") == 2
@@ -174,7 +180,12 @@ def test_a_slow_answer_fails_the_query_within_the_timeout(tmp_path: Path) -> Non
     began = time.monotonic()
     s = collected(collector)
     assert time.monotonic() - began < 2.0
-    assert by(s, "lockstep_nccl_ras_queries_total", "result") == {("ok",): 0, ("failed",): 1, ("text_only",): 0}
+    assert by(s, "lockstep_nccl_ras_queries_total", "result") == {
+        ("ok",): 0,
+        ("failed",): 1,
+        ("text_only",): 0,
+        ("untrusted",): 0,
+    }
     assert by(s, "lockstep_nccl_communicator_ranks", "comm") == {}
 
 
@@ -182,7 +193,12 @@ def test_an_nccl_without_json_is_reported_text_only(tmp_path: Path) -> None:
     fake = FakeRas(fixture_job, json_supported=False)
     collector = make(tmp_path, fake)
     s = collected(collector)
-    assert by(s, "lockstep_nccl_ras_queries_total", "result") == {("ok",): 0, ("failed",): 0, ("text_only",): 1}
+    assert by(s, "lockstep_nccl_ras_queries_total", "result") == {
+        ("ok",): 0,
+        ("failed",): 0,
+        ("text_only",): 1,
+        ("untrusted",): 0,
+    }
     with pytest.raises(TextOnly, match="2.28.7"):
         collector.check()
     assert "STATUS" not in fake.commands
@@ -258,3 +274,164 @@ def test_doctor_says_an_nccl_without_json_cannot_run_and_why(tmp_path: Path) -> 
     status, detail = probe(RasCollector, context)
     assert status == "cannot run"
     assert "this NCCL's RAS speaks text only (JSON status needs NCCL 2.28.7 or later)" in detail
+
+
+# --- hostile answers (issue 46) ---
+
+ATTACKER = 4000  # a user's process, not NCCL, listening on the RAS port
+
+
+def results(s: dict) -> dict[str, float]:
+    return {key[0]: v for key, v in by(s, "lockstep_nccl_ras_queries_total", "result").items()}
+
+
+def job_ids(s: dict) -> set[str]:
+    return {dict(labels)["job_id"] for (_, labels) in s if "job_id" in dict(labels)}
+
+
+def test_this_nodes_ranks_are_capped_and_the_rest_counted(tmp_path: Path) -> None:
+    """Issue 46 item 11: an answer of 60,000 ranks on this node gave 360,074 series (42 MB page,
+    466 MB); scaled down to 3,000 ranks against the default cap of 1,024."""
+    many = [FakeRank(r, "10.0.0.1", 2200, r % 8, r % 8, counts(6650)) for r in range(3000)]
+    fake = FakeRas(lambda: FakeJob([FakeCommunicator(0x5F4A2B1C9D8E7F60, 3000, many)]))
+    collector = make(tmp_path, fake)
+    s = collected(collector)
+    info = by(s, "lockstep_nccl_ras_rank_info", "rank")
+    assert len(info) == 1024
+    assert set(info) == {(str(r),) for r in range(1024)}  # the lowest ranks, the same ones every round
+    assert len(by(s, "lockstep_nccl_ras_collectives_total", "rank", "collective")) == 1024 * 5
+    assert by(s, "lockstep_nccl_ras_skipped_ranks_total") == {(): 3000 - 1024}
+    assert len(s) < 6500
+    s = collected(collector)
+    assert by(s, "lockstep_nccl_ras_skipped_ranks_total") == {(): 2 * (3000 - 1024)}
+    assert by(s, "lockstep_nccl_communicator_ranks", "comm") == {(COMM,): 3000}  # the job's view is whole
+
+
+def test_the_node_rank_cap_is_an_option(tmp_path: Path) -> None:
+    s = collected(make(tmp_path, FakeRas(fixture_job), max_node_ranks=3))
+    # (comm, rank) in order: COMM's ranks 0 and 1, then SMALL's rank 0.
+    assert set(by(s, "lockstep_nccl_ras_rank_info", "comm", "rank")) == {(COMM, "0"), (COMM, "1"), (SMALL, "0")}
+    assert by(s, "lockstep_nccl_ras_skipped_ranks_total") == {(): 1}
+    s = collected(make(tmp_path / "all", FakeRas(fixture_job)))
+    assert by(s, "lockstep_nccl_ras_skipped_ranks_total") == {(): 0}
+
+
+def test_a_listener_naming_another_users_processes_is_refused(tmp_path: Path) -> None:
+    """Issue 46 item 12: a user listens on the RAS port while no NCCL process holds it and
+    answers with ranks naming job 4242's processes (another user's) and a dead rank: those
+    processes' SLURM_JOB_ID labelled every series, the input of the hang alert for a healthy job."""
+    collector = make(tmp_path, FakeRas(fixture_job), listener=0)  # no NCCL process holds the port
+    proc = collector.paths.procfs
+    process(proc, ATTACKER, uid=OTHER_USER, job=None, sockets=(LISTENER_INODE,))
+    listeners(proc, tcp_listen("0100007F", 28028, OTHER_USER, LISTENER_INODE))
+    s = collected(collector)
+    assert results(s) == {"ok": 0, "failed": 0, "text_only": 0, "untrusted": 1}
+    assert job_ids(s) == set()  # no series of job 4242, nor of any job
+    assert by(s, "lockstep_nccl_communicator_dead_ranks", "comm") == {}
+    assert by(s, "lockstep_nccl_ras_leader") == {(): 0}
+    with pytest.raises(RasError, match="pid 4000, which listens on port 28028, is none of the processes"):
+        collector.check()
+
+
+def test_a_listener_naming_its_own_process_gives_its_own_job_only(tmp_path: Path) -> None:
+    """The listener names itself (its own job, 777) among ranks naming job 4242's processes:
+    the series carry the listener's job, never 4242."""
+    job = fixture_job()
+    job.communicators[0].ranks[1].pid = ATTACKER
+    collector = make(tmp_path, FakeRas(lambda: job), listener=0)
+    proc = collector.paths.procfs
+    process(proc, ATTACKER, uid=OTHER_USER, job="777", sockets=(LISTENER_INODE,))
+    listeners(proc, tcp_listen("0100007F", 28028, OTHER_USER, LISTENER_INODE))
+    s = collected(collector)
+    assert results(s)["ok"] == 1
+    assert job_ids(s) == {"777"}
+
+
+def test_a_listener_that_does_not_run_as_its_sockets_user_is_refused(tmp_path: Path) -> None:
+    """The named process holds the socket, but the socket is another user's (passed to it)."""
+    collector = make(tmp_path, FakeRas(fixture_job))
+    listeners(collector.paths.procfs, tcp_listen("0100007F", 28028, OTHER_USER, LISTENER_INODE))
+    s = collected(collector)
+    assert results(s)["untrusted"] == 1
+    assert job_ids(s) == set()
+
+
+def test_a_second_listener_on_the_port_must_be_trusted_too(tmp_path: Path) -> None:
+    """NCCL holds 127.0.0.1:28028; a user holds [::1]:28028, which "localhost" may reach first."""
+    collector = make(tmp_path, FakeRas(fixture_job))
+    proc = collector.paths.procfs
+    process(proc, ATTACKER, uid=OTHER_USER, job=None, sockets=(LISTENER_INODE + 1,))
+    listeners(
+        proc,
+        tcp_listen("0100007F", 28028, USER, LISTENER_INODE),
+        v6=(tcp_listen("00000000000000000000000001000000", 28028, OTHER_USER, LISTENER_INODE + 1),),
+    )
+    s = collected(collector)
+    assert results(s)["untrusted"] == 1
+    assert job_ids(s) == set()
+
+
+def test_a_listener_that_changes_during_the_query_is_refused(tmp_path: Path) -> None:
+    """The socket that answered went away and another took the port before the check."""
+    proc = tmp_path / "proc"
+
+    def answer() -> str:
+        listeners(proc, tcp_listen("0100007F", 28028, USER, LISTENER_INODE + 7))
+        (proc / "2200" / "fd" / "8").symlink_to(f"socket:[{LISTENER_INODE + 7}]")
+        return render_json(fixture_job())
+
+    s = collected(make(tmp_path, FakeRas(fixture_job, answer=answer)))
+    assert results(s)["untrusted"] == 1
+
+
+def test_nothing_listening_that_the_agent_can_see_is_refused(tmp_path: Path) -> None:
+    collector = make(tmp_path, FakeRas(fixture_job))
+    listeners(collector.paths.procfs)  # the connection was answered, but no socket listens here
+    s = collected(collector)
+    assert results(s)["untrusted"] == 1
+
+
+def test_a_rank_in_a_container_is_named_by_its_pid_there(tmp_path: Path) -> None:
+    """A pod without hostPID: RAS names rank 0's process 17 (its pid in the pod), the host
+    knows it as 93445 (NSpid), which holds the port."""
+    job = fixture_job()
+    for rank in job.communicators[0].ranks[:2] + job.communicators[1].ranks:
+        rank.pid = 17 + rank.rank
+    collector = make(tmp_path, FakeRas(lambda: job), listener=0)
+    process(collector.paths.procfs, 93445, job="5151", sockets=(LISTENER_INODE,), nspid=(93445, 17))
+    s = collected(collector)
+    assert results(s)["ok"] == 1
+    assert job_ids(s) == {"5151"}
+
+
+def test_a_forked_worker_of_the_job_holding_the_port_is_trusted(tmp_path: Path) -> None:
+    """A DataLoader worker forked by a rank holds the rank's listening socket too; found
+    before the rank (a lower pid), it is trusted as a process of the named ranks' job and user."""
+    collector = make(tmp_path, FakeRas(fixture_job), listener=0)
+    process(collector.paths.procfs, 2100, sockets=(LISTENER_INODE,))
+    s = collected(collector)
+    assert results(s)["ok"] == 1
+    assert job_ids(s) == {"4242"}
+
+
+def test_a_status_nested_100000_levels_deep_is_a_failed_query(tmp_path: Path) -> None:
+    """Issue 46 item 13: it raised RecursionError out of the collector, counted nowhere."""
+    deep = '{"communicators": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    collector = make(tmp_path, FakeRas(fixture_job, answer=lambda: deep))
+    s = collected(collector)
+    assert results(s) == {"ok": 0, "failed": 1, "text_only": 0, "untrusted": 0}
+    with pytest.raises(RasError, match="nested too deep"):
+        collector.check()
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"communicators": [{"hash": "0x1", "size": 1, "ranks": [], "missing_ranks": []}], "ras": []},
+        {"communicators": [], "ras": {"collection_time_sec": 0.1, "timeouts_count": 0}, "nccl_version": ["2"]},
+        {"communicators": [{"hash": "0x1", "size": 1, "ranks": [[]], "missing_ranks": []}]},
+    ],
+)
+def test_every_parser_failure_is_a_ras_error(document: dict) -> None:
+    with pytest.raises(RasError):
+        parse_status(document)
