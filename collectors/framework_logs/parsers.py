@@ -52,6 +52,16 @@ guessed at.  Formats read in the frameworks' sources (the commits named are thos
 
 A launcher may prefix each line with the rank that printed it: torchrun's ``--role rank
 --tee 3`` (``[rank0]:``, torchtitan's run_train.sh) and ``srun --label`` (``0: ``).
+
+A line is read as a terminal shows it (``split_prefix``): output written through a terminal
+(``srun --pty``, a ``tty: true`` container) ends its lines in ``\\r\\n``, and a progress bar on
+the same stream (tqdm: Lightning's, NeMo's) redraws itself after a ``\\r`` with no newline, and
+clears itself (``\\r``, spaces, ``\\r``) before ``tqdm.write`` writes a line; what the terminal
+shows of such a line is its last ``\\r``-separated piece.  A ``print`` while a bar is drawn
+lands after the bar's text, on the bar's line: Megatron's and NeMo's step and save lines are
+found anywhere in a line (their formats are long and distinctive), torchtitan's, which its
+logger writes from the line's start, at its start.  Numbers are ASCII digits as the frameworks
+print them (``1_000`` and other digits Python would take are refused).
 """
 
 from __future__ import annotations
@@ -122,29 +132,53 @@ _PREFIX_STARTS = b"[0123456789 \t\x1b"
 _RANK_PREFIX = re.compile(rb"^\s*(?:\[rank(\d{1,7})\]:|(\d{1,7}): )")
 
 _TS = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)\]"
-_MEGATRON_ITERATION = re.compile(r"^\s*(?:" + _TS + r"\s*)?iteration\s+(\d{1,13})/\s*(\d{1,13}) \|(.*)$")
-_MEGATRON_SAVING = re.compile(r"^\s*(?:" + _TS + r" )?saving checkpoint at iteration\s+\d{1,13} to ")
-_MEGATRON_SAVED = re.compile(r"^\s*(?:" + _TS + r" )?successfully saved checkpoint (?:from|at) iteration\s+\d{1,13} ")
-_MEGATRON_STRAGGLER = re.compile(
-    _TS + r" \| MnRtt/Rnk: ([0-9.]{1,20})ms/(\d{1,7}) \| MxRtt/Rnk: ([0-9.]{1,20})ms/(\d{1,7}) \|"
+# Megatron's lines anywhere in a line (after a progress bar's text), with their timestamp if any.
+_MEGATRON_ITERATION = re.compile(r"(?:" + _TS + r"\s*)?\biteration\s+(\d{1,13})/\s*(\d{1,13}) \|(.*)$", re.ASCII)
+_MEGATRON_SAVING = re.compile(r"(?:" + _TS + r" )?\bsaving checkpoint at iteration\s+\d{1,13} to ", re.ASCII)
+_MEGATRON_SAVED = re.compile(
+    r"(?:" + _TS + r" )?\bsuccessfully saved checkpoint (?:from|at) iteration\s+\d{1,13} ", re.ASCII
 )
-_NEMO_ITERATION = re.compile(r"^Training epoch \d{1,9}, iteration (\d{1,13})/-?\d{1,13}((?: \| [^|]*)*)$")
+_MEGATRON_STRAGGLER = re.compile(
+    _TS + r" \| MnRtt/Rnk: ([0-9.]{1,20})ms/(\d{1,7}) \| MxRtt/Rnk: ([0-9.]{1,20})ms/(\d{1,7}) \|", re.ASCII
+)
+_NEMO_START = b"Training epoch "
+_NEMO_ITERATION = re.compile(r"^Training epoch \d{1,9}, iteration (\d{1,13})/-?\d{1,13}((?: \| [^|]*)*)$", re.ASCII)
 _NEMO_SAVE = re.compile(
     r"Global Checkpoint Save : Rank: (\d{1,7}) : (?:Iteration: \d{1,13} : )?"
-    r"Start time: [0-9.]{1,30}s : Save duration: ([0-9.]{1,20})s$"
+    r"Start time: [0-9.]{1,30}s : Save duration: ([0-9.]{1,20})s$",
+    re.ASCII,
 )
 _TITAN_TS = r"(?:\[titan\] (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) - \S+ - INFO - )?"
-_TITAN_STEP = re.compile(r"^" + _TITAN_TS + r"step:\s*(\d{1,13})\s+loss:.*\stps: ([0-9,]{1,24})\s")
+_TITAN_STEP = re.compile(r"^" + _TITAN_TS + r"step:\s*(\d{1,13})\s+loss:.*\stps: ([0-9,]{1,24})\s", re.ASCII)
 _TITAN_SAVE = re.compile(
     r"^"
     + _TITAN_TS
     + r"(?:Finished (?:saving|staging) the checkpoint in ([0-9.]{1,20}) seconds\.|"
-    + r"Last step checkpoint completed in ([0-9.]{1,20})s)$"
+    + r"Last step checkpoint completed in ([0-9.]{1,20})s)$",
+    re.ASCII,
 )
+# A number as the frameworks print it: ASCII digits, a point, an exponent ("5.6e-06", "1834.2").
+# float() would also take "1_000", " 1", "inf" and other scripts' digits.
+_NUMBER = re.compile(rb"[0-9]{1,30}(?:\.[0-9]{0,30})?(?:[eE][-+]?[0-9]{1,3})?|\.[0-9]{1,30}(?:[eE][-+]?[0-9]{1,3})?")
+
+
+def terminal_line(data: bytes) -> bytes:
+    """What a terminal shows of ``data``: its last ``\\r``-separated piece that writes anything
+    (a ``\\r\\n`` ending, a progress bar's redraws and clears before it), after the launcher's
+    rank prefix, which the launcher wrote at the line's start."""
+    data = data.rstrip(b"\r")
+    if b"\r" not in data:
+        return data
+    prefix = _RANK_PREFIX.match(data)
+    head = data[: prefix.end()] if prefix is not None and b"\r" not in prefix.group(0) else b""
+    return head + data[len(head) :].rsplit(b"\r", 1)[1]
 
 
 def split_prefix(data: bytes) -> tuple[int | None, bytes]:
-    """(the launcher's rank prefix or None, the line without it and without ANSI colours)."""
+    """(the launcher's rank prefix or None, the line as a terminal shows it (``terminal_line``),
+    without the prefix and without ANSI colours)."""
+    if b"\r" in data:
+        data = terminal_line(data)
     if data[:1] not in _PREFIX_STARTS:
         return None, data  # the common case, without a regular expression
     if b"\x1b" in data:
@@ -156,10 +190,9 @@ def split_prefix(data: bytes) -> tuple[int | None, bytes]:
 
 
 def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise BadLine("bad_value") from None
+    if _NUMBER.fullmatch(text.encode("utf-8", "replace")) is None:
+        raise BadLine("bad_value")
+    value = float(text)
     if not 0 <= value <= MAX_VALUE:  # False for NaN, inf
         raise BadLine("bad_value")
     return value
@@ -202,15 +235,16 @@ def parse_line(data: bytes) -> Event | None:
     if b"iteration" in data:
         if b"elapsed time per iteration (ms):" in data:
             return _megatron_iteration(data)
-        if data.startswith(b"Training epoch "):
-            return _nemo_iteration(data)
+        start = data.find(_NEMO_START)
+        if start >= 0:
+            return _nemo_iteration(data[start:])
         if b"saving checkpoint at iteration" in data:
-            match = _MEGATRON_SAVING.match(_text(data))
+            match = _MEGATRON_SAVING.search(_text(data))
             if match:
                 return SaveStarted(MEGATRON, _local_time(match.group(1)) if match.group(1) else None)
             return None
         if b"successfully saved checkpoint" in data:
-            match = _MEGATRON_SAVED.match(_text(data))
+            match = _MEGATRON_SAVED.search(_text(data))
             if match:
                 return SaveDone(MEGATRON, None, _local_time(match.group(1)) if match.group(1) else None)
             return None
@@ -249,7 +283,7 @@ def _text(data: bytes) -> str:
 
 
 def _megatron_iteration(data: bytes) -> Iteration | None:
-    match = _MEGATRON_ITERATION.match(_text(data))
+    match = _MEGATRON_ITERATION.search(_text(data))
     if match is None:
         return None
     stamp, iteration, _total, rest = match.groups()

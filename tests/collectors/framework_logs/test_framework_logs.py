@@ -146,6 +146,31 @@ def test_each_frameworks_lines_in_slurm_named_files(world: World) -> None:
     assert set(by(s, "log_lines_invalid_total", "reason").values()) == {0}
 
 
+def test_output_through_a_terminal_and_under_tqdm_bars_counts_as_plain_output(world: World) -> None:
+    """Issue 46: \\r\\n endings lost NeMo's and torchtitan's saves; a tqdm bar on the stream lost
+    every NeMo and Megatron step, without a count.  tqdm's own output (tests/fixtures/framework_logs/tqdm)."""
+    captures = LOGS / "tqdm"
+    world.file("/scratch/slurm-100.out", (captures / "megatron-tqdm-print.out").read_bytes())
+    world.file("/scratch/slurm-101.out", (captures / "pty-nemo-tqdm-write.out").read_bytes())
+    world.file("/scratch/slurm-102.out", (captures / "nemo-tqdm-print.out").read_bytes())
+    world.file("/scratch/slurm-103.out", (captures / "pty-torchtitan.out").read_bytes())
+    collector = world.collector(paths=("/scratch/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    # The plain captures' values (test_each_frameworks_lines_in_slurm_named_files).
+    assert job(s, "iterations_total", "100", "megatron") == 499
+    assert job(s, "checkpoint_saves_total", "100", "megatron") == 2
+    for nemo in ("101", "102"):
+        assert job(s, "iterations_total", nemo, "nemo") == 29
+        assert job(s, "iteration_seconds_total", nemo, "nemo") == 5.485
+        assert job(s, "checkpoint_saves_total", nemo, "nemo") == 1
+        assert job(s, "checkpoint_save_seconds_total", nemo, "nemo") == 12.345
+    assert job(s, "iterations_total", "103", "torchtitan") == 99
+    assert job(s, "checkpoint_saves_total", "103", "torchtitan") == 1
+    assert job(s, "checkpoint_save_seconds_total", "103", "torchtitan") == 12.34
+    assert set(by(s, "log_lines_invalid_total", "reason").values()) == {0}
+
+
 def test_only_numbers_leave_the_agent_never_line_text(world: World) -> None:
     secret = "hf_SECRETTOKEN123"
     text = fixture("megatron").replace("/lustre/ckpt/llama-70b", f"/lustre/{secret}")

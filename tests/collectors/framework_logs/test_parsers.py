@@ -15,6 +15,7 @@ from lockstep.collectors.framework_logs.parsers import (
     Straggler,
     parse_line,
     split_prefix,
+    terminal_line,
 )
 from tests.support import FIXTURES
 
@@ -141,3 +142,73 @@ def test_known_format_with_bad_fields_is_refused(line: bytes) -> None:
     with pytest.raises(BadLine) as refused:
         parse_line(line)
     assert refused.value.reason == "bad_value"
+
+
+def known(raw: bytes) -> list[object]:
+    """The events of a file's lines, read as a terminal shows them."""
+    found = []
+    for line in raw.split(b"\n"):
+        rank, text = split_prefix(line)
+        event = parse_line(text)
+        if event is not None:
+            found.append((rank, event))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("capture", "framework"),
+    [
+        ("nemo-tqdm-write.out", "nemo"),  # tqdm.write: the bar cleared (\r, spaces, \r) before each line
+        ("nemo-tqdm-print.out", "nemo"),  # print: each line after the bar's text
+        ("megatron-tqdm-print.out", "megatron"),
+        ("pty-nemo-tqdm-write.out", "nemo"),  # through a terminal: \r\n, and the bar
+        ("pty-megatron.out", "megatron"),
+        ("pty-torchtitan.out", "torchtitan"),
+    ],
+)
+def test_output_as_terminals_and_tqdm_write_it_reads_as_the_plain_lines(capture: str, framework: str) -> None:
+    """tqdm's own output (dev/capture/tqdm_capture.py, tqdm 4.70.1) around the frameworks'
+    lines, and those lines through a pty: every step and save of the plain capture, no more."""
+    raw = (LOGS / "tqdm" / capture).read_bytes()
+    assert b"\r" in raw
+    plain = known((LOGS / f"{framework}.log").read_bytes())
+    assert known(raw) == plain
+    saves = [e for _, e in plain if isinstance(e, SaveDone)]
+    assert saves  # issue 46: NeMo's and torchtitan's saves were lost to \r\n
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        (b"text\r", b"text"),
+        (b"text\r\r", b"text"),
+        (b"\rbar 1%\rbar 2%\r      \rTraining epoch 0", b"Training epoch 0"),
+        (b"[rank0]:\rbar 1%\r   \rTraining epoch 0\r", b"[rank0]:Training epoch 0"),
+        (b"3: bar 1%\rstep", b"3: step"),
+        (b"Training epoch 0\r     ", b"     "),  # cleared after: the terminal shows spaces
+        (b"no carriage return", b"no carriage return"),
+    ],
+)
+def test_terminal_line_is_the_last_piece_after_the_launchers_prefix(line: bytes, shown: bytes) -> None:
+    assert terminal_line(line) == shown
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"Training epoch 0, iteration 28/99 | train_step_timing in s: 1_000 | consumed_samples: 928",
+        b"Training epoch 0, iteration 28/99 | train_step_timing in s: 0.2 | consumed_samples: 9_28",
+        " iteration 100/ 5 | elapsed time per iteration (ms): \u0661\u0662 |".encode(),  # Arabic-Indic 12
+        b" iteration 100/ 5 | elapsed time per iteration (ms): infinity |",
+        b" iteration 100/ 5 | elapsed time per iteration (ms): 0x10 |",
+    ],
+)
+def test_numbers_are_ascii_digits_as_printed(line: bytes) -> None:
+    """Python's float() and int() take 1_000 and other scripts' digits: the frameworks print neither."""
+    with pytest.raises(BadLine):
+        parse_line(line)
+
+
+def test_other_scripts_digits_are_no_iteration_number() -> None:
+    line = "Training epoch 0, iteration \u0662\u0668/99 | train_step_timing in s: 0.2".encode()
+    assert parse_line(line) is None
