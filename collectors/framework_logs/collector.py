@@ -284,7 +284,8 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             self._matched[event.framework] += 1
             job.last_line_at = now
             printed = getattr(event, "printed_at", None)
-            job.add(event, rank, stamped_at, printed if printed is not None else line_time)
+            if not job.add(event, rank, stamped_at, printed if printed is not None else line_time):
+                self._invalid["bad_value"] += 1  # a report that moves the job further than a job can
 
     def _written_at(self, line: Line, read_at: float) -> float:
         """When the line's file last changed (its mtime), at most now; now if it cannot be told."""

@@ -384,3 +384,18 @@ def test_configured_container_logs_name_their_pod(world: World) -> None:
     collector.close()
     assert jobs(s) == [("team-a/llama-0", "nemo"), ("team-b/gpt-1", "nemo")]
     assert job(s, "iterations_total", "team-b/gpt-1", "nemo") == 2
+
+
+def test_a_report_no_job_can_make_is_refused_and_counted(world: World) -> None:
+    """Issue 46: iteration 1 -> 10^12 twice summed 2x10^12 iterations and 2x10^24 s.  A report
+    that moves its job further than a job can is refused (bad_value), counting starts again there."""
+    line = "Training epoch 0, iteration {}/99 | train_step_timing in s: 1000000 | consumed_samples: {}\n"
+    absurd = [line.format(1, 1), line.format(10**12, 2), line.format(1, 1), line.format(10**12, 2)]
+    real = [line.format(n, 32 * n).replace("1000000", "0.5") for n in (2, 3, 4)]
+    world.file("/scratch/slurm-6.out", "".join(absurd + real))
+    collector = world.collector(paths=("/scratch/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    assert job(s, "iterations_total", "6", "nemo") == 2  # 2 -> 4 (10^12 -> 2 went back: counting again)
+    assert job(s, "iteration_seconds_total", "6", "nemo") == 1.0
+    assert by(s, "log_lines_invalid_total", "reason")["bad_value"] == 2
