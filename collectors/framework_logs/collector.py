@@ -71,6 +71,8 @@ _POD_LOG = re.compile(r"/var/log/pods/([^/_]+)_([^/_]+)_[0-9a-f-]{36}/[^/]+/[^/]
 _CONTAINER_LOG = re.compile(r"/var/log/containers/([^/_]+)_([^/_]+)_[^/]+\.log$")
 # CRI logging format: "<RFC 3339 nano time> <stream> <F|P> <text>".
 _CRI = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d{1,9})?(Z|[+-]\d\d:\d\d) (?:stdout|stderr) ([FP]) ?")
+# The owner of a file whose job is not told from who wrote it (a pod's log, root's).
+NO_OWNER = -1
 # How far ahead of this node's clock a CRI timestamp may be before it is not believed.
 MAX_FUTURE_SECONDS = 60.0
 
@@ -155,7 +157,9 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         )
         self._found = Discovered()
         self._discovered_at: float | None = None
-        self._jobs: dict[tuple[str, str], JobState] = {}
+        # (job id, framework, the owner of its files: a uid, or NO_OWNER where the job is not
+        # told from who wrote the file): each owner's reports are counted apart (_labels).
+        self._jobs: dict[tuple[str, str, int], JobState] = {}
         self._invalid = SkippedLines(INVALID_REASONS)
         self._matched = dict.fromkeys(FRAMEWORKS, 0)
         self._bytes = 0
@@ -213,26 +217,27 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             return path[len(root.rstrip("/")) :]
         return path
 
-    def _job_of(self, host_path: str) -> tuple[str, bool]:
-        """(job id, whether the file is a container log in the CRI format); "" when no job is known."""
+    def _job_of(self, host_path: str) -> tuple[str, bool, bool]:
+        """(job id, whether the file is a container log in the CRI format, whether it counts for
+        a Slurm job, whose user must own it: see _labels); "" when no job is known."""
         job = self._found.slurm_files.get(host_path)
         if job:
-            return job, False
+            return job, False, True
         directory = host_path.rsplit("/", 2)[0]
         pod = self._found.pod_dirs.get(directory)
         if pod:
-            return pod, True
+            return pod, True, False
         pod_log = _POD_LOG.search(host_path)
         if pod_log:
-            return f"{pod_log.group(1)}/{pod_log.group(2)}", True
+            return f"{pod_log.group(1)}/{pod_log.group(2)}", True, False
         container_log = _CONTAINER_LOG.search(host_path)
         if container_log:
-            return f"{container_log.group(2)}/{container_log.group(1)}", True
+            return f"{container_log.group(2)}/{container_log.group(1)}", True, False
         cri = "/var/log/pods/" in host_path or "/var/log/containers/" in host_path
         match = _SLURM_DEFAULT_NAME.search(host_path)
         if match:
-            return (f"{match.group(1)}_{match.group(2)}" if match.group(2) else match.group(1)), cri
-        return "", cri
+            return (f"{match.group(1)}_{match.group(2)}" if match.group(2) else match.group(1)), cri, True
+        return "", cri, False
 
     # --- reading ---
 
@@ -240,15 +245,17 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         """Under the files' lock (a round's sweep, or a file event from the watchdog thread)."""
         now = self._clock()
         read_at = self._wall_clock()
-        files: dict[str, tuple[str, bool, float]] = {}  # path -> (job id, CRI?, when last written)
+        files: dict[str, tuple[str, bool, float, int]] = {}  # path -> (job id, CRI?, when last written, owner)
         for line in lines:
             self._bytes += len(line.data) + 1
             if line.context:
                 continue  # history before where reading started
             where = files.get(line.path)
             if where is None:
-                where = files[line.path] = (*self._job_of(self._host_path(line.path)), self._written_at(line, read_at))
-            job_id, cri, written_at = where
+                job_id, cri, owned = self._job_of(self._host_path(line.path))
+                written_at, owner = self._written_at(line, read_at)
+                where = files[line.path] = (job_id, cri, written_at, owner if owned else NO_OWNER)
+            job_id, cri, written_at, owner = where
             data = line.data
             # A line without a time of its own was written no later than its file's last change:
             # a stalled job's history, read later, is not taken for progress now.
@@ -274,25 +281,58 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             if not job_id:
                 self._invalid["no_job"] += 1
                 continue
-            key = (job_id, event.framework)
+            key = (job_id, event.framework, owner)
             job = self._jobs.get(key)
             if job is None:
                 if len(self._jobs) >= self.options.max_jobs:
                     self._invalid["too_many_jobs"] += 1
                     continue
                 job = self._jobs[key] = JobState()
+                self._judge_owner(key, job)
             self._matched[event.framework] += 1
             job.last_line_at = now
             printed = getattr(event, "printed_at", None)
             if not job.add(event, rank, stamped_at, printed if printed is not None else line_time):
                 self._invalid["bad_value"] += 1  # a report that moves the job further than a job can
 
-    def _written_at(self, line: Line, read_at: float) -> float:
-        """When the line's file last changed (its mtime), at most now; now if it cannot be told."""
+    def _written_at(self, line: Line, read_at: float) -> tuple[float, int]:
+        """(When the line's file last changed (its mtime), at most now; now if it cannot be told,
+        and its owner's uid, NO_OWNER if it cannot be told)."""
         try:
-            return min(read_at, os.stat(line.path).st_mtime)
+            st = os.stat(line.path)
         except OSError:
-            return read_at
+            return read_at, NO_OWNER
+        return min(read_at, st.st_mtime), st.st_uid
+
+    def _judge_owner(self, key: tuple[str, str, int], job: JobState) -> None:
+        """Once Slurm says who the job's user is, whether this owner's files are the job's."""
+        uid = self._found.users.get(key[0])
+        if job.owner_is_user is None and key[2] != NO_OWNER and uid is not None:
+            job.owner_is_user = key[2] == uid
+
+    def _labels(self) -> dict[tuple[str, str, int], str]:
+        """Each job's job_id label.  Output found through Slurm or named slurm-JOB.out counts for
+        the job only when its owner is the job's user: Slurm says who (scontrol's UserId, for the
+        jobs with a process here); where Slurm does not say (slurm: false, the job runs elsewhere
+        or ended before it was asked), when the job's files have one owner.  Any other owner's
+        reports are counted apart, labelled JOB@uidUID: a user cannot add to another job's numbers,
+        nor move its last report."""
+        owners: dict[tuple[str, str], list[int]] = {}
+        for job_id, framework, owner in self._jobs:
+            owners.setdefault((job_id, framework), []).append(owner)
+        labels = {}
+        for key, job in self._jobs.items():
+            job_id, framework, owner = key
+            self._judge_owner(key, job)
+            if owner == NO_OWNER or job.owner_is_user:
+                labels[key] = job_id
+            elif (
+                job.owner_is_user is None and len(owners[(job_id, framework)]) == 1 and job_id not in self._found.users
+            ):
+                labels[key] = job_id  # Slurm does not say: the only owner's
+            else:
+                labels[key] = f"{job_id}@uid{owner}"
+        return labels
 
     def _unwrap_cri(self, file: FileId, data: bytes, read_at: float) -> tuple[bytes, float | None] | None:
         """A CRI log line -> (its text, its time); None for a partial line kept for its end, or
@@ -337,9 +377,10 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
 
     def _families(self, follower: FileFollower) -> list[Metric]:
         families = Families(self.metrics)
+        job_ids = self._labels()
         for key in sorted(self._jobs):
             job = self._jobs[key]
-            labels = list(key)
+            labels = [job_ids[key], key[1]]
             families[ITERATIONS].add_metric(labels, job.iterations)
             families[ITERATION_SECONDS].add_metric(labels, round(job.iteration_seconds, 6))
             if job.last_iteration_at is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,11 +39,16 @@ class Discovered:
     pod_dirs: dict[str, str] = field(default_factory=dict)  # host directory -> job id (namespace/pod)
     running: frozenset[str] = frozenset()  # job ids seen running on this node
     unreadable: int = 0  # found files the agent may not read
+    users: dict[str, int] = field(default_factory=dict)  # Slurm job id -> its user's uid, as Slurm says
+
+
+_USER_ID = re.compile(r"\((\d{1,10})\)$")
 
 
 @dataclass(frozen=True)
 class _SlurmJob:
     files: tuple[str, ...]  # empty: its batch step runs elsewhere, or it has no file
+    uid: int | None = None  # its user's (UserId=alice(1000)), None when Slurm did not say
 
 
 class Discovery:
@@ -67,6 +73,7 @@ class Discovery:
     def run(self, slurm: bool, pods: bool) -> Discovered:
         local = self._local_slurm_jobs()
         slurm_files: dict[str, str] = {}
+        users: dict[str, int] = {}
         if slurm:
             self._slurm_jobs = {job: known for job, known in self._slurm_jobs.items() if job in local}
             asked = 0
@@ -76,7 +83,10 @@ class Discovery:
                     known = self._ask_slurm(job)
                     if known is not None:
                         self._slurm_jobs[job] = known
-                for path in self._slurm_jobs.get(job, _SlurmJob(())).files:
+                known = self._slurm_jobs.get(job)
+                if known is not None and known.uid is not None:
+                    users[job] = known.uid
+                for path in known.files if known is not None else ():
                     slurm_files[path] = job
         pod_dirs = {}
         if pods:
@@ -89,7 +99,7 @@ class Discovery:
             for logs in pod_log_directories(self.paths.rootfs, uids):
                 pod_dirs[logs.directory] = f"{logs.namespace}/{logs.pod}"
         unreadable = sum(1 for path in [*slurm_files, *pod_dirs] if self._unreadable(path))
-        return Discovered(slurm_files, pod_dirs, frozenset(local) | frozenset(pod_dirs.values()), unreadable)
+        return Discovered(slurm_files, pod_dirs, frozenset(local) | frozenset(pod_dirs.values()), unreadable, users)
 
     def _local_slurm_jobs(self) -> set[str]:
         jobs: set[str] = set()
@@ -114,15 +124,17 @@ class Discovery:
         if not lines:
             return _SlurmJob(())
         record = parse_scontrol_record(lines[0])
+        user = _USER_ID.search(record.get("UserId", ""))
+        uid = int(user.group(1)) if user else None
         if record.get("BatchHost", "") != self.node:
-            return _SlurmJob(())
+            return _SlurmJob((), uid)
         files = []
         for key in ("StdOut", "StdErr"):
             path = record.get(key, "")
             # Unexpanded patterns (%j in older versions' answers) and /dev/null name no file.
             if path.startswith("/") and "%" not in path and path != "/dev/null" and path not in files:
                 files.append(path)
-        return _SlurmJob(tuple(files))
+        return _SlurmJob(tuple(files), uid)
 
     def _unreadable(self, host_path: str) -> bool:
         root = str(self.paths.rootfs).rstrip("/")

@@ -51,6 +51,8 @@ class JobState:
     save_started_at: float | None = None
     straggler: Straggler | None = None
     last_line_at: float = 0.0  # the agent's monotonic clock
+    # Whether its files' owner is the job's user, once Slurm said who that is (collector._labels).
+    owner_is_user: bool | None = None
     # Where counting stands: the speaking rank (-1 for no prefix), its last report's
     # iteration, printed time (or None) and consumed samples.
     speaker: int | None = None

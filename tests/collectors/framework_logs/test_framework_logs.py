@@ -26,8 +26,11 @@ NOW = 1_787_400_000.0
 REAL_JOB = (FIXTURES / "slurm" / "scontrol-show-job-gres.txt").read_text().splitlines()[0]
 
 
-def job_record(job: str, batch_host: str, stdout: str, stderr: str) -> str:
+def job_record(job: str, batch_host: str, stdout: str, stderr: str, uid: int | None = None) -> str:
+    """The job's record; its user the one who runs the tests (who writes the files) unless ``uid``."""
+    user = f"UserId=user({os.getuid() if uid is None else uid}) "
     record = REAL_JOB.replace("JobId=2 ", f"JobId={job} ").replace("BatchHost=vm ", f"BatchHost={batch_host} ")
+    record = record.replace("UserId=lockstep-bob(1002) ", user)
     return record.replace("StdErr=/dev/null", f"StdErr={stderr}").replace("StdOut=/dev/null", f"StdOut={stdout}") + "\n"
 
 
@@ -399,3 +402,50 @@ def test_a_report_no_job_can_make_is_refused_and_counted(world: World) -> None:
     assert job(s, "iterations_total", "6", "nemo") == 2  # 2 -> 4 (10^12 -> 2 went back: counting again)
     assert job(s, "iteration_seconds_total", "6", "nemo") == 1.0
     assert by(s, "log_lines_invalid_total", "reason")["bad_value"] == 2
+
+
+def owned(path: Path, uid: int) -> Path:
+    os.chown(path, uid, uid)
+    return path
+
+
+def nemo_steps(first: int, last: int) -> str:
+    line = "Training epoch 0, iteration {0}/999 | train_step_timing in s: 0.5 | consumed_samples: {1}\n"
+    return "".join(line.format(n, 32 * (n + 1)) for n in range(first, last + 1))
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of other users are made with chown")
+def test_a_users_file_named_for_another_users_job_is_counted_apart(world: World) -> None:
+    """Issue 46: under a glob users write in, eve's /scratch/eve/slurm-5000.out was summed into
+    alice's job 5000 (90 -> 210 iterations) and moved its last report, hiding its stall."""
+    alice, eve = 1000, 1001
+    world.process(4001, "/system.slice/slurmstepd.scope/job_5000/step_batch/user/task_0")
+    world.answers["5000"] = job_record(
+        "5000", "vm", "/scratch/alice/slurm-5000.out", "/scratch/alice/slurm-5000.out", uid=alice
+    )
+    stalled = owned(world.file("/scratch/alice/slurm-5000.out", nemo_steps(0, 90)), alice)
+    os.utime(stalled, (NOW - 720, NOW - 720))
+    owned(world.file("/scratch/eve/slurm-5000.out", nemo_steps(90, 210)), eve)
+    collector = world.collector(slurm=True, paths=("/scratch/*/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("5000", "nemo"), ("5000@uid1001", "nemo")]
+    assert job(s, "iterations_total", "5000", "nemo") == 90
+    assert job(s, "last_iteration_timestamp_seconds", "5000", "nemo") == NOW - 720  # the stall still shows
+    assert job(s, "iterations_total", "5000@uid1001", "nemo") == 120
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of other users are made with chown")
+def test_without_slurms_word_a_job_is_its_files_only_owners(world: World) -> None:
+    """slurm: false (or a job Slurm was not asked about): a job's files count for it while they
+    have one owner; when two users' files name the same job, each owner's count is apart."""
+    owned(world.file("/scratch/alice/slurm-7.out", nemo_steps(0, 10)), 1000)
+    owned(world.file("/scratch/eve/slurm-7.out", nemo_steps(0, 50)), 1001)
+    owned(world.file("/scratch/alice/slurm-8.out", nemo_steps(0, 10)), 1000)
+    owned(world.file("/scratch/alice/slurm-8_1.out", nemo_steps(0, 10)), 1000)
+    collector = world.collector(paths=("/scratch/*/slurm-*.out",))
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("7@uid1000", "nemo"), ("7@uid1001", "nemo"), ("8", "nemo"), ("8_1", "nemo")]
+    assert job(s, "iterations_total", "7@uid1001", "nemo") == 50
+    assert job(s, "iterations_total", "8", "nemo") == 10
