@@ -63,6 +63,10 @@ DEFAULT_MAX_FILES = 128
 # middle of a job) is worked off over several rounds.
 DEFAULT_ROUND_BYTES = 8 * 1024 * 1024
 MAX_LINE_BYTES = 64 * 1024
+# A followed file that gave nothing for this many rounds gives its descriptor up to a file with
+# something to read, when max_files are open (follow.py, park_after): anyone may create empty
+# files under a glob, and a live job's output must still be read.  Its offset is kept.
+PARK_AFTER_SWEEPS = 2
 # Lines of no job known, by file name: Slurm's default output names.
 _SLURM_DEFAULT_NAME = re.compile(r"(?:^|/)slurm-(\d{1,12})(?:_(\d{1,9}))?\.out$")
 # Container logs named by a configured glob: /var/log/pods/<namespace>_<pod>_<uid>/<container>/N.log
@@ -145,6 +149,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             read_budget=self.options.round_bytes,
             sweep_budget=self.options.round_bytes,
             max_files=min(self.options.max_files, default_max_files(16)),
+            park_after=PARK_AFTER_SWEEPS,
             log=self.log,
         )
         self._discovery = Discovery(

@@ -28,7 +28,12 @@ through:
   ``max_files`` are open, whichever path opens them (a sweep or a file event); the default
   (``default_max_files``) is a quarter of the process's open-file limit, at most 1,024, so
   the collector can never take the descriptors the HTTP endpoint and the other collectors
-  need; the rest are counted (``skipped``) and reported once per change;
+  need; the rest are counted (``skipped``) and reported once per change.  With
+  ``park_after`` (framework_logs: files anyone may create under a glob), a file that gave
+  nothing for that many sweeps gives its descriptor up to a matching file with something to
+  read: it is closed and its offset kept ("parked"), and it is read on from there when it grows
+  (not from its start); an empty or parked file that did not grow waits without a descriptor
+  and is not counted as skipped, so idle files cannot starve a live one;
 - huge existing files: with ``start_at_end`` the files present at the first sweep are
   followed from their end (a partial line there is skipped), so a restarted agent does
   not replay gigabytes of history; the last complete line before that point is handed
@@ -119,6 +124,7 @@ class _Followed:
     partial: bytearray = field(default_factory=bytearray)
     discarding: bool = False  # dropping bytes up to the next newline (over-long or skipped partial line)
     quiet_orphan_sweeps: int = 0  # sweeps in a row in which it matched no glob and gave nothing
+    idle_sweeps: int = 0  # sweeps in a row in which it gave nothing (park_after)
 
 
 class FileFollower:
@@ -151,8 +157,12 @@ class FileFollower:
         max_files: int | None = None,
         log: logging.Logger | None = None,
         directory_files: str | None = None,
+        park_after: int | None = None,
     ) -> None:
         self.patterns = tuple(_under(root, p) for p in patterns)
+        self.park_after = park_after
+        # Files closed to free their descriptor (park_after): where to read them on from.
+        self._parked: dict[FileId, int] = {}
         self.directory_files = directory_files
         self.start_at_end = start_at_end
         self.max_line_bytes = max_line_bytes
@@ -241,6 +251,9 @@ class FileFollower:
                             found.setdefault((inner_st.st_dev, inner_st.st_ino), inner_path)
             complete = complete and len(problems) == known_problems
         budget = _Budget(self.sweep_budget, self.max_lines)
+        if complete:  # parked files gone for good: a new file with the same inode starts afresh
+            for file in [file for file in self._parked if file not in found]:
+                del self._parked[file]
         # Files that no longer match (rotated out of the pattern, deleted) first: what was
         # written to them came before what is in the files that took their place.
         for file, followed in list(self._files.items()):
@@ -260,7 +273,9 @@ class FileFollower:
         for file, path in found.items():
             current = self._files.get(file)
             if current is None:
-                if len(self._files) >= self.max_files:
+                if self.park_after is not None and not self._grew(path, file):
+                    continue  # empty, or parked and not grown: nothing to read, no descriptor needed
+                if len(self._files) >= self.max_files and (self.park_after is None or not self._park_idlest()):
                     skipped += 1
                     continue
                 if out_of_descriptors:
@@ -275,7 +290,9 @@ class FileFollower:
                 continue
             current.path = path
             current.quiet_orphan_sweeps = 0
+            before = budget.bytes
             yield from self._read(current, budget)
+            current.idle_sweeps = 0 if budget.bytes < before else current.idle_sweeps + 1
         self.skipped = skipped
         if skipped:
             problems.append(
@@ -307,6 +324,8 @@ class FileFollower:
                 yield from self._read(other, budget)
         if len(self._files) >= self.max_files:
             return  # the cap holds for files an event names too; the next sweep counts it
+        if file in self._parked and st.st_size <= self._parked[file]:
+            return  # parked and not grown
         try:
             followed = self._open(path, file, at_end=False)
         except OSError:
@@ -318,6 +337,39 @@ class FileFollower:
         for followed in list(self._files.values()):
             os.close(followed.fd)
         self._files.clear()
+        self._parked.clear()
+
+    def _grew(self, path: str, file: FileId) -> bool:
+        """Whether a file not followed has something to read: bytes past where it was parked, or
+        any, for one never followed (an empty file is opened once it has some, from its start)."""
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            return False
+        if file in self._parked:
+            if size < self._parked[file]:
+                self._parked[file] = 0  # truncated meanwhile: read from its start
+            return size > self._parked[file]
+        return size > 0
+
+    def _park_idlest(self) -> bool:
+        """Close the followed file idle the longest (at least park_after sweeps, no partial line
+        held), keeping its offset; False when none is idle enough."""
+        idle = [
+            f
+            for f in self._files.values()
+            if f.idle_sweeps >= (self.park_after or 0) and not f.discarding and f.context is None
+        ]
+        if not idle:
+            return False
+        followed = max(idle, key=lambda f: f.idle_sweeps)
+        os.close(followed.fd)
+        del self._files[followed.file]
+        # A partial line is read again from its start when the file is read on.
+        self._parked[followed.file] = followed.offset - len(followed.partial)
+        while len(self._parked) > 16 * max(self.max_files, 1):
+            del self._parked[next(iter(self._parked))]  # the longest parked: read from its start if it grows
+        return True
 
     def why_no_files(self) -> str:
         """Why nothing is followed, in words for an operator (``lockstep doctor``), pattern by
@@ -390,8 +442,8 @@ class FileFollower:
         if (st.st_dev, st.st_ino) != file:  # replaced between stat and open: next sweep
             os.close(fd)
             return None
-        followed = _Followed(fd=fd, file=file, path=path, offset=0)
-        if at_end and st.st_size > 0:
+        followed = _Followed(fd=fd, file=file, path=path, offset=self._parked.pop(file, 0))
+        if at_end and st.st_size > 0 and not followed.offset:  # (a parked file is read on from its offset)
             followed.offset = st.st_size
             tail = os.pread(fd, min(st.st_size, self.max_line_bytes + 1), max(0, st.st_size - self.max_line_bytes - 1))
             # Starting inside a line: drop its rest when it arrives.

@@ -103,6 +103,7 @@ class FollowedLogs:
         sweep_budget: int = SWEEP_BUDGET,
         max_files: int | None = None,
         directory_files: str | None = None,
+        park_after: int | None = None,
     ) -> None:
         if start_at not in START_AT:
             raise ValueError(f"start_at is one of {', '.join(START_AT)}, not {start_at!r}")
@@ -116,6 +117,7 @@ class FollowedLogs:
         self.sweep_budget = sweep_budget
         self.max_files = max_files
         self.directory_files = directory_files
+        self.park_after = park_after
         self.lock = threading.Lock()
         self._on_lines = on_lines
         self._on_closed = on_closed
@@ -189,6 +191,7 @@ class FollowedLogs:
             max_files=self.max_files,
             log=self.log,
             directory_files=self.directory_files,
+            park_after=self.park_after,
         )
 
     def _watch(self, directories: set[str]) -> None:

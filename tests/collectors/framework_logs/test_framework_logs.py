@@ -449,3 +449,26 @@ def test_without_slurms_word_a_job_is_its_files_only_owners(world: World) -> Non
     assert jobs(s) == [("7@uid1000", "nemo"), ("7@uid1001", "nemo"), ("8", "nemo"), ("8_1", "nemo")]
     assert job(s, "iterations_total", "7@uid1001", "nemo") == 50
     assert job(s, "iterations_total", "8", "nemo") == 10
+
+
+def test_empty_and_idle_files_hold_no_slot_a_live_job_needs(world: World) -> None:
+    """Issue 46: 200 empty slurm-*.out files filled the 128 followed files, and a new job's
+    output (a Slurm-found one shares the cap) was never read."""
+    for n in range(200):
+        world.file(f"/scratch/slurm-{n}.out", "")
+    for n in range(200, 330):  # idle: printed once, long ago
+        world.file(f"/scratch/slurm-{n}.out", "hello\n")
+    world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")
+    world.answers["4242"] = job_record("4242", "vm", "/out/4242.out", "/out/4242.out")
+    collector = world.collector(slurm=True, paths=("/scratch/slurm-*.out",))
+    for _ in range(3):
+        s = run(collector)
+        world.now[0] += 15
+    world.file("/out/4242.out", fixture("nemo"))
+    world.file("/scratch/slurm-9999.out", fixture("nemo"))
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("4242", "nemo"), ("9999", "nemo")]
+    assert job(s, "iterations_total", "4242", "nemo") == 29
+    assert job(s, "iterations_total", "9999", "nemo") == 29
+    assert s[("lockstep_framework_skipped_log_files", frozenset())] == 0

@@ -168,3 +168,42 @@ def test_set_patterns_follows_new_files_from_their_start_and_drains_the_dropped(
         list(follower.sweep())
     assert follower.followed_paths() == [str(b)]
     follower.close()
+
+
+def test_idle_files_give_their_descriptor_up_and_are_read_on_from_where_they_were(tmp_path: Path) -> None:
+    """park_after: at max_files, a file idle that many sweeps is closed (its offset kept) for a
+    file with something to read; empty files wait without a descriptor and are not skipped."""
+    idle = [tmp_path / f"idle-{n}.out" for n in range(3)]
+    idle[0].write_text("old line\n")
+    idle[1].write_text("other line\n")
+    idle[2].write_text("")
+    follower = FileFollower([str(tmp_path / "*.out")], start_at_end=False, max_files=2, park_after=2)
+    assert sorted(texts(list(follower.sweep()))) == ["old line", "other line"]
+    assert follower.followed == 2 and follower.skipped == 0  # the third is empty: it waits unopened
+    list(follower.sweep())
+    (tmp_path / "live.out").write_text("step 1\n")
+    assert texts(list(follower.sweep())) == ["step 1"]  # an idle file gave its descriptor up
+    assert follower.followed == 2 and follower.skipped == 0
+    with open(idle[0], "a") as out:
+        out.write("new line\n")
+    for _ in range(3):
+        got = texts(list(follower.sweep()))
+        if got:
+            break
+    assert got == ["new line"]  # read on from its offset: "old line" not again
+    with open(tmp_path / "live.out", "a") as out:
+        out.write("step 2\n")
+    assert texts(list(follower.sweep())) == ["step 2"]
+    follower.close()
+
+
+def test_without_park_after_followed_files_are_never_closed_for_others(tmp_path: Path) -> None:
+    for n in range(3):
+        (tmp_path / f"idle-{n}.out").write_text("")
+    follower = FileFollower([str(tmp_path / "*.out")], start_at_end=False, max_files=3)
+    for _ in range(3):
+        list(follower.sweep())
+    (tmp_path / "live.out").write_text("step 1\n")
+    assert texts(list(follower.sweep())) == []
+    assert follower.skipped == 1
+    follower.close()
