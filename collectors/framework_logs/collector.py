@@ -159,6 +159,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             gpu_inventory=context.gpu_inventory,
             timeout=self.options.scontrol_timeout,
             log=self.log,
+            clock=self._clock,
         )
         self._found = Discovered()
         self._discovered_at: float | None = None

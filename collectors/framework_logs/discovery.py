@@ -5,6 +5,10 @@
   ``scontrol -o show job <id>`` gives its ``StdOut``, ``StdErr`` and ``BatchHost``.  Only the
   batch host follows them: the batch step and every ``srun`` step launched from it write
   there, and on a shared file system every node of the job would otherwise count the same lines.
+  New jobs are asked first, those of a cgroup (set by slurmd) before those of an environment
+  (which any user writes: ``SLURM_JOB_ID=1 sleep``); a job id Slurm did not answer for is asked
+  again after 60 s, then 120 s, ... at most every hour, after the new ones: ids that fail cannot
+  take the round's calls from a real job.
 - Kubernetes: the pods of the processes the GPU collector found on this node's GPUs (the
   GPU inventory, agent/gpus.py), from the processes' cgroups, and their directories under
   /var/log/pods (collectors/toolkit/pods.py).
@@ -19,18 +23,24 @@ import logging
 import os
 import re
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from lockstep.agent.collector import Paths
 from lockstep.agent.gpus import GpuInventory
 from lockstep.collectors.toolkit.pods import pod_log_directories, pod_uid_of_process
-from lockstep.collectors.toolkit.procs import slurm_job
+from lockstep.collectors.toolkit.procs import slurm_job, slurm_job_of_cgroup
 from lockstep.collectors.toolkit.scontrol import parse_scontrol_record, why
 
 # scontrol calls per discovery round at most (one per new job): a node that sees many new
 # jobs at once catches up over a few rounds instead of one long one.
 MAX_NEW_JOBS_PER_ROUND = 8
+# A job id scontrol gave no answer for is asked again after RETRY_SECONDS, twice that after a
+# second failure, ... at most every MAX_RETRY_SECONDS; failures of at most MAX_FAILED ids are kept.
+RETRY_SECONDS = 60.0
+MAX_RETRY_SECONDS = 3600.0
+MAX_FAILED = 4096
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,7 @@ class Discovery:
         gpu_inventory: GpuInventory,
         timeout: float,
         log: logging.Logger,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.paths = paths
         self.scontrol = scontrol
@@ -67,8 +78,10 @@ class Discovery:
         self.gpu_inventory = gpu_inventory
         self.timeout = timeout
         self.log = log
+        self.clock = clock
         self.failures: dict[str, int] = {}
         self._slurm_jobs: dict[str, _SlurmJob] = {}
+        self._failed: dict[str, tuple[int, float]] = {}  # job id -> (failures in a row, when to ask again)
 
     def run(self, slurm: bool, pods: bool) -> Discovered:
         local = self._local_slurm_jobs()
@@ -76,13 +89,14 @@ class Discovery:
         users: dict[str, int] = {}
         if slurm:
             self._slurm_jobs = {job: known for job, known in self._slurm_jobs.items() if job in local}
-            asked = 0
-            for job in sorted(local, key=lambda j: (len(j), j)):
-                if job not in self._slurm_jobs and asked < MAX_NEW_JOBS_PER_ROUND:
-                    asked += 1
-                    known = self._ask_slurm(job)
-                    if known is not None:
-                        self._slurm_jobs[job] = known
+            for job in self._to_ask(local):
+                known = self._ask_slurm(job)
+                if known is not None:
+                    self._slurm_jobs[job] = known
+                    self._failed.pop(job, None)
+                else:
+                    self._failed_again(job)
+            for job in local:
                 known = self._slurm_jobs.get(job)
                 if known is not None and known.uid is not None:
                     users[job] = known.uid
@@ -101,16 +115,39 @@ class Discovery:
         unreadable = sum(1 for path in [*slurm_files, *pod_dirs] if self._unreadable(path))
         return Discovered(slurm_files, pod_dirs, frozenset(local) | frozenset(pod_dirs.values()), unreadable, users)
 
-    def _local_slurm_jobs(self) -> set[str]:
-        jobs: set[str] = set()
+    def _to_ask(self, local: dict[str, bool]) -> list[str]:
+        """The jobs to ask Slurm about this round, at most MAX_NEW_JOBS_PER_ROUND: those never
+        asked (a cgroup's before an environment's), then the failed ones due again, longest due first."""
+        now = self.clock()
+        new = [job for job in local if job not in self._slurm_jobs and job not in self._failed]
+        new.sort(key=lambda job: (not local[job], len(job), job))
+        due = [job for job in local if job not in self._slurm_jobs and job in self._failed]
+        due = sorted((job for job in due if self._failed[job][1] <= now), key=lambda job: self._failed[job][1])
+        return (new + due)[:MAX_NEW_JOBS_PER_ROUND]
+
+    def _failed_again(self, job: str) -> None:
+        failures = self._failed.pop(job, (0, 0.0))[0] + 1
+        wait = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** min(failures - 1, 16))
+        self._failed[job] = (failures, self.clock() + wait)
+        while len(self._failed) > MAX_FAILED:
+            del self._failed[next(iter(self._failed))]  # the oldest failure: that id is new again
+
+    def _local_slurm_jobs(self) -> dict[str, bool]:
+        """The Slurm jobs with a process here -> whether a cgroup (slurmd's) says so, not only
+        an environment (its user's)."""
+        jobs: dict[str, bool] = {}
         try:
             pids = [int(entry) for entry in os.listdir(self.paths.procfs) if entry.isdigit()]
         except OSError:
             return jobs
         for pid in pids:
+            job = slurm_job_of_cgroup(self.paths.procfs, pid)
+            if job:
+                jobs[job] = True
+                continue
             job = slurm_job(self.paths.procfs, pid)
             if job:
-                jobs.add(job)
+                jobs.setdefault(job, False)
         return jobs
 
     def _ask_slurm(self, job: str) -> _SlurmJob | None:

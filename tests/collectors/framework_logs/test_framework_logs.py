@@ -472,3 +472,34 @@ def test_empty_and_idle_files_hold_no_slot_a_live_job_needs(world: World) -> Non
     assert job(s, "iterations_total", "4242", "nemo") == 29
     assert job(s, "iterations_total", "9999", "nemo") == 29
     assert s[("lockstep_framework_skipped_log_files", frozenset())] == 0
+
+
+def test_job_ids_slurm_does_not_answer_for_cannot_starve_a_real_jobs_discovery(world: World) -> None:
+    """Issue 46: 8 processes with SLURM_JOB_ID=1..8 (anyone can start them) took every scontrol
+    call of every discovery, and the real job was never asked.  A job of a cgroup is asked
+    first, and a failed id is asked again after 60 s, 120 s, ..., after the new ones."""
+    for fake in range(1, 9):
+        (world.proc / str(6000 + fake)).mkdir()
+        (world.proc / str(6000 + fake) / "cgroup").write_text("0::/user.slice/user-1001.slice/session-1.scope\n")
+        (world.proc / str(6000 + fake) / "environ").write_bytes(f"HOME=/x\0SLURM_JOB_ID={fake}\0".encode())
+    world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")
+    world.answers["4242"] = job_record("4242", "vm", "/out/4242.out", "/out/4242.out")
+    world.file("/out/4242.out", fixture("nemo"))
+    collector = world.collector(slurm=True)
+    s = run(collector)
+    assert world.calls[0] == "-o show job 4242"  # slurmd's cgroup before anyone's environment
+    assert len(world.calls) == 8  # 4242 and 7 fakes
+    assert job(s, "iterations_total", "4242", "nemo") == 29
+    asked_at: dict[str, list[float]] = {}
+    for _ in range(40):  # 10 minutes of 15-s rounds
+        before = len(world.calls)
+        world.now[0] += 15
+        run(collector)
+        for call in world.calls[before:]:
+            asked_at.setdefault(call.split()[-1], []).append(world.now[0])
+    collector.close()
+    assert "4242" not in asked_at  # answered: never asked again
+    # Each fake asked again after 60 s, 120 s, 240 s (discovery runs every 60 s): not every round.
+    gaps = [later - earlier for earlier, later in zip(asked_at["1"], asked_at["1"][1:])]
+    assert gaps == sorted(gaps) and len(asked_at["1"]) <= 4
+    assert len(world.calls) <= 8 + 8 * 4
