@@ -163,6 +163,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         )
         self._found = Discovered()
         self._discovered_at: float | None = None
+        self._followed = False  # whether a round had files to follow
         # (job id, framework, the owner of its files: a uid, or NO_OWNER where the job is not
         # told from who wrote the file): each owner's reports are counted apart (_labels).
         self._jobs: dict[tuple[str, str, int], JobState] = {}
@@ -185,9 +186,14 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
         now = self._clock()
         found = self._discover()
         patterns = self._patterns(found)
-        if not patterns and not self._logs.started:
-            # Once files were followed, a round without patterns still drains and closes them.
+        if not patterns and not self._followed:
+            # The follower is made at the first round all the same: a job found later (discovery
+            # runs every minute) is new to it, and its output read from its first line, where a
+            # follower made then would read the files present at its first sweep from their end.
+            self._logs.begin()
             raise NothingHere(self._nothing_here())
+        # Once files were followed, a round without patterns still drains and closes them.
+        self._followed = True
         # Under the files' lock, after the sweep gave _ingest the new lines; the watch is re-armed after.
         with self._logs.swept(patterns) as follower:
             self._drop_ended(now)

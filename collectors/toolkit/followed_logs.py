@@ -135,6 +135,16 @@ class FollowedLogs:
         """The directories watched now."""
         return self._watcher.directories if self._watcher is not None else set()
 
+    def begin(self) -> None:
+        """Make the follower now, following nothing yet (a collector that found nothing to
+        follow at its first round): ``start_at`` applies to the files present at this first,
+        empty sweep, i.e. to none, and files found later are new to it, read from their start."""
+        with self.lock:
+            if self._follower is None:
+                self._follower = self._new_follower((), start_at_end=self.start_at == "end")
+                for _line in self._follower.sweep():
+                    pass  # no pattern: nothing
+
     @contextmanager
     def swept(self, patterns: Sequence[str]) -> Iterator[FileFollower]:
         """One round: under the lock, follow ``patterns`` (the follower is made at the first

@@ -503,3 +503,19 @@ def test_job_ids_slurm_does_not_answer_for_cannot_starve_a_real_jobs_discovery(w
     gaps = [later - earlier for earlier, later in zip(asked_at["1"], asked_at["1"][1:])]
     assert gaps == sorted(gaps) and len(asked_at["1"]) <= 4
     assert len(world.calls) <= 8 + 8 * 4
+
+
+def test_a_job_found_after_the_first_round_is_read_from_its_first_line(world: World) -> None:
+    """Issue 46: the follower was made at the first discovery that found a job (up to a minute
+    after the agent started), and read the files present then from their end: a job's first
+    reports were lost.  start_at: end is for what was there when the agent started."""
+    collector = world.collector(slurm=True, start_at="end")
+    with pytest.raises(NothingHere):
+        run(collector)  # nothing yet
+    world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")
+    world.answers["4242"] = job_record("4242", "vm", "/out/4242.out", "/out/4242.out")
+    world.file("/out/4242.out", fixture("nemo"))  # 30 reports before discovery finds the job
+    world.now[0] += 60
+    s = run(collector)
+    collector.close()
+    assert job(s, "iterations_total", "4242", "nemo") == 29
