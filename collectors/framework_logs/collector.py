@@ -209,8 +209,12 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
     # --- what to follow ---
 
     def _discover(self, force: bool = False) -> Discovered:
+        """Every round, look for Slurm jobs with a process here (cheap); the whole discovery
+        every discovery_interval, or at once when a new job (of a cgroup) appeared."""
         now = self._clock()
-        if force or self._discovered_at is None or now - self._discovered_at >= self.options.discovery_interval:
+        new_job = self._discovery.scan() and self.options.slurm
+        due = self._discovered_at is None or now - self._discovered_at >= self.options.discovery_interval
+        if force or due or new_job:
             self._discovered_at = now
             self._found = self._discovery.run(slurm=self.options.slurm, pods=self.options.pods)
         return self._found

@@ -41,6 +41,11 @@ MAX_NEW_JOBS_PER_ROUND = 8
 RETRY_SECONDS = 60.0
 MAX_RETRY_SECONDS = 3600.0
 MAX_FAILED = 4096
+# A Slurm job seen here stays one to ask about and to follow the files of for this long after
+# its processes were last seen: a job that ended before it was asked is still asked (scontrol
+# answers for MinJobAge, 300 s by default, after a job's end) and its output read to its end.
+LINGER_SECONDS = 300.0
+MAX_SEEN = 4096
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,33 @@ class Discovery:
         self.failures: dict[str, int] = {}
         self._slurm_jobs: dict[str, _SlurmJob] = {}
         self._failed: dict[str, tuple[int, float]] = {}  # job id -> (failures in a row, when to ask again)
+        self._local: dict[str, bool] = {}  # the last scan's jobs (see _local_slurm_jobs)
+        self._seen: dict[str, tuple[bool, float]] = {}  # job id -> (a cgroup's?, when last seen here)
+        self._scanned = False
+
+    def scan(self) -> bool:
+        """Look for the Slurm jobs with a process here (every round: one pass over /proc);
+        True when one of a cgroup (slurmd's, not a user's environment) is new, to be asked now."""
+        now = self.clock()
+        self._local = self._local_slurm_jobs()
+        self._scanned = True
+        new = False
+        for job, trusted in self._local.items():
+            before = self._seen.pop(job, None)
+            new = new or (trusted and before is None)
+            self._seen[job] = (trusted or (before is not None and before[0]), now)
+        for job in [job for job, (_, at) in self._seen.items() if now - at > LINGER_SECONDS]:
+            del self._seen[job]
+        while len(self._seen) > MAX_SEEN:
+            del self._seen[next(iter(self._seen))]  # seen longest ago
+        return new
 
     def run(self, slurm: bool, pods: bool) -> Discovered:
-        local = self._local_slurm_jobs()
+        """Ask Slurm about the jobs seen here (the last ``scan``'s and those that ended within
+        LINGER_SECONDS), and find the pods' logs."""
+        if not self._scanned:
+            self.scan()
+        local = {job: trusted for job, (trusted, _) in self._seen.items()}
         slurm_files: dict[str, str] = {}
         users: dict[str, int] = {}
         if slurm:
@@ -113,7 +142,8 @@ class Discovery:
             for logs in pod_log_directories(self.paths.rootfs, uids):
                 pod_dirs[logs.directory] = f"{logs.namespace}/{logs.pod}"
         unreadable = sum(1 for path in [*slurm_files, *pod_dirs] if self._unreadable(path))
-        return Discovered(slurm_files, pod_dirs, frozenset(local) | frozenset(pod_dirs.values()), unreadable, users)
+        running = frozenset(self._local) | frozenset(pod_dirs.values())
+        return Discovered(slurm_files, pod_dirs, running, unreadable, users)
 
     def _to_ask(self, local: dict[str, bool]) -> list[str]:
         """The jobs to ask Slurm about this round, at most MAX_NEW_JOBS_PER_ROUND: those never

@@ -519,3 +519,32 @@ def test_a_job_found_after_the_first_round_is_read_from_its_first_line(world: Wo
     s = run(collector)
     collector.close()
     assert job(s, "iterations_total", "4242", "nemo") == 29
+
+
+def test_a_short_job_is_asked_at_once_and_read_after_it_ended(world: World) -> None:
+    """Issue 46: jobs were looked for once a minute, only while they ran: one that printed and
+    ended within a minute was never read.  Now /proc is scanned every round, a new job is
+    asked at once, and a job that ended before Slurm answered is still asked and read."""
+    collector = world.collector(slurm=True, paths=("/nothing/*.out",))
+    run(collector)
+    world.now[0] += 15  # a job starts between two discoveries...
+    world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")
+    world.answers["4242"] = job_record("4242", "vm", "/out/4242.out", "/out/4242.out")
+    world.file("/out/4242.out", fixture("nemo"))
+    s = run(collector)
+    assert world.calls == ["-o show job 4242"]  # ...and is asked in the round that sees it
+    assert job(s, "iterations_total", "4242", "nemo") == 29
+    # Another job, seen while slurmctld does not answer, ends before it is asked again.
+    world.process(4002, "/system.slice/slurmstepd.scope/job_4243/step_batch/user/task_0")
+    world.now[0] += 15
+    run(collector)
+    assert world.calls[-1] == "-o show job 4243"  # no answer
+    shutil.rmtree(world.proc / "4002")
+    world.answers["4243"] = job_record("4243", "vm", "/out/4243.out", "/out/4243.out")
+    world.file("/out/4243.out", fixture("nemo"))
+    for _ in range(4):
+        world.now[0] += 15
+        s = run(collector)
+    collector.close()
+    assert world.calls[-1] == "-o show job 4243"  # asked again a minute later, though it ended
+    assert job(s, "iterations_total", "4243", "nemo") == 29
