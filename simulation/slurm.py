@@ -10,6 +10,7 @@ slurmd leaves it until it removes it.
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 from lockstep.collectors.slurm.scontrol import SCONTROL
@@ -54,8 +55,11 @@ def _scontrol(args: list[str], timeout: float) -> str:
     if args[-3:] == ["show", "node", NODE]:
         return f"NodeName={NODE} Arch=x86_64 CPUTot=16 Gres=gpu:h100:8 State=ALLOCATED Partitions=h100 Reason=(null)\n"
     if args == ["-o", "show", "job", JOB_ID]:
+        # alice's uid is the demo's own: the simulated node's files (the job's StdOut) are the
+        # demo's, and framework_logs counts a job's output only when its user owns it.
+        uid = os.getuid()
         return (
-            f"JobId={JOB_ID} JobName=llama-70b-pretrain UserId=alice(1001) GroupId=alice(1001) JobState=RUNNING "
+            f"JobId={JOB_ID} JobName=llama-70b-pretrain UserId=alice({uid}) GroupId=alice({uid}) JobState=RUNNING "
             f"Partition=h100 NodeList=node[001-002] BatchHost={NODE} NumNodes=2 NumCPUs=32 "
             f"WorkDir=/scratch/runs/llama-70b__job={JOB_ID}__task=0 StdErr={JOB_STDOUT} StdIn=/dev/null "
             f"StdOut={JOB_STDOUT} Power=\n"
