@@ -205,6 +205,7 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
 
     def close(self) -> None:
         self._logs.close()
+        self._discovery.cgroups.stop()
 
     # --- what to follow ---
 

@@ -8,7 +8,10 @@
   New jobs are asked first, those of a cgroup (set by slurmd) before those of an environment
   (which any user writes: ``SLURM_JOB_ID=1 sleep``); a job id Slurm did not answer for is asked
   again after 60 s, then 120 s, ... at most every hour, after the new ones: ids that fail cannot
-  take the round's calls from a real job.
+  take the round's calls from a real job.  /proc is scanned every round, and the directories
+  slurmd makes the jobs' cgroups in (``.../slurmstepd.scope/job_<id>`` in cgroup v2, learned
+  from the jobs seen, and the default one) are watched (inotify): a job that starts and ends
+  between two rounds is still seen, asked about, and its output read after its end.
 - Kubernetes: the pods of the processes the GPU collector found on this node's GPUs (the
   GPU inventory, agent/gpus.py), from the processes' cgroups, and their directories under
   /var/log/pods (collectors/toolkit/pods.py).
@@ -23,9 +26,11 @@ import logging
 import os
 import re
 import subprocess
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from lockstep.agent.collector import Paths
 from lockstep.agent.gpus import GpuInventory
@@ -46,6 +51,69 @@ MAX_FAILED = 4096
 # answers for MinJobAge, 300 s by default, after a job's end) and its output read to its end.
 LINGER_SECONDS = 300.0
 MAX_SEEN = 4096
+# Where slurmd (22.05 and later, cgroup v2) makes each job's cgroup, under /sys.
+DEFAULT_JOB_CGROUPS = "fs/cgroup/system.slice/slurmstepd.scope"
+# A line of /proc/PID/cgroup naming a Slurm job: hierarchy, controllers, the path above job_<id>.
+_JOB_CGROUP_LINE = re.compile(r"^\d+:([^:\n]*):(/[^\n]*?)/job_\d+(?:/|$)", re.MULTILINE)
+_JOB_CGROUP_NAME = re.compile(r"job_(\d{1,12})")
+# Directories watched for new job cgroups at most.
+MAX_WATCHED = 16
+
+
+class JobCgroupWatch:
+    """The job cgroups slurmd makes (``job_<id>``), as inotify reports them, so that a job that
+    lives less than a round is seen.  Events come from watchdog's thread; ``born`` hands them over."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._born: list[str] = []
+        self._observer: Any = None
+        self.watched: set[str] = set()  # tried, watched or not
+
+    def watch(self, directories: set[str], log: logging.Logger) -> None:
+        for directory in sorted(directories - self.watched):
+            if len(self.watched) >= MAX_WATCHED:
+                return
+            self.watched.add(directory)
+            try:
+                if self._observer is None:
+                    self._observer = self._start()
+                self._observer.schedule(self._handler, directory, recursive=False)
+            except (OSError, ImportError) as exc:  # the inotify limit: the scan every round remains
+                log.info("cannot watch %s for new Slurm jobs: %s", directory, exc)
+
+    def _start(self) -> Any:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+
+        born, lock = self._born, self._lock
+
+        class Handler(FileSystemEventHandler):
+            def on_created(self, event: FileSystemEvent) -> None:
+                match = _JOB_CGROUP_NAME.fullmatch(os.path.basename(os.fsdecode(event.src_path)))
+                if event.is_directory and match:
+                    with lock:
+                        if len(born) < MAX_SEEN:
+                            born.append(match.group(1))
+
+        self._handler = Handler()
+        observer = Observer()
+        observer.daemon = True
+        observer.start()
+        return observer
+
+    def born(self) -> list[str]:
+        """The jobs whose cgroup appeared since the last call."""
+        with self._lock:
+            born = list(self._born)
+            self._born.clear()
+        return born
+
+    def stop(self) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout=5)
+            self._observer = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +156,7 @@ class Discovery:
         self._slurm_jobs: dict[str, _SlurmJob] = {}
         self._failed: dict[str, tuple[int, float]] = {}  # job id -> (failures in a row, when to ask again)
         self._local: dict[str, bool] = {}  # the last scan's jobs (see _local_slurm_jobs)
+        self.cgroups = JobCgroupWatch()
         self._seen: dict[str, tuple[bool, float]] = {}  # job id -> (a cgroup's?, when last seen here)
         self._scanned = False
 
@@ -95,9 +164,15 @@ class Discovery:
         """Look for the Slurm jobs with a process here (every round: one pass over /proc);
         True when one of a cgroup (slurmd's, not a user's environment) is new, to be asked now."""
         now = self.clock()
+        if not self._scanned:
+            self._watch_cgroups_of(None)  # the default directory, from the first round
         self._local = self._local_slurm_jobs()
         self._scanned = True
         new = False
+        for job in self.cgroups.born():  # started (and maybe ended) since the last scan
+            if job not in self._seen:
+                self._seen[job] = (True, now)
+                new = True
         for job, trusted in self._local.items():
             before = self._seen.pop(job, None)
             new = new or (trusted and before is None)
@@ -145,6 +220,24 @@ class Discovery:
         running = frozenset(self._local) | frozenset(pod_dirs.values())
         return Discovered(slurm_files, pod_dirs, running, unreadable, users)
 
+    def _watch_cgroups_of(self, pid: int | None) -> None:
+        """Watch the directories the job cgroups of ``pid``'s job are made in (and the default)."""
+        directories = set()
+        cgroup_root = self.paths.sysfs / "fs" / "cgroup"
+        default = self.paths.sysfs / DEFAULT_JOB_CGROUPS
+        if default.is_dir():
+            directories.add(str(default))
+        try:
+            text = (self.paths.procfs / str(pid) / "cgroup").read_text() if pid is not None else ""
+        except OSError:
+            text = ""
+        for controllers, parent in _JOB_CGROUP_LINE.findall(text):
+            hierarchy = cgroup_root / controllers.removeprefix("name=") if controllers else cgroup_root
+            directory = hierarchy / parent.lstrip("/")
+            if directory.is_dir():
+                directories.add(str(directory))
+        self.cgroups.watch(directories, self.log)
+
     def _to_ask(self, local: dict[str, bool]) -> list[str]:
         """The jobs to ask Slurm about this round, at most MAX_NEW_JOBS_PER_ROUND: those never
         asked (a cgroup's before an environment's), then the failed ones due again, longest due first."""
@@ -173,6 +266,8 @@ class Discovery:
         for pid in pids:
             job = slurm_job_of_cgroup(self.paths.procfs, pid)
             if job:
+                if job not in jobs and job not in self._seen:
+                    self._watch_cgroups_of(pid)
                 jobs[job] = True
                 continue
             job = slurm_job(self.paths.procfs, pid)

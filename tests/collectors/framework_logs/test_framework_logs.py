@@ -17,7 +17,7 @@ from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK, Seams
 from lockstep.collectors.framework_logs import FrameworkLogsCollector, FrameworkLogsOptions
 from lockstep.collectors.toolkit.scontrol import SCONTROL
-from tests.support import FIXTURES, collected
+from tests.support import FIXTURES, collected, wait_until
 
 LOGS = FIXTURES / "framework_logs"
 NOW = 1_787_400_000.0
@@ -548,3 +548,24 @@ def test_a_short_job_is_asked_at_once_and_read_after_it_ended(world: World) -> N
     collector.close()
     assert world.calls[-1] == "-o show job 4243"  # asked again a minute later, though it ended
     assert job(s, "iterations_total", "4243", "nemo") == 29
+
+
+def test_a_job_that_lives_less_than_a_round_is_seen_by_its_cgroup_and_read(world: World) -> None:
+    """Issue 46: a job that starts and ends between two rounds leaves no process to find; the
+    cgroup slurmd made for it (job_<id> under slurmstepd.scope, cgroup v2) is reported by
+    inotify, the job asked about after its end (scontrol answers for MinJobAge) and its output read."""
+    scope = world.root / "sys" / "fs" / "cgroup" / "system.slice" / "slurmstepd.scope"
+    scope.mkdir(parents=True)
+    collector = world.collector(slurm=True)
+    with pytest.raises(NothingHere):
+        run(collector)
+    world.answers["4242"] = job_record("4242", "vm", "/out/4242.out", "/out/4242.out")
+    world.file("/out/4242.out", fixture("nemo"))
+    (scope / "job_4242").mkdir()  # the job starts, prints, and ends within the round
+    (scope / "job_4242").rmdir()
+    wait_until(lambda: collector._discovery.cgroups._born, what="the cgroup's event")
+    world.now[0] += 15
+    s = run(collector)
+    collector.close()
+    assert world.calls == ["-o show job 4242"]
+    assert job(s, "iterations_total", "4242", "nemo") == 29
