@@ -271,7 +271,9 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             if where is None:
                 job_id, cri, owned = self._job_of(self._host_path(line.path))
                 written_at, owner = self._written_at(line, read_at)
-                where = files[line.path] = (job_id, cri, written_at, owner if owned else NO_OWNER)
+                if owned and owner is None:
+                    job_id = ""  # whose it is cannot be told (gone, or another file at its path now)
+                where = files[line.path] = (job_id, cri, written_at, owner if owned and owner is not None else NO_OWNER)
             job_id, cri, written_at, owner = where
             data = line.data
             # A line without a time of its own was written no later than its file's last change:
@@ -312,13 +314,16 @@ class FrameworkLogsCollector(Collector[FrameworkLogsOptions]):
             if not job.add(event, rank, stamped_at, printed if printed is not None else line_time):
                 self._invalid["bad_value"] += 1  # a report that moves the job further than a job can
 
-    def _written_at(self, line: Line, read_at: float) -> tuple[float, int]:
+    def _written_at(self, line: Line, read_at: float) -> tuple[float, int | None]:
         """(When the line's file last changed (its mtime), at most now; now if it cannot be told,
-        and its owner's uid, NO_OWNER if it cannot be told)."""
+        and its owner's uid, None if it cannot be told: the file is gone from its path, or
+        another file is there now, which may be another user's)."""
         try:
             st = os.stat(line.path)
         except OSError:
-            return read_at, NO_OWNER
+            return read_at, None
+        if (st.st_dev, st.st_ino) != line.file:
+            return min(read_at, st.st_mtime), None
         return min(read_at, st.st_mtime), st.st_uid
 
     def _judge_owner(self, key: tuple[str, str, int], job: JobState) -> None:

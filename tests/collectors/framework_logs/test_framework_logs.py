@@ -569,3 +569,23 @@ def test_a_job_that_lives_less_than_a_round_is_seen_by_its_cgroup_and_read(world
     collector.close()
     assert world.calls == ["-o show job 4242"]
     assert job(s, "iterations_total", "4242", "nemo") == 29
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="files of other users are made with chown")
+def test_a_file_whose_owner_cannot_be_told_counts_for_no_job(world: World) -> None:
+    """A user's file read through its descriptor after its path was taken by a link to the job
+    user's real output: the path's owner is not the lines' writer, so the lines count for no job."""
+    alice, eve = 1000, 1001
+    real = owned(world.file("/scratch/alice/slurm-5000.out", nemo_steps(0, 10)), alice)
+    fake = owned(world.file("/scratch/eve/slurm-5000.out", "hello\n"), eve)
+    collector = world.collector(paths=("/scratch/*/slurm-*.out",))
+    run(collector)
+    with open(fake, "a") as out:
+        out.write(nemo_steps(10, 500))
+    fake.rename(fake.with_name("kept"))  # still read through the open descriptor...
+    fake.symlink_to(real)  # ...while its path names alice's file
+    s = run(collector)
+    collector.close()
+    assert jobs(s) == [("5000", "nemo")]
+    assert job(s, "iterations_total", "5000", "nemo") == 10
+    assert by(s, "log_lines_invalid_total", "reason")["no_job"] == 491
