@@ -573,16 +573,19 @@ def test_a_job_that_lives_less_than_a_round_is_seen_by_its_cgroup_and_read(world
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="files of other users are made with chown")
 def test_a_file_whose_owner_cannot_be_told_counts_for_no_job(world: World) -> None:
-    """A user's file read through its descriptor after its path was taken by a link to the job
+    """A user's file read through its descriptor after its path was given to a link to the job
     user's real output: the path's owner is not the lines' writer, so the lines count for no job."""
     alice, eve = 1000, 1001
     real = owned(world.file("/scratch/alice/slurm-5000.out", nemo_steps(0, 10)), alice)
     fake = owned(world.file("/scratch/eve/slurm-5000.out", "hello\n"), eve)
+    (world.root / "elsewhere").mkdir()
+    writer = world.root / "elsewhere" / "link"
+    os.link(fake, writer)  # written through a link no watch sees: no event reads it before the swap
     collector = world.collector(paths=("/scratch/*/slurm-*.out",))
     run(collector)
-    with open(fake, "a") as out:
+    with open(writer, "a") as out:
         out.write(nemo_steps(10, 500))
-    fake.rename(fake.with_name("kept"))  # still read through the open descriptor...
+    fake.unlink()  # still read through the open descriptor...
     fake.symlink_to(real)  # ...while its path names alice's file
     s = run(collector)
     collector.close()
