@@ -68,18 +68,30 @@ class JobCgroupWatch:
         self._lock = threading.Lock()
         self._born: list[str] = []
         self._observer: Any = None
-        self.watched: set[str] = set()  # tried, watched or not
+        self._watches: dict[str, Any] = {}
+        self.watched: dict[str, int] = {}  # directory -> its inode when watched (or tried)
 
     def watch(self, directories: set[str], log: logging.Logger) -> None:
-        for directory in sorted(directories - self.watched):
-            if len(self.watched) >= MAX_WATCHED:
-                return
-            self.watched.add(directory)
+        """Watch these directories too (a directory made anew, e.g. cgroup v1's uid_<uid> after
+        the user's last job ended, is watched again)."""
+        for directory in sorted(directories):
+            try:
+                inode = os.stat(directory).st_ino
+            except OSError:
+                continue
+            if self.watched.get(directory) == inode:
+                continue
+            if directory not in self.watched and len(self.watched) >= MAX_WATCHED:
+                continue
+            self.watched[directory] = inode
             try:
                 if self._observer is None:
                     self._observer = self._start()
-                self._observer.schedule(self._handler, directory, recursive=False)
-            except (OSError, ImportError) as exc:  # the inotify limit: the scan every round remains
+                old = self._watches.pop(directory, None)
+                if old is not None:
+                    self._observer.unschedule(old)
+                self._watches[directory] = self._observer.schedule(self._handler, directory, recursive=False)
+            except (OSError, KeyError, ImportError) as exc:  # the inotify limit: the scan every round remains
                 log.info("cannot watch %s for new Slurm jobs: %s", directory, exc)
 
     def _start(self) -> Any:
