@@ -69,16 +69,23 @@ def make_report(
     # stragglers (which share rank_rates' answers, so they stay in one thread, in order).  On 2
     # cores that took a 1,024-rank day's report, its NCCL counters read, from 17.8 s to 11.4-13.4 s
     # (docs/performance.md).
+    # Every query of every thread is within the report's one deadline (prom.deadline); when one
+    # fails, the report does: the others' queries end at their next read, the rest never start.
     with ThreadPoolExecutor(SECTIONS_ALONGSIDE, thread_name_prefix="report") as pool:
-        nccl = pool.submit(nccl_stragglers, scope)  # first: the largest reads
-        gpus_asked = pool.submit(gpu_section, scope)
-        events_asked = pool.submit(event_section, scope)
-        checkpoints_asked = pool.submit(checkpoint_section, scope)
-        alerts_asked = pool.submit(alert_section, scope, now)
-        steps = steps_section(scope)
-        stragglers = training_stragglers(scope) + nccl.result()
-        gpus, events = gpus_asked.result(), events_asked.result()
-        checkpoints, alerts = checkpoints_asked.result(), alerts_asked.result()
+        try:
+            nccl = pool.submit(nccl_stragglers, scope)  # first: the largest reads
+            gpus_asked = pool.submit(gpu_section, scope)
+            events_asked = pool.submit(event_section, scope)
+            checkpoints_asked = pool.submit(checkpoint_section, scope)
+            alerts_asked = pool.submit(alert_section, scope, now)
+            steps = steps_section(scope)
+            stragglers = training_stragglers(scope) + nccl.result()
+            gpus, events = gpus_asked.result(), events_asked.result()
+            checkpoints, alerts = checkpoints_asked.result(), alerts_asked.result()
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)
+            prom.deadline.stop()
+            raise
     for straggler in stragglers:
         evidence(scope, straggler)
     hangs = [

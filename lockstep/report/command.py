@@ -7,6 +7,7 @@ a bad URL, a store or output file that cannot be read or written), said in one l
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -14,7 +15,8 @@ from pathlib import Path
 from lockstep.report import html, store, text
 from lockstep.report.build import build_report
 from lockstep.report.model import Report, to_json
-from lockstep.report.prometheus import Prometheus, ReportError
+from lockstep.report.prometheus import MAX_ANSWER_MIB, REPORT_SECONDS, Prometheus, ReportError
+from lockstep.report.transport import Deadline
 from lockstep.thresholds import GRAFANA_URL
 
 PROMETHEUS_ENV = "LOCKSTEP_PROMETHEUS_URL"
@@ -45,10 +47,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--grafana", metavar="URL", default=GRAFANA_URL, help="Grafana base URL for the link")
     parser.add_argument(
+        "--timeout",
+        type=_positive,
+        default=REPORT_SECONDS,
+        metavar="SECONDS",
+        help=f"the whole report's deadline: beyond it, it fails (default {REPORT_SECONDS:g})",
+    )
+    parser.add_argument(
+        "--max-answer",
+        dest="max_answer",
+        type=_positive,
+        default=MAX_ANSWER_MIB,
+        metavar="MIB",
+        help=f"the largest answer read from Prometheus, in MiB (default {MAX_ANSWER_MIB})",
+    )
+    parser.add_argument(
         "--at", type=float, metavar="UNIX_TIME", help="the report as Prometheus saw the job at this time (default now)"
     )
     # Test-only: the simulated node's clock runs this many times as fast as Prometheus' (demo --speed).
     parser.add_argument("--time-scale", dest="time_scale", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0")
+    return value
 
 
 def render(report: Report, fmt: str) -> str:
@@ -89,7 +116,8 @@ def _run(args: argparse.Namespace) -> int:
             report = kept
     if report is None:
         url = args.prometheus or os.environ.get(PROMETHEUS_ENV) or DEFAULT_PROMETHEUS
-        prometheus = Prometheus(url)
+        # The deadline runs from here: the whole report, every query in every thread, within it.
+        prometheus = Prometheus(url, deadline=Deadline(args.timeout), max_answer_bytes=int(args.max_answer * 2**20))
         if not args.time_scale > 0:
             raise ReportError("--time-scale must be above 0")
         report = build_report(
