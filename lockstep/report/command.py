@@ -90,7 +90,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except ReportError as exc:
-        print(f"lockstep: report: {exc}", file=sys.stderr)
+        # One line, whatever it quotes (a job id, a cluster or a server's error): no control
+        # character reaches the terminal as one.
+        print(f"lockstep: report: {text.visible(str(exc))}", file=sys.stderr)
         return 1
 
 

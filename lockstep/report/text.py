@@ -1,15 +1,53 @@
-"""The report as text for a terminal: every line at most WIDTH columns, times in UTC."""
+"""The report as text for a terminal: every line at most WIDTH columns, times in UTC.
+
+What Prometheus' labels hold (a job's name, which its user chooses; a node, an alert, a label)
+reaches an administrator's terminal: every control character in them a terminal acts on (C0
+but none, DEL, C1: `ESC ] 0 ; ... BEL` retitles the window, `ESC [ 2 J` clears it) is written
+visibly, `\x1b`, before the text is laid out (issue 46).  Only the renderer's own line breaks
+are line breaks.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import re
 import textwrap
 import time
+from typing import Any, TypeVar
 
 from lockstep.report.model import Point, Report
 from lockstep.report.notes import human
 
 WIDTH = 100
 BARS = "▁▂▃▄▅▆▇█"
+
+
+# C0, DEL and C1; and the lone surrogates a JSON string may escape, which no output could encode.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+V = TypeVar("V")
+
+
+def visible(text: str) -> str:
+    """The text with each control character as its escape: ESC as `\x1b`, a newline as `\x0a`."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}" if ord(m[0]) < 0x100 else f"\\u{ord(m[0]):04x}", text)
+
+
+def made_visible(value: V) -> V:
+    """A copy of a report (or any part of it) with every string made visible."""
+    out: Any
+    if isinstance(value, str):
+        out = visible(value)
+    elif isinstance(value, list):
+        out = [made_visible(v) for v in value]
+    elif isinstance(value, dict):
+        out = {made_visible(k): made_visible(v) for k, v in value.items()}
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = dataclasses.replace(
+            value, **{f.name: made_visible(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        )
+    else:
+        out = value
+    return out  # type: ignore[no-any-return]
 
 
 def stamp(t: float | None) -> str:
@@ -51,6 +89,7 @@ def gib(value: float | None) -> str:
 
 
 def render(report: Report) -> str:
+    report = made_visible(report)
     job = report.job
     out: list[str] = []
     title = f"Lockstep report: job {job.job_id}" + (f" (cluster {job.cluster})" if job.cluster else "")

@@ -12,15 +12,19 @@ import re
 import subprocess
 import threading
 import time
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from lockstep.agent.cli import main
+from lockstep.report import text
+from lockstep.report.model import Alert
 from tests.support import LOCKSTEP
 from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, series, serving, vector
 from tests.support.hostile_prometheus import HostileServer, Reply, beside, success
+from tests.support.reports import sample_report
 
 T = 1_800_000_000.0
 COARSE = r"\[5356800ms\]\)\)$"  # find_job's buckets, their parts, the parts' windows
@@ -145,6 +149,51 @@ def test_an_answer_without_a_length_is_read_no_further_than_the_cap(
         code, out, err = run(capsys, *report_args(server.url, tmp_path, "--max-answer", "1"))
     assert (code, out) == (1, "")
     assert one_line(err).endswith("... with more than 1 MiB (--max-answer): refused\n")
+
+
+# --- 3. text carries no control character a terminal acts on ---
+
+
+def test_text_output_writes_control_characters_visibly() -> None:
+    """The job's name (its user's choice) and every other label shown: ESC ] 0 ; ... BEL
+    (retitles the terminal), ESC [ 2 J (clears it), C1's CSI, DEL, a newline: each escaped."""
+    report = sample_report()
+    job = report.job
+    job.job_name = "\x1b]0;you are root\x07train\x1b[2J"
+    job.user, job.partition, job.account = "al\x1bice", "h1\x9b00", "llm\x7f"
+    job.hosts = ["n12\x1b[31m", "n25\nfake line"]
+    report.gpus[0].node = "n\x1b[2J12"
+    report.alerts.append(Alert("Evil\x1b[5m", "warning", job.start, job.end, {"rank": "3\x07"}))
+    out = text.render(report)
+    lines = out.splitlines()
+    assert "  name   \\x1b]0;you are root\\x07train\\x1b[2J user al\\x1bice" in lines
+    assert "  where  partition h1\\x9b00, account llm\\x7f" in lines
+    assert "  nodes  n12\\x1b[31m, n25\\x0afake line" in lines
+    assert any(line.startswith("  n\\x1b[2J12     5   97%") for line in lines)
+    assert any(line.startswith("  - Evil\\x1b[5m (warning) ") and line.endswith(": rank=3\\x07") for line in lines)
+    assert [c for c in out if unicodedata.category(c) == "Cc" and c != "\n"] == []
+    assert all(len(line) <= text.WIDTH for line in lines)
+    # The report itself is left as it was (its JSON and HTML write these strings their own way).
+    assert job.job_name == "\x1b]0;you are root\x07train\x1b[2J"
+
+
+def test_text_output_from_prometheus_labels_is_escaped(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    with serving(FakePrometheus(job_rules(job_name="x\x1b]0;t\x07y", user="\x1b[2J"))) as fake:
+        code, out, err = run(capsys, *report_args(fake.url, tmp_path))
+    assert (code, err) == (0, "")
+    assert "  name   x\\x1b]0;t\\x07y user \\x1b[2J\n" in out
+    assert "\x1b" not in out and "\x07" not in out
+
+
+def test_an_error_line_shows_control_characters_visibly(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Names from Prometheus' labels in an error (a job in two clusters) reach the terminal too."""
+    rules = [Rule(r"^series ", series({"cluster": "b\x1b]0;x\x07"}, {"cluster": "a\nb"}))]
+    with serving(FakePrometheus(rules)) as fake:
+        code, out, err = run(capsys, *report_args(fake.url, tmp_path))
+    assert (code, out) == (1, "")
+    assert one_line(err) == (
+        "lockstep: report: job 77 ran in clusters a\\x0ab, b\\x1b]0;x\\x07: choose one with --cluster\n"
+    )
 
 
 # --- 4. one line, never a traceback ---
