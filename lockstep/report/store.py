@@ -2,6 +2,12 @@
 writes the compact JSON to the store when the job ends; `lockstep report` reads it first.
 
 One file per job: STORE/<cluster>/<job_id>.json (`_` for no cluster), written atomically.
+The cluster and the job id come from Prometheus' labels and the command line: each is one
+folder or file name, its characters other than letters, digits, `.`, `_` and `-` written `_`
+(`/` and NUL too).  A cluster folder that would leave the store or hide in it (`..`, `.`, any
+leading dot: `*/` does not list it) and an empty name are refused (issue 46: a series labelled
+`cluster=".."` wrote `STORE/../JOB.json`); a job id's file always ends `.json`.  The path is
+checked to be inside the store, as a last guard.
 """
 
 from __future__ import annotations
@@ -24,7 +30,20 @@ def store_dir(given: str | None) -> Path:
 
 
 def path_of(store: Path, job_id: str, cluster: str | None) -> Path:
-    return store / (_SAFE.sub("_", cluster) if cluster else "_") / f"{_SAFE.sub('_', job_id)}.json"
+    """The job's file in the store; ReportError for a cluster or job id that is no name there."""
+    folder = _name(cluster, "cluster", "folder", leading_dot=False) if cluster else "_"
+    path = store / folder / f"{_name(job_id, 'job id', 'file')}.json"
+    inside = os.path.normpath(store)
+    if os.path.commonpath([inside, os.path.normpath(path)]) != inside:  # (what _name lets by cannot)
+        raise ReportError(f"the report of job {job_id!r} would be stored outside {store}: refused")
+    return path
+
+
+def _name(given: str, what: str, kind: str, leading_dot: bool = True) -> str:
+    name = _SAFE.sub("_", given)
+    if not name or (name.startswith(".") and not leading_dot):
+        raise ReportError(f"{what} {given!r} cannot name a {kind} in the report store: refused")
+    return name
 
 
 def load(store: Path, job_id: str, cluster: str | None) -> Report | None:
@@ -32,7 +51,7 @@ def load(store: Path, job_id: str, cluster: str | None) -> Report | None:
     Without a cluster, the job's report in whichever cluster's folder holds one (the epilog
     stores it under the cluster Prometheus named); ReportError when several do."""
     if cluster is None:
-        found = sorted(store.glob(f"*/{_SAFE.sub('_', job_id)}.json"))
+        found = sorted(store.glob(f"*/{_name(job_id, 'job id', 'file')}.json"))
         if len(found) > 1:
             clusters = ", ".join(path.parent.name for path in found)
             raise ReportError(f"job {job_id} has reports stored for clusters {clusters}: choose one with --cluster")

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 
 from lockstep.agent.cli import main
-from lockstep.report import text
+from lockstep.report import store, text
 from lockstep.report.model import Alert
+from lockstep.report.prometheus import ReportError
 from tests.support import LOCKSTEP
 from tests.support.fake_prometheus import FakePrometheus, Rule, matrix, series, serving, vector
 from tests.support.hostile_prometheus import HostileServer, Reply, beside, success
@@ -271,3 +272,34 @@ def test_an_error_answer_shows_its_first_line_with_control_characters_visible(
         code, out, err = run(capsys, *report_args(fake.url, tmp_path))
     assert (code, out) == (1, "")
     assert one_line(err) == f"lockstep: report: Prometheus at {fake.url} failed a query: bad \\x1b[2J query\n"
+
+
+# --- 5. nothing written outside the store ---
+
+
+def test_a_cluster_named_dot_dot_stores_nothing_outside_the_store(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A series labelled cluster="..", and --save (the epilog's command): before, STORE/../77.json."""
+    rules = [Rule(r"^series ", series({"__name__": "lockstep_slurm_job_info", "cluster": "..", "instance": "n1"}))]
+    with serving(FakePrometheus(rules + job_rules())) as fake:
+        code, out, err = run(capsys, *report_args(fake.url, tmp_path, "--save"))
+    assert (code, out) == (1, "")
+    assert one_line(err) == "lockstep: report: cluster '..' cannot name a folder in the report store: refused\n"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == []
+
+
+@pytest.mark.parametrize(
+    ("job_id", "cluster"), [("77", ".."), ("77", "."), ("77", ".hidden"), ("", "a"), ("77", "../..")]
+)
+def test_a_store_path_never_leaves_the_store(job_id: str, cluster: str) -> None:
+    with pytest.raises(ReportError, match=r"cannot name a (folder|file) in the report store: refused$"):
+        store.path_of(Path("/s"), job_id, cluster)
+
+
+@pytest.mark.parametrize(
+    ("job_id", "cluster", "path"),
+    [("4242", "a\0b", "/s/a_b/4242.json"), ("..", "a", "/s/a/...json"), ("/", "a/..", "/s/a_../_.json")],
+)
+def test_a_store_path_of_odd_names_is_inside_the_store(job_id: str, cluster: str, path: str) -> None:
+    assert store.path_of(Path("/s"), job_id, cluster) == Path(path)
