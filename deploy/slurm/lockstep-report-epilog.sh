@@ -14,13 +14,17 @@
 #   LOCKSTEP_REPORT_STORE    where reports are kept (default /var/lib/lockstep/reports)
 #   LOCKSTEP_CLUSTER         the cluster label, when Prometheus sees several clusters
 #   LOCKSTEP_REPORT_DELAY    seconds to wait first, for the job's last scrape (default 30); the job
-#                            stays COMPLETING meanwhile, and PrologEpilogTimeout, when set, must
-#                            be longer than the delay and the report together
+#                            stays COMPLETING meanwhile
+#   LOCKSTEP_REPORT_TIMEOUT  seconds the report may take (default 60: its --timeout); the command
+#                            is stopped 15 s later whatever it does (timeout(1), SIGKILL 5 s after
+#                            SIGTERM).  So the epilog ends within DELAY + TIMEOUT + 20 s (110 s by
+#                            default): PrologEpilogTimeout, when set, must be longer than that
 #   LOCKSTEP_REPORT_OPTIONS  further options of `lockstep report`, e.g. --grafana https://grafana.example
 #   LOCKSTEP                 the lockstep command (default: lockstep on PATH below), e.g.
 #                            /opt/lockstep/bin/lockstep
-# It always exits 0: a report that could not be made must neither drain the node nor hold the
-# job.  slurmctld discards its output: the reason goes to syslog (tag lockstep-report), and to
+# It always exits 0, and ends within the bound above whatever Prometheus does: a report that
+# could not be made must neither drain the node nor hold the job (without PrologEpilogTimeout,
+# Slurm's default, slurmctld waits for an EpilogSlurmctld for ever).  slurmctld discards its output: the reason goes to syslog (tag lockstep-report), and to
 # stderr for a run by hand.
 defaults="${LOCKSTEP_REPORT_DEFAULTS:-/etc/default/lockstep-report}"
 # shellcheck disable=SC1090
@@ -42,14 +46,29 @@ fail() {
 # wait`: run by slurmctld's slurmscriptd, with a trap set, the wait builtin never returns.)
 trap 'fail "stopped by SIGTERM before its report was stored (slurmctld: PrologEpilogTimeout shorter than LOCKSTEP_REPORT_DELAY and the report?)"; exit 0' TERM
 sleep "${LOCKSTEP_REPORT_DELAY:-30}"
-set -- report "$job" --save --refresh
+limit="${LOCKSTEP_REPORT_TIMEOUT:-60}"
+case "$limit" in
+    '' | *[!0-9]* | 0)
+        fail "LOCKSTEP_REPORT_TIMEOUT=$limit is not a whole number of seconds above 0: 60 used"
+        limit=60
+        ;;
+esac
+set -- report "$job" --save --refresh --timeout "$limit"
 [ -n "${LOCKSTEP_PROMETHEUS_URL:-}" ] && set -- "$@" --prometheus "$LOCKSTEP_PROMETHEUS_URL"
 [ -n "${LOCKSTEP_REPORT_STORE:-}" ] && set -- "$@" --store "$LOCKSTEP_REPORT_STORE"
 [ -n "${LOCKSTEP_CLUSTER:-}" ] && set -- "$@" --cluster "$LOCKSTEP_CLUSTER"
+# The report keeps its own deadline (--timeout); timeout(1) is the guard on the whole command
+# (the interpreter's start, the store written, and whatever else could hold it).  --foreground:
+# it stays in this script's process group, so slurmctld's SIGTERM to the group still reaches
+# the report at once (the report starts no process of its own for timeout to miss).
 # LOCKSTEP may be a command with arguments (python -m lockstep.agent.cli), and the options
 # several words: both split on purpose.
 # shellcheck disable=SC2086
-if ! message="$(${LOCKSTEP:-lockstep} "$@" ${LOCKSTEP_REPORT_OPTIONS:-} 2>&1)"; then
-    fail "$message"
-fi
+message="$(timeout --foreground --kill-after=5 "$((limit + 15))" ${LOCKSTEP:-lockstep} "$@" ${LOCKSTEP_REPORT_OPTIONS:-} 2>&1)"
+status=$?
+case $status in
+    0) ;;
+    124 | 137) fail "lockstep report did not end within LOCKSTEP_REPORT_TIMEOUT=$limit s and 15 s more: stopped${message:+ ($message)}" ;;
+    *) fail "$message" ;;
+esac
 exit 0

@@ -30,7 +30,7 @@ from typing import Any
 
 from lockstep.report.transport import CutShort, Deadline, TooLarge, opener, read_bounded
 
-REPORT_SECONDS = 120.0  # the whole report's deadline (`--timeout`)
+REPORT_SECONDS = 60.0  # the whole report's deadline (`--timeout`)
 READ_SECONDS = 30.0  # the most one read of the socket waits
 MAX_ANSWER_MIB = 64  # an answer's cap (`--max-answer`)
 ERROR_BYTES = 64 * 1024  # what is read of an error's body (its first line is shown)

@@ -111,7 +111,7 @@ def test_the_report_process_ends_at_its_deadline_when_every_answer_drips(tmp_pat
     with HostileServer(lambda endpoint, form: Reply(success(endpoint, []), drip=0.5)) as server:
         started = time.monotonic()
         done = subprocess.run(
-            [*LOCKSTEP, *report_args(server.url, tmp_path, "--save", "--timeout", "4")],
+            [*LOCKSTEP, *report_args(server.url, tmp_path, "--save", "--timeout", "5")],
             capture_output=True,
             text=True,
             timeout=60,
@@ -119,9 +119,9 @@ def test_the_report_process_ends_at_its_deadline_when_every_answer_drips(tmp_pat
         took = time.monotonic() - started
     assert (done.returncode, done.stdout) == (1, "")
     assert done.stderr == (
-        f"lockstep: report: Prometheus at {server.url} did not answer within the report's 4-s deadline (--timeout)\n"
+        f"lockstep: report: Prometheus at {server.url} did not answer within the report's 5-s deadline (--timeout)\n"
     )
-    assert took < 3 * 4  # (the interpreter's start included)
+    assert took < 3 * 5  # (the interpreter's start included)
     assert not (tmp_path / "store").exists()
 
 
