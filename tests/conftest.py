@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import TESTS, UNIT_TEST_RUNNING, AgentProcess
+from tests.support import GOLDEN, TESTS, UNIT_TEST_RUNNING, AgentProcess
 
 # The environment variable every process the tests start inherits: what is still running at the
 # end with it is a process the tests left behind.
@@ -101,6 +101,32 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     finally:
         UNIT_TEST_RUNNING.clear()
         subprocess.Popen._execute_child, os.fork = saved  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Under --update-golden a test marked `golden` that skips fails instead: its golden files
+    were not written, and ./dev/regenerate would otherwise end as if they had been."""
+    report = yield
+    marker = item.get_closest_marker("golden")
+    if report.skipped and marker is not None and item.config.getoption("--update-golden"):
+        if not hasattr(report, "wasxfail"):
+            report.outcome = "failed"
+            report.longrepr = golden_not_written(item, marker, report.longrepr)
+    return report
+
+
+def golden_not_written(item: pytest.Item, marker: pytest.Mark, skipped: object) -> str:
+    """What a golden test's skip under --update-golden left unwritten, why, and the fix."""
+    callspec = getattr(item, "callspec", None)
+    params = callspec.params if callspec else {}
+    names = [str((GOLDEN / name.format(**params)).relative_to(TESTS.parent)) for name in marker.args]
+    reason = skipped[2] if isinstance(skipped, tuple) else str(skipped)
+    return (
+        f"{item.nodeid} skipped under --update-golden ({reason.removeprefix('Skipped: ')}), so "
+        f"{' and '.join(names)} were not written. Install what it needs and regenerate: as root, "
+        "./dev/regenerate installs the Debian packages the goldens need (dev/debian-packages.d/core.txt)."
+    )
 
 
 @pytest.fixture

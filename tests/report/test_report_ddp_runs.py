@@ -194,6 +194,7 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Made]]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.mark.golden("report-ddp-{cluster}.txt", "report-ddp-{cluster}.json")
 @pytest.mark.parametrize("cluster", RUNS)
 def test_each_runs_report_matches_its_golden_files(
     made: dict[str, Made], cluster: str, request: pytest.FixtureRequest

@@ -255,6 +255,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@pytest.mark.golden("report-{scenario}.txt", "report-{scenario}.json")
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_each_scenarios_report_matches_its_golden_files(
     run: Run, scenario: str, request: pytest.FixtureRequest

@@ -50,6 +50,7 @@ def normalise(text: str) -> str:
 AT_START = sorted(name for name, scenario in scenarios().items() if not scenario.starts_healthy)
 
 
+@pytest.mark.golden("demo-{scenario}.prom")
 @pytest.mark.parametrize("scenario", AT_START)
 def test_demo_matches_golden(scenario: str, request: pytest.FixtureRequest) -> None:
     golden = GOLDEN / f"demo-{scenario}.prom"
