@@ -33,12 +33,10 @@ import re
 from collections.abc import Iterator
 
 import pytest
-import yaml
 
-from alerts import render, rules
+from alerts import rules
 from alerts.compression import Compression
-from tests.support import REPO, require_real
-from tests.support.hang_cases import HANG_CASES
+from tests.support import require_real
 from tests.support.observation import (
     CASES,
     COLLECTOR_INTERVAL,
@@ -49,8 +47,8 @@ from tests.support.observation import (
     dashboard_problems,
     demo_scenarios,
     observe,
+    rule_file_alerts,
 )
-from tests.support.page_cases import ALL_CASES as PAGE_CASES
 from tests.support.prometheus import PROMETHEUS
 from tests.support.queries import checked_in
 
@@ -107,31 +105,14 @@ def test_every_dashboard_query_runs_and_returns_data(run: Run, title: str) -> No
     assert dashboard_problems(checked_in()[title], run.query, run.prometheus) == []
 
 
-def rule_file_alerts() -> set[str]:
-    """Every alert in the rule files of alerts/, whoever added it."""
-    names = set()
-    for path in render.RULE_FILES.values():
-        for group in yaml.safe_load((REPO / path).read_text())["groups"]:
-            names |= {rule["alert"] for rule in group["rules"] if "alert" in rule}
-    return names
-
-
 def test_every_alert_in_the_rule_files_fires_in_some_case(run: Run) -> None:
     """An alert no simulated fault fires is proven only on hand-written series: add a scenario
-    and a case for it (see CASES)."""
+    and a case for it (see CASES).  That every alert is expected by some case, and every scenario
+    is a case, are unit-tier checks (tests/alerts/test_alert_cases.py)."""
     if ONLY:
         pytest.skip("LOCKSTEP_E2E_CASES runs only some cases")
     fired = {dict(labels)["alertname"] for seen in run.fired.values() for labels in seen}
     assert sorted(rule_file_alerts() - fired - set(PROVEN_ELSEWHERE)) == []
-
-
-def test_every_demo_scenario_is_a_case() -> None:
-    """A scenario of the simulated node says what it fires (or that it fires nothing) here."""
-    from lockstep.simulation import scenarios
-
-    page_scenarios = {c.scenario for c in PAGE_CASES.values()}
-    cases = {c.demo for c in CASES.values()} | page_scenarios | set(HANG_CASES)
-    assert sorted(set(scenarios()) - cases) == []
 
 
 def _seconds(duration: str) -> int:

@@ -25,7 +25,7 @@ from lockstep.simulation.gpu import XID_AT
 from lockstep.simulation.storage import EPOCH
 from lockstep.simulation.timeline import FRAMEWORK_SLOW_AT
 from lockstep.simulation.workloads import INFERENCE_ONSET
-from tests.support import LOCKSTEP, free_port, http_get, lockstep, scale_out
+from tests.support import LOCKSTEP, REPO, free_port, http_get, lockstep, scale_out
 from tests.support.prometheus import is_ready, query_alerts, start_logged, start_prometheus, stop_all
 from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, panel_queries, variable_queries
 
@@ -228,6 +228,15 @@ PROVEN_ELSEWHERE = {
     # this run.  Proven at the workload's own timing, as are the hangs' twins.
     "LockstepJobEndedHung": "tests/alerts/test_hangs_e2e.py, tests/alerts/test_alerts_replay.py (hang-killed)",
 }
+
+
+def rule_file_alerts() -> set[str]:
+    """Every alert in the rule files of alerts/, whoever added it."""
+    names = set()
+    for path in render.RULE_FILES.values():
+        for group in yaml.safe_load((REPO / path).read_text())["groups"]:
+            names |= {rule["alert"] for rule in group["rules"] if "alert" in rule}
+    return names
 
 
 def demo_scenarios() -> set[str]:
