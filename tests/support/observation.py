@@ -87,11 +87,10 @@ def case(demo: str | None, *expected: Expect, args: tuple[str, ...] = (), onset:
 # of the simulated node (which must fire what they simulate and nothing more), and two faults
 # made around a healthy node: a collector that fails, and an agent that is not there.
 #
-# A new alert: add a scenario to the simulated node (an area module's SCENARIOS, see
-# simulation/__init__.py) that produces its fault, and an entry here naming what it fires, e.g.
-#     "my-fault": case("my-fault", expect("LockstepMyAlert", gpu="2"), onset=10),
-# plus, where the alert could misfire, a near-miss scenario expected to fire nothing.
-# test_every_alert_in_the_rule_files_fires_in_some_case fails until every alert of alerts/ fires.
+# A new alert: a scenario of the simulated node that produces its fault, and an entry here naming
+# what it fires (docs/development.md, "Adding an alert").  tests/alerts/test_alert_cases.py fails
+# (unit tier) until every alert of alerts/ is expected here and every scenario is a case;
+# test_every_alert_in_the_rule_files_fires_in_some_case until every alert fires.
 CASES: dict[str, Case] = {
     "healthy": case("healthy"),
     "straggler": case(
