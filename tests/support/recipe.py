@@ -36,11 +36,12 @@ from lockstep.simulation import cardinality
 from tests.support import REPO, require_real
 
 RECIPES = REPO / "docs" / "development.md"
-# dev/regenerate leaves out the report e2e's goldens in a copy whose change cannot alter them (the
-# report reads neither a new collector's series nor a new metric or alert of a collector its demos
-# do not run): rerunning it cost 3.5 minutes of a recipe test's 5.  The suite's own run of it
-# checks its goldens; the other golden tests run in the copy as the recipe runs them.
-REPORT_E2E = "tests/report/test_report_e2e.py"
+# dev/regenerate leaves out the report's goldens in a copy (PYTEST_ADDOPTS --deselect): they are
+# the report's answers to its own queries on its own demos, which neither a new collector nor a new
+# metric or alert changes (the report e2e's demos run only the collectors it names; no scenario of
+# it brings a new alert's fault), and rerunning them cost 3.5 minutes of a recipe test's 5.  The
+# suite's own runs of them check them; the other golden tests run in the copy as the recipe runs them.
+REPORT_GOLDENS = ("tests/report/test_report_e2e.py", "tests/report/test_report_ddp_runs.py")
 # The recipes' commands take tens of seconds each; a limit far above that only stops a hang.
 COMMAND_TIMEOUT = 600
 # Of a failed command's output, the end: where pytest's summary and a script's error are.
@@ -86,11 +87,11 @@ def git(repo: Path, *args: str) -> str:
     return result.stdout
 
 
-def environment(tmp: Path, deselect: tuple[str, ...] = (REPORT_E2E,)) -> dict[str, str]:
+def environment(tmp: Path, deselect: tuple[str, ...] = REPORT_GOLDENS) -> dict[str, str]:
     """This process's environment, minus what would steer the commands to the checkout or make
     pytest think it runs inside this one, plus temporary and cache directories under tmp (pip
     caches what it builds, pytest makes its base temporary directory), and the golden tests the
-    recipe's change cannot alter left out (REPORT_E2E)."""
+    recipe's change cannot alter left out (REPORT_GOLDENS)."""
     env = {
         key: value
         for key, value in os.environ.items()
@@ -136,7 +137,7 @@ def make_venv(copy: Path, env: dict[str, str]) -> None:
     run(["bash", "-c", "source dev/setup.sh && ensure_venv test"], copy, env)
 
 
-def throwaway_copy(tmp_path: Path, deselect: tuple[str, ...] = (REPORT_E2E,)) -> tuple[Path, dict[str, str]]:
+def throwaway_copy(tmp_path: Path, deselect: tuple[str, ...] = REPORT_GOLDENS) -> tuple[Path, dict[str, str]]:
     """A copy of the repository in tmp_path/repo with its .venv, and the environment to run the
     recipe's commands in."""
     require_real("git", shutil.which("git") is not None)
