@@ -88,9 +88,9 @@ EDITS = [
     ),
     (
         "lockstep/report/build.py",
-        "        events_asked = pool.submit(event_section, scope)\n",
-        "        events_asked = pool.submit(event_section, scope)\n"
-        "        gpu_models_asked = pool.submit(gpu_models_section, scope)\n",
+        "\n            events_asked = pool.submit(event_section, scope)\n",
+        "\n            events_asked = pool.submit(event_section, scope)\n"
+        "            gpu_models_asked = pool.submit(gpu_models_section, scope)\n",
     ),
     (
         "lockstep/report/build.py",

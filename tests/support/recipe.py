@@ -155,6 +155,9 @@ def edit(copy: Path, name: str, old: str, new: str) -> None:
     path = copy / name
     text = path.read_text()
     assert text.count(old) == 1, f"{name}: {old!r} found {text.count(old)} times, not once"
+    # An indented line is found whole, from its start: one indented more would take the edit
+    # at the wrong depth (a statement moved into a block).
+    assert not old.startswith(" ") or f"\n{old}" in text, f"{name}: {old!r} is not at a line's start"
     path.write_text(text.replace(old, new))
 
 
