@@ -52,9 +52,6 @@ from tests.support.observation import (
 from tests.support.prometheus import PROMETHEUS
 from tests.support.queries import checked_in
 
-# Tier: a real Prometheus scrapes the real agent (tests/conftest.py).
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
@@ -76,6 +73,7 @@ def _describe(run: Run, cluster: str) -> str:
 
 
 @pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.e2e
 def test_each_case_fires_its_alerts_and_no_others(run: Run, name: str) -> None:
     if ONLY and name not in ONLY:
         pytest.skip("not in LOCKSTEP_E2E_CASES")
@@ -95,16 +93,19 @@ def test_each_case_fires_its_alerts_and_no_others(run: Run, name: str) -> None:
     assert pending == [], _describe(run, name)
 
 
+@pytest.mark.e2e
 def test_no_alert_fires_outside_the_cases(run: Run) -> None:
     """Every alert carries its case's cluster label (aggregations keep it)."""
     assert set(run.fired) <= set(run.scenarios), {k: list(v) for k, v in run.fired.items()}
 
 
 @pytest.mark.parametrize("title", sorted(checked_in()))
+@pytest.mark.e2e
 def test_every_dashboard_query_runs_and_returns_data(run: Run, title: str) -> None:
     assert dashboard_problems(checked_in()[title], run.query, run.prometheus) == []
 
 
+@pytest.mark.e2e
 def test_every_alert_in_the_rule_files_fires_in_some_case(run: Run) -> None:
     """An alert no simulated fault fires is proven only on hand-written series: add a scenario
     and a case for it (see CASES).  That every alert is expected by some case, and every scenario

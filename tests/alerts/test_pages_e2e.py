@@ -50,9 +50,6 @@ from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wai
 from tests.support.page_cases import ALL_CASES, SPEED, SUSTAINED
 from tests.support.prometheus import PROMETHEUS, is_ready, query_alerts, start_logged, start_prometheus, stop_all
 
-# Tier: a real Prometheus and Alertmanager (tests/conftest.py).
-pytestmark = pytest.mark.e2e
-
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 # The cases at SPEED (an hour of simulated time) need a machine that is not saturated: a demo a
 # few seconds late is minutes of simulated time late.  They pass on an idle 2-core machine (CI)
@@ -297,6 +294,7 @@ def _describe(run: Run, cluster: str) -> str:
 
 
 @pytest.mark.parametrize("cluster", list(CASES))
+@pytest.mark.e2e
 def test_each_case_fires_its_alerts_naming_the_suspect_and_no_others(run: Run, cluster: str) -> None:
     fired = run.fired.get(cluster, {})
     assert set(fired) == set(CASES[cluster].fires), _describe(run, cluster)
@@ -306,6 +304,7 @@ def test_each_case_fires_its_alerts_naming_the_suspect_and_no_others(run: Run, c
 
 
 @pytest.mark.skipif(not LONG, reason="LOCKSTEP_E2E_SHORT=1 leaves out the hour of simulated time at 60x")
+@pytest.mark.e2e
 def test_a_ten_percent_straggler_is_caught_within_35_simulated_minutes(run: Run) -> None:
     """The 1.25x alert (LockstepTrainingStraggler) stays silent meanwhile (the case test: nothing
     else fired).  Prometheus must have scraped at least 15 minutes of healthy history before the
@@ -318,6 +317,7 @@ def test_a_ten_percent_straggler_is_caught_within_35_simulated_minutes(run: Run)
 
 
 @pytest.mark.parametrize("cluster", list(CASES))
+@pytest.mark.e2e
 def test_one_notification_group_per_fault(run: Run, cluster: str) -> None:
     """Every case is one fault: it notifies one group (or nothing), holding only the root cause's
     alerts; what the root cause explains is inhibited."""
@@ -360,6 +360,7 @@ def report(run: Run) -> None:
 
 
 @pytest.mark.parametrize("speed", ["0", "fast"])
+@pytest.mark.real
 def test_a_bad_demo_speed_is_a_clear_error(speed: str) -> None:
     from tests.support import lockstep
 

@@ -26,9 +26,6 @@ from alerts import render
 from tests.support import REPO
 from tests.support.training_replay import firing_timeline, load_written, onset_seconds, replay_as_written
 
-# Tier: real processes and tools (tests/conftest.py).
-pytestmark = pytest.mark.real
-
 SCRAPE = 15  # seconds between scrapes and between rule evaluations, as in production
 AFTER_MINUTES = 10
 DEADLINE = 30 * 60  # the issue's: named within 30 minutes of the onset
@@ -40,6 +37,7 @@ RUNS = ["slow-from-start-2", "slow-from-start-4", "slight-from-start-4", "hour-t
 
 
 @pytest.mark.parametrize("name", RUNS)
+@pytest.mark.real
 def test_the_slow_rank_is_named_within_30_minutes_held_until_the_end_and_nothing_else_fires(
     name: str, tmp_path: Path
 ) -> None:
@@ -67,6 +65,7 @@ def test_the_slow_rank_is_named_within_30_minutes_held_until_the_end_and_nothing
     assert last < end + QUIET_AFTER_END
 
 
+# In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
 def test_the_8_rank_run_has_a_persistently_fast_healthy_rank_and_a_slow_one_after_an_hour() -> None:
     """What the 8-rank run is, from its own logs: rank 2 (a smaller batch) computes at least 3 %
     less than the job's median rank for the whole run, the straggler (rank 5) at least 5 % more

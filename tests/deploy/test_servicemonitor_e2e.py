@@ -49,9 +49,6 @@ from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wai
 from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
 from tests.support.queries import checked_in, variable_queries
 
-# Tier: a real Prometheus configured as prometheus-operator does (tests/conftest.py).
-pytestmark = pytest.mark.e2e
-
 DEPLOY = REPO / "deploy"
 NODE_NAME = "gpu-node-17"  # the Kubernetes node the agent's pod runs on (made up: no API server)
 AGENT_POD = "lockstep-7xq2m"  # the DaemonSet's pod on that node
@@ -332,6 +329,7 @@ def workload(series: dict[str, str]) -> tuple[str, str, str]:
     return (series.get("k8s_namespace", ""), series.get("k8s_pod", ""), series.get("k8s_container", ""))
 
 
+@pytest.mark.e2e
 def test_the_operators_target_labels_are_on_every_series(run: Run) -> None:
     """The scrape is the operator's: the agent's own pod, namespace, ... and the node's name."""
     (build_info,) = run.query("lockstep_build_info")
@@ -348,6 +346,7 @@ def test_the_operators_target_labels_are_on_every_series(run: Run) -> None:
     assert labels["instance"] == run.instance
 
 
+@pytest.mark.e2e
 def test_no_lockstep_series_carries_an_exported_label(run: Run) -> None:
     series = run.api("/api/v1/series", **{"match[]": '{__name__=~"lockstep_.+"}'})
     assert len(series) > 1000
@@ -364,11 +363,13 @@ def docs_queries() -> list[str]:
     ]
 
 
+# In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
 def test_every_docs_query_has_its_expected_answer() -> None:
     assert sorted(docs_queries()) == sorted(DOCS_QUERIES)
 
 
 @pytest.mark.parametrize("query", sorted(DOCS_QUERIES))
+@pytest.mark.e2e
 def test_each_docs_query_names_the_workload(run: Run, query: str) -> None:
     result = run.query(query.replace("NODE:12400", run.instance))
     assert {workload(s["metric"]) for s in result} == DOCS_QUERIES[query]
@@ -376,12 +377,14 @@ def test_each_docs_query_names_the_workload(run: Run, query: str) -> None:
 
 
 @pytest.mark.parametrize(("gpu", "expected"), [("3", {TRAINER: 0.96}), ("7", {ALICE: 0.55, BOB: 0.2})])
+@pytest.mark.e2e
 def test_which_pod_uses_a_gpu_and_how_much(run: Run, gpu: str, expected: dict[tuple[str, str, str], float]) -> None:
     """docs/deploy.md's answer, as written, for the trainer's GPU 3 and for GPU 7 shared by two notebooks."""
     query = GPU_3_QUERY.replace("NODE:12400", run.instance).replace('gpu="3"', f'gpu="{gpu}"')
     assert {workload(s["metric"]): float(s["value"][1]) for s in run.query(query)} == expected
 
 
+@pytest.mark.e2e
 def test_pod_attribution_has_the_scenarios_exact_labels(run: Run) -> None:
     got = {
         (workload(s["metric"]), s["metric"]["gpu"], s["metric"]["uuid"]) for s in run.query("lockstep_k8s_pod_gpu_info")
@@ -390,6 +393,7 @@ def test_pod_attribution_has_the_scenarios_exact_labels(run: Run) -> None:
 
 
 @pytest.mark.parametrize("title", sorted(checked_in()))
+@pytest.mark.e2e
 def test_dashboard_variables_resolve(run: Run, title: str) -> None:
     """label_values(selector, label) as Grafana asks it: the scenario's exact values."""
     expected = {
@@ -419,6 +423,7 @@ ALERT_LABELS = {
 }
 
 
+@pytest.mark.e2e
 def test_workload_alert_annotations_name_the_workload(run: Run) -> None:
     alerts = {a["labels"]["alertname"]: a for a in run.api("/api/v1/alerts")["alerts"]}
     assert sorted(alerts) == sorted(a.name for a in workload_alerts())
@@ -437,6 +442,7 @@ def test_workload_alert_annotations_name_the_workload(run: Run) -> None:
     assert description.startswith(f"The vllm endpoint {VLLM_URL} ({VLLM_MODEL}) on {NODE_NAME} has used 42%")
 
 
+# In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
 def test_the_scrape_job_follows_the_servicemonitor() -> None:
     """Without a Prometheus: what is built from the YAML (a change there shows up here)."""
     (monitor,) = _documents("servicemonitor.yaml")

@@ -4,6 +4,9 @@ label carried through every rule.
 A 16-node, 10-minute version of bench/fleet.py (which measures 256 and 1,024 nodes on demand):
 the fleet's history is built from the simulated node's expositions, backfilled with promtool,
 and a Prometheus evaluates the shipped rule files on it.
+
+Tiers per test (tests/conftest.py): the rules' and the plan's checks are in-process (unit, in the
+quick loop), vmalert's dry run is `real`, and what runs on the fleet's Prometheus is `e2e`.
 """
 
 from __future__ import annotations
@@ -24,9 +27,6 @@ from tests.support import REPO, require_promtool, require_real, wait_until
 
 sys.path.insert(0, str(REPO / "bench"))
 import fleet  # noqa: E402
-
-# Tier: real Prometheus and VictoriaMetrics servers (tests/conftest.py).
-pytestmark = pytest.mark.e2e
 
 NODES = 16
 AGGREGATION = re.compile(
@@ -78,6 +78,7 @@ def test_the_cluster_check_catches_what_it_is_for() -> None:
     assert _problems("quantile by (cluster, job_id) (0.5, x) and max_over_time(y[5m])") == []
 
 
+@pytest.mark.real
 def test_vmalert_accepts_the_shipped_rule_files() -> None:
     """vmalert (the scale-out path) parses the checked-in rule files unchanged (MetricsQL)."""
     vmalert = "/usr/bin/vmalert"
@@ -122,6 +123,7 @@ def test_fleet_plan() -> None:
     assert [n.name for n in plan.nodes if n.job_id is None] == ["gpu0008", "gpu0016"]
 
 
+@pytest.mark.e2e
 def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     result, _ = small_fleet
     assert sorted(result.groups) == sorted(g.name for g in rules.RECORDING_GROUPS + rules.ALERT_GROUPS)
@@ -146,6 +148,7 @@ NO_FLEET_INPUT = (
 )
 
 
+@pytest.mark.e2e
 def test_recording_rules_keep_cluster_on_the_fleet(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     _, prometheus = small_fleet
     empty, without = [], []
@@ -158,6 +161,7 @@ def test_recording_rules_keep_cluster_on_the_fleet(small_fleet: tuple[fleet.Resu
     assert empty == []  # every recording rule has inputs in the fleet
 
 
+@pytest.mark.e2e
 def test_the_fleets_faults_are_found_where_they_are(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     """Straggler, stalled job, hung mount, KV-cache pressure: pending (their `for` runs from
     Prometheus' start) with the cluster, job and node they are on, and no alert without cluster."""
@@ -185,6 +189,7 @@ def test_the_fleets_faults_are_found_where_they_are(small_fleet: tuple[fleet.Res
     assert rank == {"11"}  # rank 3 of the job's second node
 
 
+@pytest.mark.e2e
 def test_every_fleet_dashboard_query_returns_data(small_fleet: tuple[fleet.Result, fleet.Prometheus]) -> None:
     result, _ = small_fleet
     assert [panel for panel, *_ in result.queries] == [p for p, _ in [*fleet.dashboard_queries(), *fleet.RAW_QUERIES]]

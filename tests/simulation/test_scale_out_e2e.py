@@ -27,9 +27,6 @@ from tests.support.observation import CASES, Run, dashboard_problems, demo_scena
 from tests.support.prometheus import PROMETHEUS
 from tests.support.queries import checked_in
 
-# Tier: a real Prometheus (tests/conftest.py).
-pytestmark = pytest.mark.e2e
-
 SCALE_OUT_CASES = (
     "healthy",
     "straggler",
@@ -54,11 +51,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         yield result
 
 
+# In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
 def test_the_subset_names_known_cases() -> None:
     assert sorted(set(SCALE_OUT_CASES) - set(CASES)) == []
 
 
 @pytest.mark.parametrize("name", SCALE_OUT_CASES)
+@pytest.mark.e2e
 def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
     """Each case fires its alerts and no others on vmalert, as on the single Prometheus, and
     nothing else is pending at the end."""
@@ -81,6 +80,7 @@ def test_scale_out_fires_the_same_alerts(run: Run, name: str) -> None:
 
 
 @pytest.mark.parametrize("title", sorted(checked_in()))
+@pytest.mark.e2e
 def test_scale_out_dashboard_queries_return_data(run: Run, title: str) -> None:
     """Grafana pointed at VictoriaMetrics (its Prometheus API): every query and variable works."""
     assert run.scale_out is not None
