@@ -236,11 +236,34 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
     return hasattr(config, "workerinput")
 
 
+# inotify instances a user may hold.  A node runs one agent, which holds up to 3 (the watchers of
+# the training and framework logs, and framework_logs' watch for new job cgroups); the alert
+# cases' e2e runs 35 demos on this one machine, past the kernel's default of 128 instances a
+# user (their demos failed with "inotify instance limit reached").  As root, the run raises the
+# limit for its own time and puts the value found back at its end.
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+INOTIFY_INSTANCES_NEEDED = 1024
+_INOTIFY_FOUND = pytest.StashKey[str]()
+
+
+def _raise_inotify_instances(config: pytest.Config) -> None:
+    try:
+        found = INOTIFY_INSTANCES.read_text().strip()
+        if os.geteuid() == 0 and int(found) < INOTIFY_INSTANCES_NEEDED:
+            INOTIFY_INSTANCES.write_text(f"{INOTIFY_INSTANCES_NEEDED}\n")
+            config.stash[_INOTIFY_FOUND] = found
+    except (OSError, ValueError):
+        pass  # (no procfs of ours, a read-only /proc/sys: the tests that need more say so)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Note the machine as found, once per run: in the process that runs the tests, or with
     pytest-xdist in the controller (each worker sees only its half of the run)."""
     config = session.config
-    if _is_xdist_worker(config) or config.getoption("--no-machine-check"):
+    if _is_xdist_worker(config):
+        return
+    _raise_inotify_instances(config)
+    if config.getoption("--no-machine-check"):
         return
     config.stash[_BEFORE] = machine_state()
 
@@ -250,6 +273,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     interface, enabled service, cgroup or process of its own, and little in pytest's base
     temporary directory.  Otherwise the run fails (exit status 1) and the summary says what is left."""
     config = session.config
+    if _INOTIFY_FOUND in config.stash:
+        INOTIFY_INSTANCES.write_text(config.stash[_INOTIFY_FOUND] + "\n")
     if _BEFORE not in config.stash:
         return
     # pytest keeps its TempPathFactory only on the config (the tmp_path_factory fixture's source).
