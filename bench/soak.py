@@ -224,7 +224,10 @@ def soak(seconds: float, scenario: str, quiet: bool = False) -> dict[str, Any]:
         summary[f"{figure}_last"] = samples[-1][figure]
         # The floor: the level the agent returns to between rounds.  A leak raises it; a file or
         # thread held for one round (a rotated log drained, a pool busy) raises only the maximum.
-        summary[f"{figure}_floor_warm"] = min(s[figure] for s in warm)
+        # The warm-up's floor from its second half: in its first seconds the agent has not yet
+        # opened every file it follows (a CI run's first third had a sample at 24 fds, 16 rank
+        # logs fewer than the 40 every later sample held, and failed the check).
+        summary[f"{figure}_floor_warm"] = min(s[figure] for s in warm if s["t"] > seconds / 6)
         summary[f"{figure}_floor_end"] = min(s[figure] for s in end)
     summary["series_min_max"] = [min(s["series"] for s in samples), max(s["series"] for s in samples)]
     return summary
