@@ -44,8 +44,9 @@ def evidence(scope: Scope, straggler: Straggler) -> None:
     instance = agent_of_host(scope, straggler.host) or straggler.node
     length = max(straggler.end - straggler.start, 0) + scope.window
     w = duration(length)
-    seen, throttled_gpu = seen_on_node(scope, straggler, instance, w) if instance else ({}, "")
-    recorded = recorded_suspects(scope, straggler, instance, w)
+    node = node_matchers(scope, instance) if instance else ""
+    seen, throttled_gpu = seen_on_node(scope, straggler, instance, node, w) if instance else ({}, "")
+    recorded = recorded_suspects(scope, straggler, node, w)
     if recorded is None:
         names = set(seen)
     else:
@@ -62,7 +63,13 @@ def evidence(scope: Scope, straggler: Straggler) -> None:
     ]
 
 
-def recorded_suspects(scope: Scope, straggler: Straggler, instance: str, w: str) -> set[str] | None:
+def node_matchers(scope: Scope, instance: str) -> str:
+    """The matchers of one agent's series (its instance, and the job's cluster when one)."""
+    cluster = f", cluster={quote(scope.cluster)}" if scope.cluster is not None else ""
+    return f"instance={quote(instance)}{cluster}"
+
+
+def recorded_suspects(scope: Scope, straggler: Straggler, node: str, w: str) -> set[str] | None:
     """The suspects the rules recorded over ``w`` before the straggler's end: its node's
     (NODE_SUSPECT), a throttled GPU of its job there (GPU_THROTTLE), and those recorded for its
     rank (RANK_SUSPECT, NCCL_RANK_SUSPECT: what the straggler alerts name, a subset of the
@@ -77,11 +84,10 @@ def recorded_suspects(scope: Scope, straggler: Straggler, instance: str, w: str)
         return None
     rank = scope.job(record, f"rank={quote(straggler.rank)}", **extra)
     names = {s.labels.get("suspect", "") for s in ask_max(scope, rank, w, straggler.end)}
-    if instance:
-        node = f"{{instance={quote(instance)}" + (f", cluster={quote(scope.cluster)}}}" if scope.cluster else "}")
-        names |= {s.labels.get("suspect", "") for s in ask_max(scope, NODE_SUSPECT + node, w, straggler.end)}
-        job_gpus = f"lockstep_slurm_job_gpu_info{node[:-1]}, job_id={quote(scope.job_id)}}}"
-        throttled = f"max by (uuid) (max_over_time({GPU_THROTTLE}{node}[{w}])) and on (uuid) {job_gpus}"
+    if node:
+        names |= {s.labels.get("suspect", "") for s in ask_max(scope, f"{NODE_SUSPECT}{{{node}}}", w, straggler.end)}
+        job_gpus = f"lockstep_slurm_job_gpu_info{{{node}, job_id={quote(scope.job_id)}}}"
+        throttled = f"max by (uuid) (max_over_time({GPU_THROTTLE}{{{node}}}[{w}])) and on (uuid) {job_gpus}"
         if scope.prom.query(throttled, straggler.end):
             names.add("gpu_throttle")
     return names
@@ -92,11 +98,12 @@ def ask_max(scope: Scope, selector: str, w: str, at: float) -> list[Sample]:
     return scope.prom.query(f"max by (suspect) (max_over_time({selector}[{w}]))", at)
 
 
-def seen_on_node(scope: Scope, straggler: Straggler, instance: str, w: str) -> tuple[dict[str, list[str]], str]:
+def seen_on_node(
+    scope: Scope, straggler: Straggler, instance: str, node: str, w: str
+) -> tuple[dict[str, list[str]], str]:
     """Each suspect the node showed over ``w`` before the straggler's end, by the suspects'
     clauses and thresholds: a line per series that holds; and the first throttled GPU of the job
     there ("" for none)."""
-    node = f"instance={quote(instance)}" + (f", cluster={quote(scope.cluster)}" if scope.cluster is not None else "")
     seen: dict[str, list[str]] = {}
     for suspect in NODE_SUSPECTS:
         lines = [line for clause in suspect.clauses for line in holding(scope, clause, node, w, straggler.end)]
