@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import GOLDEN, TESTS, UNIT_TEST_RUNNING, AgentProcess
+from tests.support.training_replay import WrittenReplays
 
 # The environment variable every process the tests start inherits: what is still running at the
 # end with it is a process the tests left behind.
@@ -132,6 +133,13 @@ def golden_not_written(item: pytest.Item, marker: pytest.Mark, skipped: object) 
 @pytest.fixture
 def agent_process() -> Iterator[type[AgentProcess]]:
     yield AgentProcess
+
+
+@pytest.fixture(scope="session")
+def written_replays(tmp_path_factory: pytest.TempPathFactory) -> WrittenReplays:
+    """The real DDP runs of tests/fixtures/training/, each replayed once at its own timestamps for
+    every test that reads it (tests/support/training_replay.py WrittenReplays)."""
+    return WrittenReplays(tmp_path_factory.mktemp("written-replays"))
 
 
 # --- the machine as found ---

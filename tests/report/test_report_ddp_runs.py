@@ -62,7 +62,7 @@ from lockstep.report.model import Report, from_json
 from tests.support import free_port, require_promtool, require_real
 from tests.support.prometheus import PROMETHEUS, backfill, start_prometheus, stop_all
 from tests.support.reports import canonical, report_cli, report_goldens
-from tests.support.training_replay import load_written, onset_seconds, openmetrics, replay_as_written
+from tests.support.training_replay import WrittenReplays, load_written, onset_seconds, openmetrics
 
 # Tier: a real Prometheus (tests/conftest.py).
 pytestmark = pytest.mark.e2e
@@ -155,7 +155,7 @@ class Made:
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Made]]:
+def made(tmp_path_factory: pytest.TempPathFactory, written_replays: WrittenReplays) -> Iterator[dict[str, Made]]:
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     require_promtool()
     tmp = tmp_path_factory.mktemp("report-ddp")
@@ -165,15 +165,16 @@ def made(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Made]]:
         source = tmp / "runs.om"
         with open(source, "w") as out:
             for cluster, run in RUNS.items():
-                series, _ended, _origin = replay_as_written(
-                    run.fixture, tmp / "logs" / cluster, SCRAPE, AFTER_MINUTES, until=run.until
-                )
+                # The session's one replay of the run (tests/alerts/test_straggler_real_timing.py
+                # reads it too), as far as AFTER_MINUTES after the job's end.
+                replayed = written_replays.get(run.fixture, run.until)
+                assert replayed.scrape == SCRAPE
+                series = replayed.after(AFTER_MINUTES)
                 last = max(max(values) for values in series.values())
                 out.writelines(openmetrics(series, SCRAPE, now - BEFORE_NOW - last * SCRAPE, {"cluster": cluster}))
             out.write("# EOF\n")
         backfill(source, tmp / "tsdb")
         source.unlink()
-        shutil.rmtree(tmp / "logs")
         (tmp / "prometheus.yml").write_text("global: {}\n")  # it scrapes nothing and has no rules
         url = start_prometheus(tmp, free_port(), processes)
         result = {}

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -277,6 +278,48 @@ def replay_as_written(name: str, directory: Path, scrape: int, after_minutes: fl
     finally:
         job.close()
     return job.series, ended_at_index, origin
+
+
+# The real runs' one replay each (`WrittenReplays`): scraped every WRITTEN_SCRAPE seconds, as in
+# production, and for WRITTEN_AFTER_MINUTES after the job's end, the longest any test reads.
+WRITTEN_SCRAPE = 15
+WRITTEN_AFTER_MINUTES = 10.0
+
+
+@dataclass(frozen=True)
+class WrittenReplay:
+    """One replay of a real run at its own timestamps (`replay_as_written`)."""
+
+    series: Series
+    ended: int  # the index of the first scrape after the job's last step
+    origin: float  # the run's first record's time
+    scrape: int
+
+    def after(self, minutes: float) -> Series:
+        """The series as a replay that scraped only `minutes` after the job's end made them: the
+        same scrapes, the later ones left out (the replay is the same up to there)."""
+        last = self.ended + round(minutes * 60 / self.scrape)
+        cut = {labels: {i: v for i, v in values.items() if i <= last} for labels, values in self.series.items()}
+        return {labels: values for labels, values in cut.items() if values}
+
+
+class WrittenReplays:
+    """Each real run replayed once for the whole test session (the conftest's `written_replays`
+    fixture), whichever tests read it: tests/alerts/test_straggler_real_timing.py evaluates the
+    rules over a replay, tests/agent/report/test_report_ddp_runs.py reports on the same one."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.replays: dict[tuple[str, float | None], WrittenReplay] = {}
+
+    def get(self, name: str, until: float | None = None) -> WrittenReplay:
+        key = (name, until)
+        if key not in self.replays:
+            logs = self.directory / f"{name}-{until}"
+            series, ended, origin = replay_as_written(name, logs, WRITTEN_SCRAPE, WRITTEN_AFTER_MINUTES, until=until)
+            shutil.rmtree(logs, ignore_errors=True)  # the rank logs written: the series is what is kept
+            self.replays[key] = WrittenReplay(series, ended, origin, WRITTEN_SCRAPE)
+        return self.replays[key]
 
 
 def openmetrics(series: Series, scrape: float, start: float, labels: dict[str, str] | None = None) -> Iterator[str]:
