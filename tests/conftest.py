@@ -27,7 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import GOLDEN, TESTS, UNIT_TEST_RUNNING, AgentProcess
+from tests.support import GOLDEN, TESTS, UNIT_TEST_RUNNING, AgentProcess, observation, require_real
+from tests.support import report_run as scenarios_at_own_timing
+from tests.support.prometheus import PROMETHEUS
 from tests.support.training_replay import WrittenReplays
 
 # The environment variable every process the tests start inherits: what is still running at the
@@ -63,8 +65,16 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(RUN_TOKEN, secrets.token_hex(8))
 
 
+# The session's shared runs (fixtures below): every test that reads one runs on the worker that
+# made it (pytest-xdist --dist loadgroup, ./dev/test), so each is made once.
+SHARED_RUNS = ("alerts_run", "report_run", "written_replays")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test's tier from its markers: e2e and machine imply real; a test with none is unit."""
+    """Each test's tier from its markers: e2e and machine imply real; a test with none is unit.
+    A real test's xdist group (used by --dist loadgroup) is the shared run it reads, or else its
+    module: a module-scoped fixture (a Prometheus, a backfilled fleet) is then made once, on one
+    worker.  Unit tests go to whichever worker is free."""
     for item in items:
         if not item.path.resolve().is_relative_to(TESTS):
             continue
@@ -73,6 +83,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.real)
         elif not marks & {"real", "e2e", "machine"}:
             item.add_marker(pytest.mark.unit)
+            continue
+        shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
+        group = shared[0] if shared else item.path.resolve().relative_to(TESTS).as_posix()
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -140,6 +154,24 @@ def written_replays(tmp_path_factory: pytest.TempPathFactory) -> WrittenReplays:
     """The real DDP runs of tests/fixtures/training/, each replayed once at its own timestamps for
     every test that reads it (tests/support/training_replay.py WrittenReplays)."""
     return WrittenReplays(tmp_path_factory.mktemp("written-replays"))
+
+
+@pytest.fixture(scope="session")
+def alerts_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[observation.Run]:
+    """The simulated node's alert cases on a real Prometheus (and some on the scale-out path),
+    observed once for tests/alerts/test_alerts_e2e.py and tests/simulation/test_scale_out_e2e.py
+    (tests/support/observation.py)."""
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    yield from observation.alerts_run(tmp_path_factory.mktemp("e2e"))
+
+
+@pytest.fixture(scope="session")
+def report_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[scenarios_at_own_timing.Run]:
+    """The demo scenarios at their own timing on a real Prometheus, watched once for the reports'
+    and the hangs' tests (tests/support/report_run.py)."""
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    with scenarios_at_own_timing.report_run(tmp_path_factory.mktemp("report")) as run:
+        yield run
 
 
 # --- the machine as found ---

@@ -43,12 +43,11 @@ import yaml
 
 from alerts import render
 from alerts.compression import Compression
-from lockstep import thresholds as T
 from lockstep.simulation.timeline import SLOW_ONSET
 from lockstep.simulation.workloads import DEMO_EPOCH
-from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
+from tests.support import REPO, free_port, http_get, require_real, wait_until
 from tests.support.page_cases import ALL_CASES, SPEED, SUSTAINED
-from tests.support.prometheus import PROMETHEUS, is_ready, query_alerts, start_logged, start_prometheus, stop_all
+from tests.support.prometheus import PROMETHEUS, Stack, is_ready, query_alerts, start_logged, stop_all
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 # The cases at SPEED (an hour of simulated time) need a machine that is not saturated: a demo a
@@ -148,18 +147,10 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
     require_real("Alertmanager (Debian package prometheus-alertmanager)", os.access(ALERTMANAGER, os.X_OK))
     tmp = tmp_path_factory.mktemp("pages")
     processes = []
+    stack: Stack | None = None
     webhook = Webhook()
-    used: set[int] = set()
-
-    def new_port() -> int:
-        port = free_port()
-        while port in used:
-            port = free_port()
-        used.add(port)
-        return port
-
     try:
-        alertmanager_port = new_port()
+        alertmanager_port = free_port()
         (tmp / "alertmanager.yml").write_text(yaml.safe_dump(_alertmanager_config(webhook.url)))
         am_log = tmp / "alertmanager.log"
         processes.append(
@@ -178,13 +169,24 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         # Durations are simulated: divide them by the speed.
         # Scrapes every 3 s (a loaded machine answers a 1 s scrape timeout late): windows of at least 9 s.
         compression = Compression(for_scale=1 / SPEED, range_scale=1 / SPEED, min_range=9)
+        rule_files = {}
         for name, text in render.render_rule_files(compression).items():
             groups = yaml.safe_load(text)["groups"]
             for group in groups:
                 group["rules"] = [r for r in group["rules"] if r.get("alert") not in AGENT_HEALTH]
-            (tmp / Path(name).name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
-        targets = []
-        demos = []
+            rule_files[Path(name).name] = yaml.safe_dump({"groups": groups}, sort_keys=False)
+        # Prometheus first, so it scrapes each demo from (nearly) its simulated start.
+        stack = Stack(
+            tmp,
+            rule_files,
+            scrape_interval="3s",
+            evaluation_interval="1s",
+            alertmanager=alertmanager_port,
+        )
+        url = stack.url
+        am = f"http://127.0.0.1:{alertmanager_port}/-/ready"
+        wait_until(lambda: is_ready(am, processes[0], am_log), timeout=60, what="Alertmanager")
+        demos = {}
         for name, case in CASES.items():
             config = tmp / f"lockstep-{name}.yml"
             config.write_text(
@@ -193,61 +195,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                     {"collectors": {c: {"interval": "2s", "deadline": "10s"} for c in case.collectors}},
                 )
             )
+            args = ["--scenario", case.scenario, "--speed", str(case.speed), "--config", str(config)]
+            args += ["--collector.disable-defaults", *(f"--collector.{c}" for c in case.collectors)]
             for index in range(case.nodes):
-                port = new_port()
-                targets.append({"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}})
-                log = tmp / f"demo-{name}-{index}.log"
-                args = [
-                    *LOCKSTEP,
-                    "demo",
-                    "--scenario",
-                    case.scenario,
-                    "--speed",
-                    str(case.speed),
-                    "--config",
-                    str(config),
-                ]
-                args += ["--collector.disable-defaults", *(f"--collector.{c}" for c in case.collectors)]
-                demos.append((f"http://127.0.0.1:{port}/healthz", log, [*args, "--listen", f"127.0.0.1:{port}"]))
-        prometheus_config = {
-            "global": {"scrape_interval": "3s", "scrape_timeout": "3s", "evaluation_interval": "1s"},
-            "rule_files": [str(tmp / Path(name).name) for name in render.RULE_FILES.values()],
-            "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager_port}"]}]}]},
-            # Each demo is added once it serves (a target not yet up would fire LockstepAgentDown).
-            "scrape_configs": [
-                {
-                    "job_name": T.AGENT_JOB,
-                    "file_sd_configs": [{"files": [str(tmp / "targets.json")], "refresh_interval": "1s"}],
-                }
-            ],
-        }
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-        (tmp / "targets.json").write_text("[]")
-        prometheus_port = new_port()
-        # Prometheus first, so it scrapes each demo from (nearly) its simulated start.
-        url = start_prometheus(tmp, prometheus_port, processes)
-        am = f"http://127.0.0.1:{alertmanager_port}/-/ready"
-        wait_until(lambda: is_ready(am, processes[0], am_log), timeout=60, what="Alertmanager")
-        started = []
-        for health, log, args in demos:
-            started.append((health, start_logged(args, log), log))
-            processes.append(started[-1][1])
+                demos[f"{name}-{index}"] = (name, args)
         # Their simulated clocks start once they serve: a slow start costs no simulated time.  Each
-        # is scraped from then on.
-        waiting = list(zip(started, targets, strict=True))
-        scraped: list[dict[str, Any]] = []
-        give_up = time.monotonic() + 180
-        while waiting:
-            assert time.monotonic() < give_up, f"not serving after 180 s: {[w[0][1].args for w in waiting]}"
-            for item in list(waiting):
-                (health, proc, log), target = item
-                if is_ready(health, proc, log):
-                    waiting.remove(item)
-                    scraped.append(target)
-                    targets_file = tmp / "targets.json"
-                    (tmp / "targets.json.tmp").write_text(json.dumps(scraped))
-                    os.replace(tmp / "targets.json.tmp", targets_file)
-            time.sleep(0.2)
+        # is a target from before it serves (the agent's health alerts are left out of this run).
+        stack.start_demos(demos, register="before", give_up=180)
 
         result = Run(url)
         began = time.monotonic()
@@ -280,6 +234,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         yield result
         report(result)
     finally:
+        if stack is not None:
+            stack.stop()
         stop_all(processes)
         webhook.close()
 

@@ -1,12 +1,13 @@
 """`lockstep report` end to end: a real Prometheus scrapes the real agent on the demo scenarios,
 with the alert rules loaded, and the report of each scenario's job is read back through the CLI.
 
-One Prometheus (Debian `prometheus`) scrapes one `lockstep demo --speed 10` per scenario, each
-target labelled cluster=<scenario>, every 1.5 s (15 simulated seconds), as
-tests/alerts/test_hangs_e2e.py does; the rules are rendered with every `for:` and range window
-divided by the same 10 (alerts/compression.py), leaving out the alerts that read time() (the
-simulated clock runs ten times as fast as Prometheus').  The report is made with
-`--time-scale 10`, so its durations are the simulated job's.
+The run (tests/support/report_run.py, the conftest's session fixture `report_run`, which
+tests/alerts/test_hangs_e2e.py reads too): one Prometheus scrapes one `lockstep demo --speed 10`
+per scenario, each target labelled cluster=<scenario>, every 1.5 s (15 simulated seconds); the
+rules are rendered with every `for:` and range window divided by the same 10
+(alerts/compression.py), leaving out the alerts that read time() (the simulated clock runs ten
+times as fast as Prometheus').  The report is made with `--time-scale 10`, so its durations are
+the simulated job's.
 
 Each scenario's report is compared with its golden files, tests/golden/report-<scenario>.txt
 and .json: the report with what depends on scrape timing taken out (tests/support/reports.py
@@ -18,241 +19,25 @@ with Prometheus gone.
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import time
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import pytest
-import yaml
 
-from alerts import render
-from alerts.compression import Compression
-from lockstep import thresholds as T
 from lockstep.report import text
-from lockstep.report.model import Report, from_json
-from lockstep.report.prometheus import Prometheus
-from lockstep.report.stragglers import NCCL_PER_OP_RECORDED
-from lockstep.suspects import GPU_THROTTLE, NCCL_RANK_SUSPECT, NODE_SUSPECT, RANK_SUSPECT
-from tests.support import LOCKSTEP, REPO, free_port, require_real
-from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
-from tests.support.reports import canonical, report_cli, report_goldens
+from lockstep.report.model import from_json
+from tests.support.report_run import OBSERVE, REPORTED, SPEED, Run
+from tests.support.reports import canonical, report_goldens
 
 # Tier: a real Prometheus scrapes the real agent (tests/conftest.py).
 pytestmark = pytest.mark.e2e
 
-SPEED = 10
-# The collectors of a job's evidence, and those a scenario's fault needs besides (fewer agents'
-# threads on a shared 2-core machine: a demo starved of CPU reads its step logs late).
-COLLECTORS = ("gpu", "slurm", "training", "nccl_inspector", "nccl_ras", "checkpoint")
-EXTRA_COLLECTORS = {
-    "straggler-nfs": ("filesystem",),
-    "straggler-pfc": ("ethtool",),
-    "checkpoint-stall": ("host", "filesystem"),
-}
-SCENARIOS = (
-    "healthy",
-    "straggler",
-    "straggler-thermal",
-    "straggler-data",
-    "straggler-nfs",
-    "straggler-pfc",
-    "nccl-straggler",
-    "hang-steps",
-    "hang-nccl",
-    "hang-killed",
-    "checkpoint-stall",
-)
-OBSERVE = 210  # real seconds: the straggler-* scenarios turn slow 25 simulated minutes (150 s) in
-# The agent's own health: on a loaded 2-core machine a scrape can time out, which is no part of
-# the jobs' story (tests/alerts/test_alerts_e2e.py proves these alerts).
-AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
-EPILOG = REPO / "deploy" / "slurm" / "lockstep-report-epilog.sh"
+SCENARIOS = REPORTED
 
 
-@dataclass
-class Run:
-    reports: dict[str, Report] = field(default_factory=dict)
-    texts: dict[str, str] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    store: Path = Path()
-    epilog: subprocess.CompletedProcess[str] | None = None
-    # The NCCL time per collective the rules recorded, a series a rank and communicator, by scenario.
-    recorded_per_op: dict[str, int] = field(default_factory=dict)
-    # ... and once deleted (at the same moment), with nccl-straggler's report then (the counters').
-    recorded_after_delete: dict[str, int] = field(default_factory=dict)
-    counted_nccl: subprocess.CompletedProcess[str] | None = None
-    # The suspects the rules recorded for each straggler of each report, over the same span as
-    # the report reads (what the straggler alert's annotation names), by scenario and rank.
-    recorded_suspects: dict[str, dict[str, set[str]]] = field(default_factory=dict)
-    stored_text: subprocess.CompletedProcess[str] | None = None
-
-
-def suspects_recorded_for(url: str, report: Report) -> dict[str, set[str]]:
-    """For each straggler of the report, the suspects the rules recorded over its span and the
-    timeline's window before (asked here, apart from the report's own queries): its rank's (what
-    the straggler alerts name), its node's, and a throttled GPU of its job there."""
-    prom = Prometheus(url)
-    out = {}
-    for s in report.stragglers:
-        record = NCCL_RANK_SUSPECT if s.kind == "nccl" else RANK_SUSPECT
-        comm = f', comm="{s.comm}"' if s.kind == "nccl" else ""
-        window = f"[{int((s.end - s.start + 4 * 1.5) * 1000)}ms]"  # the report's window: 4 scrapes
-        node = f'{{cluster="{report.job.cluster}", instance="{s.node}"}}'
-        rank = f'{{cluster="{report.job.cluster}", job_id="4242", rank="{s.rank}"{comm}}}'
-        names = set()
-        for selector in (record + rank, NODE_SUSPECT + node):
-            found = prom.query(f"max by (suspect) (max_over_time({selector}{window}))", s.end)
-            names |= {x.labels["suspect"] for x in found}
-        gpus = f'lockstep_slurm_job_gpu_info{{cluster="{report.job.cluster}", job_id="4242"}}'
-        if prom.query(f"max by (uuid) (max_over_time({GPU_THROTTLE}{node}{window})) and on (uuid) {gpus}", s.end):
-            names.add("gpu_throttle")
-        out[s.rank] = names
-    return out
-
-
-def recorded_per_cluster(url: str, at: float) -> dict[str, int]:
-    """The NCCL time per collective the rules recorded, its series by scenario, at `at`."""
-    recorded = Prometheus(url).query(f"count by (cluster) ({NCCL_PER_OP_RECORDED})", at)
-    return {s.labels.get("cluster", ""): int(s.value) for s in recorded}
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
-    tmp = tmp_path_factory.mktemp("report")
-    processes: list = []
-    try:
-        compression = Compression(for_scale=1 / SPEED, range_scale=1 / SPEED, min_range=1)
-        for name, rendered in render.render_rule_files(compression).items():
-            groups = yaml.safe_load(rendered)["groups"]
-            for group in groups:
-                group["rules"] = [
-                    r
-                    for r in group["rules"]
-                    if "record" in r or ("time()" not in r["expr"] and r["alert"] not in AGENT_HEALTH)
-                ]
-            (tmp / Path(name).name).write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
-        config = tmp / "lockstep.yml"
-        config.write_text(
-            yaml.safe_dump(
-                {
-                    "collectors": {
-                        c: {"interval": "1s", "deadline": "10s"}
-                        for c in {*COLLECTORS, *(c for extra in EXTRA_COLLECTORS.values() for c in extra)}
-                    }
-                }
-            )
-        )
-        (tmp / "targets.json").write_text("[]")  # the demos' (below), once their ports are known
-        prometheus_config = {
-            "global": {"scrape_interval": "1500ms", "scrape_timeout": "1500ms", "evaluation_interval": "1500ms"},
-            "rule_files": [str(tmp / Path(name).name) for name in render.RULE_FILES.values()],
-            "scrape_configs": [
-                {
-                    "job_name": T.AGENT_JOB,
-                    "file_sd_configs": [{"files": [str(tmp / "targets.json")], "refresh_interval": "1s"}],
-                }
-            ],
-        }
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-        # The admin API: the recorded NCCL series deleted for the counters' report (below).
-        url = start_prometheus(tmp, free_port(), processes, ("--web.enable-admin-api",))
-        demos = {}
-        for scenario in SCENARIOS:
-            port = free_port()
-            args = [*LOCKSTEP, "demo", "--scenario", scenario, "--speed", str(SPEED), "--config", str(config)]
-            enabled = (*COLLECTORS, *EXTRA_COLLECTORS.get(scenario, ()))
-            args += ["--collector.disable-defaults", *(f"--collector.{c}" for c in enabled)]
-            log = tmp / f"demo-{scenario}.log"
-            processes.append(start_logged([*args, "--listen", f"127.0.0.1:{port}"], log))
-            demos[scenario] = (f"http://127.0.0.1:{port}/healthz", processes[-1], log, port)
-        # Every demo a target before it serves (LockstepAgentDown is left out above), so that its
-        # first scrape comes within an interval of its simulated clock's start: 0.3-1.4 s after
-        # it served, measured.  Added once it served, as tests/alerts do, the first scrape came
-        # 3.1-4.7 s after (Prometheus' discovery passes new targets on every 5 s).  hang-steps'
-        # job makes its last steps in the 6 s after it serves: a first scrape after them saw no
-        # step made, and left its report without a step time (CI at f966419).
-        targets = [{"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": s}} for s, (*_, port) in demos.items()]
-        (tmp / "targets.json.tmp").write_text(json.dumps(targets))
-        os.replace(tmp / "targets.json.tmp", tmp / "targets.json")
-        ready: dict[str, float] = {}
-        give_up = time.monotonic() + 120
-        while len(ready) < len(demos):
-            assert time.monotonic() < give_up, f"not serving after 120 s: {sorted(set(demos) - set(ready))}"
-            for scenario, (health, proc, log, _port) in demos.items():
-                if scenario not in ready and is_ready(health, proc, log):
-                    ready[scenario] = time.monotonic()
-            time.sleep(0.2)
-        time.sleep(max(0.0, max(ready.values()) + OBSERVE - time.monotonic()))
-        # Every report as Prometheus saw its job at one moment, the demos stopped from then on (the
-        # reports are then made on a quiet machine, in any order, each from the same data).
-        at = time.time()
-        stop_all(processes[1:])
-        del processes[1:]
-        result = Run(store=tmp / "store")
-        result.recorded_per_op = recorded_per_cluster(url, at)
-        for scenario in SCENARIOS:
-            got = report_cli(
-                "4242",
-                *("--prometheus", url, "--cluster", scenario, "--time-scale", str(SPEED), "--refresh"),
-                *("--at", f"{at:.3f}"),
-                *("--format", "json", "--store", str(result.store)),
-            )
-            if got.returncode != 0:
-                result.errors[scenario] = got.stderr
-                continue
-            result.reports[scenario] = from_json(got.stdout)
-            result.texts[scenario] = text.render(result.reports[scenario])
-            result.recorded_suspects[scenario] = suspects_recorded_for(url, result.reports[scenario])
-        # The collective straggler as a Prometheus without the shipped rules shows it: the
-        # recorded time per collective deleted (the rules record again from now on, after `at`),
-        # so the report reads the counters (lockstep/report/stragglers.py counted_per_op).
-        deleted = urllib.request.Request(
-            f"{url}/api/v1/admin/tsdb/delete_series?" + urllib.parse.urlencode({"match[]": NCCL_PER_OP_RECORDED}),
-            method="POST",
-        )
-        with urllib.request.urlopen(deleted, timeout=30) as response:
-            assert response.status == 204, response.read()
-        result.recorded_after_delete = recorded_per_cluster(url, at)
-        got = report_cli(
-            "4242",
-            *("--prometheus", url, "--cluster", "nccl-straggler", "--time-scale", str(SPEED), "--refresh"),
-            *("--at", f"{at:.3f}"),
-            *("--format", "json", "--store", str(tmp / "counted-store")),
-        )
-        result.counted_nccl = got
-        # The job killed while hung: the Slurm epilog stores its report ...
-        env = {
-            **os.environ,
-            "SLURM_JOB_ID": "4242",
-            "LOCKSTEP": " ".join(LOCKSTEP),
-            "LOCKSTEP_PROMETHEUS_URL": url,
-            "LOCKSTEP_REPORT_STORE": str(result.store),
-            "LOCKSTEP_CLUSTER": "hang-killed",
-            "LOCKSTEP_REPORT_DELAY": "0",
-            "LOCKSTEP_REPORT_OPTIONS": f"--time-scale {SPEED}",
-            "LOCKSTEP_REPORT_DEFAULTS": str(tmp / "no-defaults"),
-        }
-        result.epilog = subprocess.run(["sh", str(EPILOG)], capture_output=True, text=True, timeout=120, env=env)
-        # ... which `lockstep report` reads with Prometheus gone.
-        stop_all(processes)
-        processes.clear()
-        result.stored_text = report_cli(
-            "4242", "--cluster", "hang-killed", "--prometheus", url, "--store", str(result.store)
-        )
-        yield result
-    finally:
-        stop_all(processes)
-        # Prometheus' data and the agents' nodes: 22 MB that would stay until the session ends
-        # (the suite's machine check allows 50 MB in all).
-        shutil.rmtree(tmp, ignore_errors=True)
+@pytest.fixture
+def run(report_run: Run) -> Run:
+    """The session's one run of the scenarios (tests/support/report_run.py)."""
+    return report_run
 
 
 @pytest.mark.golden("report-{scenario}.txt", "report-{scenario}.json")

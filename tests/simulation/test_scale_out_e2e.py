@@ -3,13 +3,9 @@ write to VictoriaMetrics and vmalert evaluates the shipped rule files; the same 
 as on a single Prometheus scraping the same agents, and every dashboard query returns data from
 VictoriaMetrics.
 
-It runs a subset of tests/alerts/test_alerts_e2e.py's cases, one of each kind of rule: recording rules
-and fleet comparisons (straggler, kv-pressure), counters counted from their first sample
-(pfc-storm, link-flap: see tests/support/scale_out.py on MetricsQL's increase()), time() against a
-timestamp (checkpoint-overdue), a target that stops answering and one never there (gpu-lost,
-agent-down), NCCL's collectives and hangs (nccl-straggler, nccl-hang: the Slurm job dashboard's
-NCCL panels), and a healthy node that must fire nothing.  Every case on both paths at once is more
-than a 2-core machine runs on time; the rules' PromQL is the same for every case.
+It reads tests/alerts/test_alerts_e2e.py's run (the conftest's session fixture `alerts_run`,
+tests/support/observation.py), in which a subset of its cases (SCALE_OUT_CASES, one of each kind
+of rule) is scraped by the vmagents too, beside the Prometheus that scrapes every case.
 
 Needs the Debian package victoria-metrics (installed by ./dev/test as root); skips without it,
 and fails under CI=true.
@@ -17,38 +13,19 @@ and fails under CI=true.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
 from tests.support import require_real, scale_out
-from tests.support.observation import CASES, Run, dashboard_problems, demo_scenarios, observe
-from tests.support.prometheus import PROMETHEUS
+from tests.support.observation import CASES, SCALE_OUT_CASES, Run, dashboard_problems
 from tests.support.queries import checked_in
 
-SCALE_OUT_CASES = (
-    "healthy",
-    "straggler",
-    "kv-pressure",
-    "pfc-storm",
-    "link-flap",
-    "checkpoint-overdue",
-    "gpu-lost",
-    "agent-down",
-    "nccl-straggler",
-    "nccl-hang",
-)
 
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+@pytest.fixture
+def run(alerts_run: Run) -> Run:
+    """The session's one observation of the cases, SCALE_OUT_CASES on both paths
+    (tests/support/observation.py)."""
     require_real("vmagent, vmalert and victoria-metrics (Debian package victoria-metrics)", scale_out.available())
-    available = demo_scenarios()
-    names = [name for name in SCALE_OUT_CASES if CASES[name].demo is None or CASES[name].demo in available]
-    with observe(tmp_path_factory.mktemp("scale-out-e2e"), names, with_scale_out=True) as result:
-        yield result
+    return alerts_run
 
 
 # In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.

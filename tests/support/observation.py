@@ -1,13 +1,13 @@
-"""The alert cases of the simulated node and their observation on a real Prometheus (and, with
-with_scale_out, on the VictoriaMetrics path beside it): what tests/alerts/test_alerts_e2e.py and
-tests/simulation/test_scale_out_e2e.py run.  See tests/alerts/test_alerts_e2e.py's docstring."""
+"""The alert cases of the simulated node and their observation on a real Prometheus (and, for
+SCALE_OUT_CASES, on the VictoriaMetrics path beside it): the one run (the conftest's session
+fixture `alerts_run`) that tests/alerts/test_alerts_e2e.py and
+tests/simulation/test_scale_out_e2e.py read.  See tests/alerts/test_alerts_e2e.py's docstring."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -20,13 +20,12 @@ import yaml
 
 from alerts import render
 from alerts.compression import Compression
-from lockstep import thresholds as T
 from lockstep.simulation.gpu import XID_AT
 from lockstep.simulation.storage import EPOCH
 from lockstep.simulation.timeline import FRAMEWORK_SLOW_AT
 from lockstep.simulation.workloads import INFERENCE_ONSET
-from tests.support import LOCKSTEP, REPO, free_port, http_get, lockstep, scale_out
-from tests.support.prometheus import is_ready, query_alerts, start_logged, start_prometheus, stop_all
+from tests.support import REPO, http_get, lockstep, scale_out
+from tests.support.prometheus import Stack, query_alerts
 from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, panel_queries, variable_queries
 
 # Prometheus scrapes every 5 s, with as long to answer: the data changes every 5 s (the demo's
@@ -219,6 +218,27 @@ CASES: dict[str, Case] = {
     # timing; nccl-hang above names its dead rank here.
 }
 
+# The cases the scale-out path (VictoriaMetrics, vmagent, vmalert) watches too, one of each kind of
+# rule (tests/simulation/test_scale_out_e2e.py): recording rules and fleet comparisons
+# (straggler, kv-pressure), counters counted from their first sample (pfc-storm, link-flap: see
+# tests/support/scale_out.py on MetricsQL's increase()), time() against a timestamp
+# (checkpoint-overdue), a target that stops answering and one never there (gpu-lost, agent-down),
+# NCCL's collectives and hangs (nccl-straggler, nccl-hang: the Slurm job dashboard's NCCL panels),
+# and a healthy node that must fire nothing.  Every case on both paths at once is more than a
+# 2-core machine runs on time; the rules' PromQL is the same for every case.
+SCALE_OUT_CASES = (
+    "healthy",
+    "straggler",
+    "kv-pressure",
+    "pfc-storm",
+    "link-flap",
+    "checkpoint-overdue",
+    "gpu-lost",
+    "agent-down",
+    "nccl-straggler",
+    "nccl-hang",
+)
+
 # Alerts no case of this run can reach, and the tests that prove them on the real agent instead.
 PROVEN_ELSEWHERE = {
     # The step-log hang: proven on hang-steps at the workload's own timing.
@@ -259,8 +279,10 @@ class Run:
     at_end: list[dict[str, Any]] = field(default_factory=list)  # every alert (firing or pending) at the end
     logs: dict[str, Path] = field(default_factory=dict)
     duration: float = 0.0
-    # The scale-out path (None without the victoria-metrics package): what vmalert fired.
+    # The scale-out path (None without the victoria-metrics package) and the cases it scraped: what
+    # vmalert fired.
     scale_out: scale_out.ScaleOut | None = None
+    scaled_out: tuple[str, ...] = ()
     vm_fired: dict[str, dict[frozenset[tuple[str, str]], float]] = field(default_factory=dict)
     vm_at_end: list[dict[str, Any]] = field(default_factory=list)
 
@@ -270,8 +292,10 @@ class Run:
         )
         return {"http_status": status, **json.loads(body)}
 
-    def firing(self, cluster: str) -> list[dict[str, str]]:
-        return [dict(labels) for labels in self.fired.get(cluster, {})]
+    def firing(self, cluster: str, within: float | None = None) -> list[dict[str, str]]:
+        """The alerts seen firing for the case (within: that many seconds into the run at most)."""
+        seen = self.fired.get(cluster, {})
+        return [dict(labels) for labels, at in seen.items() if within is None or at <= within]
 
     def vm_firing(self, cluster: str) -> list[dict[str, str]]:
         return [dict(labels) for labels in self.vm_fired.get(cluster, {})]
@@ -286,10 +310,10 @@ def _record(fired: dict[str, dict[frozenset[tuple[str, str]], float]], alerts: l
 
 
 @contextmanager
-def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Iterator[Run]:
-    """Start a demo per case (and a real Prometheus scraping them, and with_scale_out the
-    VictoriaMetrics path beside it), watch the alerts until every expected one fired and the run
-    settled, and yield what was seen; everything started is stopped on the way out."""
+def observe(tmp: Path, names: list[str], *, scaled_out: tuple[str, ...] = ()) -> Iterator[Run]:
+    """Start a demo per case (and a real Prometheus scraping them, and for the cases scaled_out
+    the VictoriaMetrics path beside it), watch the alerts until every expected one fired on both
+    and the run settled, and yield what was seen; everything started is stopped on the way out."""
     (tmp / "kubelet").mkdir()
     config = tmp / "lockstep.yml"
     config.write_text(
@@ -302,99 +326,43 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
             }
         )
     )
-    processes: list[subprocess.Popen[bytes]] = []
+    stack: Stack | None = None
     vm: scale_out.ScaleOut | None = None
     try:
         # The simulated node's wall clock reads EPOCH when its demo starts.
         clock_offset = time.time() - EPOCH
-        targets = []
-        demos = []
-        used: set[int] = set()
-
-        def new_port() -> int:
-            # The demos bind their ports only once started: never hand out one port twice.
-            port = free_port()
-            while port in used:
-                port = free_port()
-            used.add(port)
-            return port
-
         compression = Compression(
             for_scale=1 / 30, max_for=30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset
         )
-        for name, text in render.render_rule_files(compression).items():
-            (tmp / Path(name).name).write_text(text)
-        # Prometheus first, its targets from files: each demo is added the moment it serves, so
-        # Prometheus sees it from its first seconds, before any fault begins (a counter that
-        # already stepped at its first scrape reads no increase), and a demo that starts late
-        # never counts as an agent down.
-        (tmp / "targets").mkdir()
-        prometheus_config = {
-            "global": {
-                "scrape_interval": SCRAPE_INTERVAL,
-                "scrape_timeout": SCRAPE_INTERVAL,
-                "evaluation_interval": EVALUATION_INTERVAL,
-            },
-            "rule_files": [str(tmp / Path(name).name) for name in render.RULE_FILES.values()],
-            "scrape_configs": [
-                {
-                    "job_name": T.AGENT_JOB,
-                    "file_sd_configs": [{"files": [str(tmp / "targets" / "*.json")], "refresh_interval": "1s"}],
-                }
-            ],
-        }
-        (tmp / "prometheus.yml").write_text(yaml.safe_dump(prometheus_config))
-        url = start_prometheus(tmp, new_port(), processes)
-
-        def add_target(name: str, target: dict[str, Any]) -> None:
-            staged = tmp / "targets" / f".{name}.json"
-            staged.write_text(json.dumps([target]))
-            staged.rename(tmp / "targets" / f"{name}.json")  # whole, never half-written
-            targets.append(target)
-
-        waiting = []  # (name, command, log, target): demos not started yet
+        rule_files = {Path(name).name: text for name, text in render.render_rule_files(compression).items()}
+        stack = Stack(tmp, rule_files, scrape_interval=SCRAPE_INTERVAL, evaluation_interval=EVALUATION_INTERVAL)
+        url = stack.url
+        demos = {}
         for name in names:
-            port = new_port()
-            target = {"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": name}}
             demo = CASES[name].demo
             if demo is None:
-                add_target(name, target)  # nothing listens on the port
+                stack.absent(name, name)  # nothing listens on the port
                 continue
             extra = [arg.format(tmp=tmp) for arg in CASES[name].args]
-            args = [*LOCKSTEP, "demo", "--scenario", demo, "--config", str(config), "--listen", f"127.0.0.1:{port}"]
-            waiting.append((name, [*args, *extra], tmp / f"demo-{name}.log", target))
-
+            demos[name] = (name, ["--scenario", demo, "--config", str(config), *extra])
         # A demo's simulated clock starts at 0 when it serves: its faults' onsets are counted
         # from then.  At most DEMOS_STARTING demos start at once: forty Python processes
         # importing and running their first rounds together took the 2 cores for ~20 s, and the
         # first demos to serve then missed scrapes (LockstepAgentDown, compressed to 10 s).
-        ready: dict[str, float] = {}
-        give_up = time.monotonic() + 300
-        while waiting or len(ready) < len(demos):
-            while waiting and len(demos) - len(ready) < DEMOS_STARTING:
-                name, command, log, target = waiting.pop(0)
-                processes.append(start_logged(command, log))
-                port = target["targets"][0].rsplit(":", 1)[1]
-                demos.append((name, f"http://127.0.0.1:{port}/healthz", processes[-1], log, target))
-            for name, health, proc, log, target in demos:
-                if name not in ready and is_ready(health, proc, log):
-                    ready[name] = time.monotonic()
-                    add_target(name, target)
-            if time.monotonic() > give_up:
-                not_serving = sorted({d[0] for d in demos} - set(ready)) + [w[0] for w in waiting]
-                raise AssertionError(f"demos not serving after 300 s: {not_serving}")
-            time.sleep(0.2)
+        # Each is a target once it serves, so Prometheus sees it from its first seconds, before
+        # any fault begins (a counter that already stepped at its first scrape reads no
+        # increase), and a demo that starts late never counts as an agent down.
+        ready = stack.start_demos(demos, register="serving", at_once=DEMOS_STARTING)
 
-        if with_scale_out:
+        scaled_out = tuple(name for name in scaled_out if name in stack.targets)
+        if scaled_out:
             (tmp / "scale-out").mkdir()
-            rule_paths = [tmp / Path(name).name for name in render.RULE_FILES.values()]
-            vm = scale_out.ScaleOut(tmp / "scale-out", targets, rule_paths, "1s", new_port)
+            rule_paths = [tmp / name for name in rule_files]
+            vm_targets = [stack.targets[name] for name in scaled_out]
+            vm = scale_out.ScaleOut(tmp / "scale-out", vm_targets, rule_paths, "1s", stack.port)
 
-        result = Run(
-            url, names, time.monotonic(), compression, logs={"prometheus": tmp / "prometheus.log"}, scale_out=vm
-        )
+        result = Run(url, names, time.monotonic(), compression, logs=stack.logs, scale_out=vm, scaled_out=scaled_out)
         vm_rules_at = result.started + scale_out.WARMUP
-        result.logs.update({log.stem: log for _, _, _, log, _ in demos})
         # Seconds from the start of the observation (negative: before it); no agent: its start.
         result.demo_started = {name: round(ready.get(name, result.started) - result.started, 1) for name in names}
         expected = {name: CASES[name].expected for name in names}
@@ -412,7 +380,7 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
                 _record(result.vm_fired, vm.alerts(), now - result.started)
             all_fired = all(
                 any(e.matches(a) for a in result.firing(cluster))
-                and (vm is None or any(e.matches(a) for a in result.vm_firing(cluster)))
+                and (cluster not in scaled_out or any(e.matches(a) for a in result.vm_firing(cluster)))
                 for cluster, wanted in expected.items()
                 for e in wanted
             )
@@ -427,7 +395,8 @@ def observe(tmp: Path, names: list[str], *, with_scale_out: bool = False) -> Ite
     finally:
         if vm is not None:
             vm.stop()
-        stop_all(processes)
+        if stack is not None:
+            stack.stop()
 
 
 def _needs_data(expr: str) -> bool:
@@ -470,3 +439,14 @@ def builtin_collectors() -> list[str]:
     from lockstep.agent.registry import discover
 
     return sorted(name for name, registered in discover().collectors.items() if registered.builtin)
+
+
+def alerts_run(tmp: Path) -> Iterator[Run]:
+    """Every case this version of the demo lists (LOCKSTEP_E2E_CASES: only those), observed once,
+    SCALE_OUT_CASES on the scale-out path too where its Debian package is installed."""
+    available = demo_scenarios()
+    names = [name for name, c in CASES.items() if c.demo is None or c.demo in available]
+    if ONLY:
+        names = [name for name in names if name in ONLY]
+    with observe(tmp, names, scaled_out=SCALE_OUT_CASES if scale_out.available() else ()) as result:
+        yield result

@@ -1,15 +1,20 @@
 """A real Prometheus (Debian `prometheus`) for the end-to-end tests: start it on a config, wait
 until it is ready, read its alerts, stop everything a test started; backfill its storage from
-OpenMetrics text with promtool."""
+OpenMetrics text with promtool.  Stack, below, is the one harness of the tests that watch demos
+on a real Prometheus: the Prometheus, the demos as its targets, in one order."""
 
 from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
-from tests.support import REPO, http_get, require_promtool, wait_until
+import yaml
+
+from lockstep import thresholds as T
+from tests.support import LOCKSTEP, REPO, free_port, http_get, require_promtool, wait_until
 
 PROMETHEUS = "/usr/bin/prometheus"
 
@@ -79,3 +84,131 @@ def is_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> bool:
         return http_get(url, timeout=1)[0] == 200
     except OSError:
         return False
+
+
+class Stack:
+    """The end-to-end tests' one harness: a real Prometheus scraping `lockstep demo` targets, each
+    labelled cluster=<name>, found through one file per target (file_sd, read every second), with
+    the rule files given; what it starts is stopped by stop() (Alertmanager too, if added).
+
+    start_demos() starts the demos and waits until each serves (its simulated clock starts then).
+    Each demo is a target from before it serves (register="before"): its first scrape then comes
+    0.3-1.4 s after it serves, where a target added once it served had its first 3.1-4.7 s after
+    (Prometheus passes discovered targets on every 5 s), and a demo whose story begins in its
+    first seconds lost them (hang-steps' last steps: CI at f966419, 41029e6).  A run that loads
+    LockstepAgentDown adds each once it serves (register="serving"): a target not serving yet
+    is a down agent to that alert."""
+
+    def __init__(
+        self,
+        tmp: Path,
+        rule_files: dict[str, str],
+        *,
+        scrape_interval: str,
+        evaluation_interval: str,
+        prometheus_args: tuple[str, ...] = (),
+        alertmanager: int | None = None,
+    ) -> None:
+        """rule_files: file name -> its text; alertmanager: the port (on 127.0.0.1) of the
+        Alertmanager Prometheus sends to, started by the caller."""
+        self.tmp = tmp
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.ports: set[int] = {alertmanager} if alertmanager is not None else set()
+        self.targets: dict[str, dict[str, Any]] = {}  # file stem -> target, as registered
+        self.ready: dict[str, float] = {}  # demo -> time.monotonic() when it served
+        self.logs: dict[str, Path] = {"prometheus": tmp / "prometheus.log"}
+        (tmp / "targets").mkdir()
+        for name, text in rule_files.items():
+            (tmp / name).write_text(text)
+        config: dict[str, Any] = {
+            "global": {
+                "scrape_interval": scrape_interval,
+                "scrape_timeout": scrape_interval,
+                "evaluation_interval": evaluation_interval,
+            },
+            "rule_files": [str(tmp / name) for name in rule_files],
+            "scrape_configs": [
+                {
+                    "job_name": T.AGENT_JOB,
+                    "file_sd_configs": [{"files": [str(tmp / "targets" / "*.json")], "refresh_interval": "1s"}],
+                }
+            ],
+        }
+        if alertmanager is not None:
+            alertmanagers = [{"static_configs": [{"targets": [f"127.0.0.1:{alertmanager}"]}]}]
+            config["alerting"] = {"alertmanagers": alertmanagers}
+        (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+        self.url = start_prometheus(tmp, self.port(), self.processes, prometheus_args)
+        self.prometheus = self.processes[0]
+
+    def port(self) -> int:
+        """A free port never handed out before (a demo binds its port only once started)."""
+        port = free_port()
+        while port in self.ports:
+            port = free_port()
+        self.ports.add(port)
+        return port
+
+    def register(self, name: str, target: dict[str, Any]) -> None:
+        """One target's file, written whole (never half-written)."""
+        staged = self.tmp / "targets" / f".{name}.json"
+        staged.write_text(json.dumps([target]))
+        staged.rename(self.tmp / "targets" / f"{name}.json")
+        self.targets[name] = target
+
+    def absent(self, name: str, cluster: str) -> None:
+        """A target nobody listens on (an agent that is not there)."""
+        self.register(name, {"targets": [f"127.0.0.1:{self.port()}"], "labels": {"cluster": cluster}})
+
+    def start_demos(
+        self,
+        demos: dict[str, tuple[str, list[str]]],
+        *,
+        register: str = "before",
+        at_once: int | None = None,
+        give_up: float = 300,
+    ) -> dict[str, float]:
+        """Start `lockstep demo ARGS --listen PORT` for each name -> (cluster, ARGS), at most
+        at_once starting at a time (None: all at once), and wait until every one serves.
+        Returns (and keeps in .ready) when each served, by time.monotonic()."""
+        assert register in ("before", "serving"), register
+        waiting = list(demos.items())
+        starting: dict[str, tuple[str, subprocess.Popen[bytes], Path, dict[str, Any]]] = {}
+        deadline = time.monotonic() + give_up
+        while waiting or starting:
+            while waiting and (at_once is None or len(starting) < at_once):
+                name, (cluster, args) = waiting.pop(0)
+                port = self.port()
+                target = {"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": cluster}}
+                if register == "before":
+                    self.register(name, target)
+                log = self.tmp / f"demo-{name}.log"
+                proc = start_logged([*LOCKSTEP, "demo", *args, "--listen", f"127.0.0.1:{port}"], log)
+                self.processes.append(proc)
+                self.logs[f"demo-{name}"] = log
+                starting[name] = (f"http://127.0.0.1:{port}/healthz", proc, log, target)
+            for name, (health, proc, log, target) in list(starting.items()):
+                if is_ready(health, proc, log):
+                    self.ready[name] = time.monotonic()
+                    if register == "serving":
+                        self.register(name, target)
+                    del starting[name]
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"demos not serving after {give_up:.0f} s: {sorted(starting) + [w[0] for w in waiting]}"
+                )
+            time.sleep(0.2)
+        return {name: self.ready[name] for name in demos}
+
+    def alerts(self) -> list[dict[str, Any]]:
+        return query_alerts(self.url)
+
+    def stop_demos(self) -> None:
+        """Stop every process but Prometheus (and whatever was started before it)."""
+        first = self.processes.index(self.prometheus) + 1
+        stop_all(self.processes[first:])
+        del self.processes[first:]
+
+    def stop(self) -> None:
+        stop_all(self.processes)
+        self.processes.clear()

@@ -1,0 +1,251 @@
+"""The demo scenarios at their own timing on a real Prometheus, watched once for two readers:
+tests/report/test_report_e2e.py (`lockstep report` of each scenario's job) and
+tests/alerts/test_hangs_e2e.py (issue 35's hangs named within 5 minutes, their twins silent).
+
+One Prometheus (Debian `prometheus`, tests/support/prometheus.py Stack) scrapes one
+`lockstep demo --speed 10` per scenario (10 simulated seconds per real second), each target
+labelled cluster=<scenario> and registered before its demo serves, every 1.5 s (15 simulated
+seconds, a production scrape interval), and evaluates every 1.5 s.  Every `for:`, range window
+and offset of the rules is divided by exactly the same 10 (alerts/compression.py, no minimum that
+would stretch a window): every window holds what it holds in production, at the scenario's own
+timing (simulation/timeline.py: the hangs' event at HANG_AT, a minute in), and a 6-minute save
+lasts 6 minutes of the rules' time.  The rules that read time() are left out (the simulated clock
+runs ten times as fast as Prometheus'), and the agent's own health (on a loaded 2-core machine a
+scrape can time out, which is no part of the jobs' story; tests/alerts/test_alerts_e2e.py proves
+those alerts).  The collectors are those of a job's evidence, every second (10 simulated).
+
+While the demos run, the alerts API is polled every real second: each alert's first firing, in
+simulated seconds from its demo's start (its clock starts when it serves), within HANG_OBSERVE
+real seconds of the last demo serving, and every alert then (the hangs' test reads these).  At
+OBSERVE every report is made as Prometheus saw its job at that moment, the demos stopped from then
+on (the reports are made on a quiet machine, in any order, each from the same data): the
+collective straggler's twice (the recorded series deleted for the second), and the Slurm epilog
+stores the report of the job killed while hung, then read back with Prometheus gone.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from alerts import render
+from alerts.compression import Compression
+from lockstep.report import text
+from lockstep.report.model import Report, from_json
+from lockstep.report.prometheus import Prometheus
+from lockstep.report.stragglers import NCCL_PER_OP_RECORDED
+from lockstep.suspects import GPU_THROTTLE, NCCL_RANK_SUSPECT, NODE_SUSPECT, RANK_SUSPECT
+from tests.support import LOCKSTEP, REPO
+from tests.support.hang_cases import HANG_CASES
+from tests.support.prometheus import Stack
+from tests.support.reports import report_cli
+
+SPEED = 10
+# The collectors of a job's evidence, and those a scenario's fault needs besides (fewer agents'
+# threads on a shared 2-core machine: a demo starved of CPU reads its step logs late).
+COLLECTORS = ("gpu", "slurm", "training", "nccl_inspector", "nccl_ras", "checkpoint")
+EXTRA_COLLECTORS = {
+    "straggler-nfs": ("filesystem",),
+    "straggler-pfc": ("ethtool",),
+    "checkpoint-stall": ("host", "filesystem"),
+}
+# The scenarios reported (tests/report/test_report_e2e.py), and the hangs' (hang_cases.py).
+REPORTED = (
+    "healthy",
+    "straggler",
+    "straggler-thermal",
+    "straggler-data",
+    "straggler-nfs",
+    "straggler-pfc",
+    "nccl-straggler",
+    "hang-steps",
+    "hang-nccl",
+    "hang-killed",
+    "checkpoint-stall",
+)
+SCENARIOS = (*REPORTED, *(s for s in HANG_CASES if s not in REPORTED))
+OBSERVE = 210  # real seconds: the straggler-* scenarios turn slow 25 simulated minutes (150 s) in
+HANG_OBSERVE = 110  # real seconds: hang-killed's record fires ~12 simulated minutes in
+AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
+EPILOG = REPO / "deploy" / "slurm" / "lockstep-report-epilog.sh"
+
+
+@dataclass
+class Run:
+    # The alerts, by scenario: alertname -> (simulated seconds from the demo's start when first
+    # seen firing, its labels), within HANG_OBSERVE; and every alert (any state) at HANG_OBSERVE.
+    fired: dict[str, dict[str, tuple[float, dict[str, str]]]] = field(default_factory=dict)
+    at_hang_observe: list[dict[str, Any]] = field(default_factory=list)
+    logs: dict[str, Path] = field(default_factory=dict)
+    # The reports, at OBSERVE.
+    reports: dict[str, Report] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    store: Path = Path()
+    epilog: subprocess.CompletedProcess[str] | None = None
+    # The NCCL time per collective the rules recorded, a series a rank and communicator, by scenario.
+    recorded_per_op: dict[str, int] = field(default_factory=dict)
+    # ... and once deleted (at the same moment), with nccl-straggler's report then (the counters').
+    recorded_after_delete: dict[str, int] = field(default_factory=dict)
+    counted_nccl: subprocess.CompletedProcess[str] | None = None
+    # The suspects the rules recorded for each straggler of each report, over the same span as
+    # the report reads (what the straggler alert's annotation names), by scenario and rank.
+    recorded_suspects: dict[str, dict[str, set[str]]] = field(default_factory=dict)
+    stored_text: subprocess.CompletedProcess[str] | None = None
+
+
+def suspects_recorded_for(url: str, report: Report) -> dict[str, set[str]]:
+    """For each straggler of the report, the suspects the rules recorded over its span and the
+    timeline's window before (asked here, apart from the report's own queries): its rank's (what
+    the straggler alerts name), its node's, and a throttled GPU of its job there."""
+    prom = Prometheus(url)
+    out = {}
+    for s in report.stragglers:
+        record = NCCL_RANK_SUSPECT if s.kind == "nccl" else RANK_SUSPECT
+        comm = f', comm="{s.comm}"' if s.kind == "nccl" else ""
+        window = f"[{int((s.end - s.start + 4 * 1.5) * 1000)}ms]"  # the report's window: 4 scrapes
+        node = f'{{cluster="{report.job.cluster}", instance="{s.node}"}}'
+        rank = f'{{cluster="{report.job.cluster}", job_id="4242", rank="{s.rank}"{comm}}}'
+        names = set()
+        for selector in (record + rank, NODE_SUSPECT + node):
+            found = prom.query(f"max by (suspect) (max_over_time({selector}{window}))", s.end)
+            names |= {x.labels["suspect"] for x in found}
+        gpus = f'lockstep_slurm_job_gpu_info{{cluster="{report.job.cluster}", job_id="4242"}}'
+        if prom.query(f"max by (uuid) (max_over_time({GPU_THROTTLE}{node}{window})) and on (uuid) {gpus}", s.end):
+            names.add("gpu_throttle")
+        out[s.rank] = names
+    return out
+
+
+def recorded_per_cluster(url: str, at: float) -> dict[str, int]:
+    """The NCCL time per collective the rules recorded, its series by scenario, at `at`."""
+    recorded = Prometheus(url).query(f"count by (cluster) ({NCCL_PER_OP_RECORDED})", at)
+    return {s.labels.get("cluster", ""): int(s.value) for s in recorded}
+
+
+def _rule_files() -> dict[str, str]:
+    compression = Compression(for_scale=1 / SPEED, range_scale=1 / SPEED, min_range=1)
+    files = {}
+    for name, rendered in render.render_rule_files(compression).items():
+        groups = yaml.safe_load(rendered)["groups"]
+        for group in groups:
+            group["rules"] = [
+                r
+                for r in group["rules"]
+                if "record" in r or ("time()" not in r["expr"] and r["alert"] not in AGENT_HEALTH)
+            ]
+        files[Path(name).name] = yaml.safe_dump({"groups": groups}, sort_keys=False)
+    return files
+
+
+@contextmanager
+def report_run(tmp: Path) -> Iterator[Run]:
+    """Watch every scenario (see the module's docstring) and yield what was seen and reported;
+    everything started is stopped, and tmp removed, on the way out."""
+    stack: Stack | None = None
+    try:
+        config = tmp / "lockstep.yml"
+        every = {*COLLECTORS, *(c for extra in EXTRA_COLLECTORS.values() for c in extra)}
+        config.write_text(yaml.safe_dump({"collectors": {c: {"interval": "1s", "deadline": "10s"} for c in every}}))
+        # The admin API: the recorded NCCL series deleted for the counters' report (below).
+        stack = Stack(
+            tmp,
+            _rule_files(),
+            scrape_interval="1500ms",
+            evaluation_interval="1500ms",
+            prometheus_args=("--web.enable-admin-api",),
+        )
+        demos = {}
+        for scenario in SCENARIOS:
+            enabled = (*COLLECTORS, *EXTRA_COLLECTORS.get(scenario, ()))
+            args = ["--scenario", scenario, "--speed", str(SPEED), "--config", str(config)]
+            demos[scenario] = (
+                scenario,
+                [*args, "--collector.disable-defaults", *(f"--collector.{c}" for c in enabled)],
+            )
+        ready = stack.start_demos(demos, register="before", give_up=120)
+        result = Run(store=tmp / "store", logs=stack.logs)
+        last_served = max(ready.values())
+        hangs_until = last_served + HANG_OBSERVE
+        while (now := time.monotonic()) < last_served + OBSERVE:
+            alerts = stack.alerts()
+            if now < hangs_until:
+                for alert in alerts:
+                    cluster = alert["labels"].get("cluster", "")
+                    if alert["state"] == "firing" and cluster in ready:
+                        seen = result.fired.setdefault(cluster, {})
+                        at = (now - ready[cluster]) * SPEED
+                        seen.setdefault(alert["labels"]["alertname"], (at, alert["labels"]))
+            elif not result.at_hang_observe:
+                result.at_hang_observe = alerts
+            time.sleep(max(0.0, min(1.0, last_served + OBSERVE - time.monotonic())))
+        # Every report as Prometheus saw its job at one moment, the demos stopped from then on.
+        at = time.time()
+        stack.stop_demos()
+        url = stack.url
+        result.recorded_per_op = recorded_per_cluster(url, at)
+        for scenario in REPORTED:
+            got = report_cli(
+                "4242",
+                *("--prometheus", url, "--cluster", scenario, "--time-scale", str(SPEED), "--refresh"),
+                *("--at", f"{at:.3f}"),
+                *("--format", "json", "--store", str(result.store)),
+            )
+            if got.returncode != 0:
+                result.errors[scenario] = got.stderr
+                continue
+            result.reports[scenario] = from_json(got.stdout)
+            result.texts[scenario] = text.render(result.reports[scenario])
+            result.recorded_suspects[scenario] = suspects_recorded_for(url, result.reports[scenario])
+        # The collective straggler as a Prometheus without the shipped rules shows it: the
+        # recorded time per collective deleted (the rules record again from now on, after `at`),
+        # so the report reads the counters (lockstep/report/stragglers.py counted_per_op).
+        deleted = urllib.request.Request(
+            f"{url}/api/v1/admin/tsdb/delete_series?" + urllib.parse.urlencode({"match[]": NCCL_PER_OP_RECORDED}),
+            method="POST",
+        )
+        with urllib.request.urlopen(deleted, timeout=30) as response:
+            assert response.status == 204, response.read()
+        result.recorded_after_delete = recorded_per_cluster(url, at)
+        result.counted_nccl = report_cli(
+            "4242",
+            *("--prometheus", url, "--cluster", "nccl-straggler", "--time-scale", str(SPEED), "--refresh"),
+            *("--at", f"{at:.3f}"),
+            *("--format", "json", "--store", str(tmp / "counted-store")),
+        )
+        # The job killed while hung: the Slurm epilog stores its report ...
+        env = {
+            **os.environ,
+            "SLURM_JOB_ID": "4242",
+            "LOCKSTEP": " ".join(LOCKSTEP),
+            "LOCKSTEP_PROMETHEUS_URL": url,
+            "LOCKSTEP_REPORT_STORE": str(result.store),
+            "LOCKSTEP_CLUSTER": "hang-killed",
+            "LOCKSTEP_REPORT_DELAY": "0",
+            "LOCKSTEP_REPORT_OPTIONS": f"--time-scale {SPEED}",
+            "LOCKSTEP_REPORT_DEFAULTS": str(tmp / "no-defaults"),
+        }
+        result.epilog = subprocess.run(["sh", str(EPILOG)], capture_output=True, text=True, timeout=120, env=env)
+        # ... which `lockstep report` reads with Prometheus gone.
+        stack.stop()
+        result.stored_text = report_cli(
+            "4242", "--cluster", "hang-killed", "--prometheus", url, "--store", str(result.store)
+        )
+        yield result
+    finally:
+        if stack is not None:
+            stack.stop()
+        # Prometheus' data and the agents' nodes: 22 MB that would stay until the session ends
+        # (the suite's machine check allows 50 MB in all).
+        shutil.rmtree(tmp, ignore_errors=True)
