@@ -306,7 +306,7 @@ class WrittenReplay:
 class WrittenReplays:
     """Each real run replayed once for the whole test session (the conftest's `written_replays`
     fixture), whichever tests read it: tests/alerts/test_straggler_real_timing.py evaluates the
-    rules over a replay, tests/agent/report/test_report_ddp_runs.py reports on the same one."""
+    rules over a replay, tests/report/test_report_ddp_runs.py reports on the same one."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
