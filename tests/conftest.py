@@ -65,28 +65,54 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(RUN_TOKEN, secrets.token_hex(8))
 
 
-# The session's shared runs (fixtures below): every test that reads one runs on the worker that
-# made it (pytest-xdist --dist loadgroup, ./dev/test), so each is made once.
-SHARED_RUNS = ("alerts_run", "report_run", "written_replays")
+# The shared runs (session fixtures below) and the modules whose tests read them.  On two workers
+# (./dev/test: pytest-xdist, --dist loadscope) each module's tests go to one worker, so that its
+# module-scoped fixtures (a Prometheus, a backfilled fleet) are made once; the modules that read
+# one shared run go together, so that it is made once.  The runs that watch demos on a real
+# Prometheus go together too (DEMOS), one after the other: each takes most of the 2 cores, and
+# their alerts' timing is what they prove.  pytest_collection_modifyitems fails a test that
+# reads a shared run from a module not listed here.
+DEMOS = "demos on a real Prometheus"
+SHARED_RUNS = {
+    "alerts_run": ("tests/alerts/test_alerts_e2e.py", "tests/simulation/test_scale_out_e2e.py"),
+    "report_run": ("tests/report/test_report_e2e.py", "tests/alerts/test_hangs_e2e.py"),
+    "written_replays": ("tests/alerts/test_straggler_real_timing.py", "tests/report/test_report_ddp_runs.py"),
+}
+SCOPES = {
+    **{module: DEMOS for run in ("alerts_run", "report_run") for module in SHARED_RUNS[run]},
+    "tests/alerts/test_pages_e2e.py": DEMOS,
+    **{module: "written_replays" for module in SHARED_RUNS["written_replays"]},
+}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """--dist loadscope with the scopes above: a test's module, or the group it belongs to."""
+    if config.getoption("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedRunScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SCOPES.get(module, module)
+
+    return SharedRunScheduling(config, log)  # type: ignore[arg-type]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test's tier from its markers: e2e and machine imply real; a test with none is unit.
-    A real test's xdist group (used by --dist loadgroup) is the shared run it reads, or else its
-    module: a module-scoped fixture (a Prometheus, a backfilled fleet) is then made once, on one
-    worker.  Unit tests go to whichever worker is free."""
+    """Each test's tier from its markers: e2e and machine imply real; a test with none is unit."""
     for item in items:
         if not item.path.resolve().is_relative_to(TESTS):
             continue
+        module = item.path.resolve().relative_to(TESTS.parent).as_posix()
+        for run, modules in SHARED_RUNS.items():
+            if run in getattr(item, "fixturenames", ()) and module not in modules:
+                raise pytest.UsageError(f"{item.nodeid} reads {run}: add {module} to tests/conftest.py SHARED_RUNS")
         marks = {mark.name for mark in item.iter_markers()}
         if marks & {"e2e", "machine"} and "real" not in marks:
             item.add_marker(pytest.mark.real)
         elif not marks & {"real", "e2e", "machine"}:
             item.add_marker(pytest.mark.unit)
-            continue
-        shared = [name for name in SHARED_RUNS if name in getattr(item, "fixturenames", ())]
-        group = shared[0] if shared else item.path.resolve().relative_to(TESTS).as_posix()
-        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
