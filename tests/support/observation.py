@@ -377,7 +377,7 @@ def observe(tmp: Path, names: list[str], *, scaled_out: tuple[str, ...] = ()) ->
             if vm is not None:
                 if vm.rules_started is None and now >= vm_rules_at:
                     vm.start_rules()
-                _record(result.vm_fired, vm.alerts(), now - result.started)
+                _record(result.vm_fired, vm.alerts() or [], now - result.started)
             all_fired = all(
                 any(e.matches(a) for a in result.firing(cluster))
                 and (cluster not in scaled_out or any(e.matches(a) for a in result.vm_firing(cluster)))
@@ -389,7 +389,9 @@ def observe(tmp: Path, names: list[str], *, scaled_out: tuple[str, ...] = ()) ->
             time.sleep(1)
         result.at_end = query_alerts(url)
         if vm is not None:
-            result.vm_at_end = vm.alerts()
+            at_end = vm.alerts(tries=3)
+            assert at_end is not None, f"vmalert did not answer its alerts API 3 times in 10 s\n{vm.logs()}"
+            result.vm_at_end = at_end
         result.duration = time.monotonic() - result.started
         yield result
     finally:

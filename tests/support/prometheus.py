@@ -150,8 +150,9 @@ class Stack:
         return port
 
     def register(self, name: str, target: dict[str, Any]) -> None:
-        """One target's file, written whole (never half-written)."""
-        staged = self.tmp / "targets" / f".{name}.json"
+        """One target's file, written whole (never half-written: Prometheus' glob matches a
+        staged .name.json beside it too, and read it half-written)."""
+        staged = self.tmp / f".target-{name}.json"  # outside the directory Prometheus reads
         staged.write_text(json.dumps([target]))
         staged.rename(self.tmp / "targets" / f"{name}.json")
         self.targets[name] = target

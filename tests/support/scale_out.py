@@ -113,13 +113,20 @@ class ScaleOut:
         except OSError:
             return False
 
-    def alerts(self) -> list[dict[str, Any]]:
-        """Every alert vmalert holds (pending and firing), as Prometheus' alerts API gives them."""
+    def alerts(self, tries: int = 1) -> list[dict[str, Any]] | None:
+        """Every alert vmalert holds (pending and firing), as Prometheus' alerts API gives them;
+        None when vmalert did not answer within 10 s, tries times (on a loaded machine it can be
+        that late: a poll of the alerts missed, not an alert)."""
         if self.rules_started is None:
             return []
-        status, body = http_get(f"{self.vmalert}/api/v1/alerts", timeout=10)
-        assert status == 200, body
-        return json.loads(body)["data"]["alerts"] or []  # vmalert 1.79 says null for none
+        for _ in range(tries):
+            try:
+                status, body = http_get(f"{self.vmalert}/api/v1/alerts", timeout=10)
+            except OSError:  # timed out (TimeoutError), or the connection refused or reset
+                continue
+            assert status == 200, body
+            return json.loads(body)["data"]["alerts"] or []  # vmalert 1.79 says null for none
+        return None
 
     def query(self, expr: str) -> dict[str, Any]:
         status, body = http_get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30)
