@@ -63,15 +63,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault(RUN_TOKEN, secrets.token_hex(8))
+    config.addinivalue_line(
+        "markers",
+        "alone: given by tests/conftest.py to the machine tier and the e2e runs that watch demos (DEMOS): "
+        "./dev/test runs them after the two workers, one at a time",
+    )
 
 
 # The shared runs (session fixtures below) and the modules whose tests read them.  On two workers
 # (./dev/test: pytest-xdist, --dist loadscope) each module's tests go to one worker, so that its
 # module-scoped fixtures (a Prometheus, a backfilled fleet) are made once; the modules that read
 # one shared run go together, so that it is made once.  The runs that watch demos on a real
-# Prometheus go together too (DEMOS), one after the other: each takes most of the 2 cores, and
-# their alerts' timing is what they prove.  pytest_collection_modifyitems fails a test that
-# reads a shared run from a module not listed here.
+# Prometheus (DEMOS) are marked `alone`, as the machine tier is: ./dev/test runs them after the
+# two workers, one test at a time (each takes most of the 2 cores, their alerts' timing is what
+# they prove, and the alerts' 35 demos hold most of the machine's 128 inotify instances: beside
+# the other worker's tests a demo failed to start, "inotify instance limit reached").
+# pytest_collection_modifyitems fails a test that reads a shared run from a module not listed here.
 DEMOS = "demos on a real Prometheus"
 SHARED_RUNS = {
     "alerts_run": ("tests/alerts/test_alerts_e2e.py", "tests/simulation/test_scale_out_e2e.py"),
@@ -113,6 +120,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.real)
         elif not marks & {"real", "e2e", "machine"}:
             item.add_marker(pytest.mark.unit)
+        if "machine" in marks or ("e2e" in marks and SCOPES.get(module) == DEMOS):
+            item.add_marker(pytest.mark.alone)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
