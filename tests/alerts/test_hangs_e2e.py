@@ -18,8 +18,9 @@ the same scenarios by test_alerts_e2e.py).  The collectors are those of the job'
 
 The time to fire is read in simulated seconds from the demo's start (its clock starts when it
 serves) and the alerts API polled every real second (10 simulated seconds), for HANG_OBSERVE real
-seconds from the last demo serving: each hang must fire within 300 simulated seconds of the stop
-(the job's last step before HANG_AT), and no other hang alert fires or is pending then.
+seconds from the last demo serving, or until HANG_SETTLE after every expected hang alert fired
+(tests/support/report_run.py): each hang must fire within 300 simulated seconds of the stop (the
+job's last step before HANG_AT), and no other hang alert fires or is pending then.
 """
 
 from __future__ import annotations

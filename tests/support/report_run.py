@@ -16,7 +16,8 @@ those alerts).  The collectors are those of a job's evidence, every second (10 s
 
 While the demos run, the alerts API is polled every real second: each alert's first firing, in
 simulated seconds from its demo's start (its clock starts when it serves), within HANG_OBSERVE
-real seconds of the last demo serving, and every alert then (the hangs' test reads these).  At
+real seconds of the last demo serving or HANG_SETTLE after every hang alert expected fired
+(the hangs' own run's window), and every alert then (the hangs' test reads these).  At
 OBSERVE every report is made as Prometheus saw its job at that moment, the demos stopped from then
 on (the reports are made on a quiet machine, in any order, each from the same data): the
 collective straggler's twice (the recorded series deleted for the second), and the Slurm epilog
@@ -77,6 +78,7 @@ REPORTED = (
 SCENARIOS = (*REPORTED, *(s for s in HANG_CASES if s not in REPORTED))
 OBSERVE = 210  # real seconds: the straggler-* scenarios turn slow 25 simulated minutes (150 s) in
 HANG_OBSERVE = 110  # real seconds: hang-killed's record fires ~12 simulated minutes in
+HANG_SETTLE = 8  # real seconds watched once every hang alert expected fired, for unexpected ones
 AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
 EPILOG = REPO / "deploy" / "slurm" / "lockstep-report-epilog.sh"
 
@@ -177,6 +179,8 @@ def report_run(tmp: Path) -> Iterator[Run]:
         ready = stack.start_demos(demos, register="before", give_up=120)
         result = Run(store=tmp / "store", logs=stack.logs)
         last_served = max(ready.values())
+        # The hangs' window, as their own run watched: HANG_OBSERVE, or once every hang alert
+        # expected fired (and 30 s in), SETTLE more.
         hangs_until = last_served + HANG_OBSERVE
         while (now := time.monotonic()) < last_served + OBSERVE:
             alerts = stack.alerts()
@@ -187,6 +191,9 @@ def report_run(tmp: Path) -> Iterator[Run]:
                         seen = result.fired.setdefault(cluster, {})
                         at = (now - ready[cluster]) * SPEED
                         seen.setdefault(alert["labels"]["alertname"], (at, alert["labels"]))
+                done = all(set(wanted) <= set(result.fired.get(s, {})) for s, wanted in HANG_CASES.items())
+                if done and now >= last_served + 30 and hangs_until > now + HANG_SETTLE:
+                    hangs_until = now + HANG_SETTLE
             elif not result.at_hang_observe:
                 result.at_hang_observe = alerts
             time.sleep(max(0.0, min(1.0, last_served + OBSERVE - time.monotonic())))
