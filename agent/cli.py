@@ -249,9 +249,9 @@ def collect_once(setup: Setup, config: Config) -> tuple[bytes, list[str]]:
         name: dataclasses.replace(settings, interval=ONCE_INTERVAL_SECONDS)
         for name, settings in config.collectors.items()
     }
-    # No uevent listener: one round has nothing to re-run for, and a device event elsewhere on the
-    # machine (another program's veth pair) would otherwise run a collector twice.
-    agent = Agent(setup, dataclasses.replace(config, collectors=single_round), WebConfig(), hotplug=False)
+    # No uevent listener and no round a collector asks for (Agent's single_round): one round has
+    # nothing to re-run for.
+    agent = Agent(setup, dataclasses.replace(config, collectors=single_round), WebConfig(), single_round=True)
     started = time.monotonic()
     for _name, worker in agent.workers.items():
         worker.first_run_done.wait(max(0.0, started + worker.deadline + 0.1 - time.monotonic()))

@@ -58,9 +58,13 @@ HEALTH_LIMITS = ServerLimits(max_connections=32, workers=1)
 class Agent:
     """The workers and exporter of the current config, plus the HTTP server if serving."""
 
-    def __init__(self, setup: Setup, config: Config, web: WebConfig, hotplug: bool = True) -> None:
+    def __init__(self, setup: Setup, config: Config, web: WebConfig, single_round: bool = False) -> None:
         self.setup = setup
-        self.listens_for_hotplug = hotplug  # False for a single round (lockstep once)
+        # A single round (lockstep once) runs each collector once: no uevent listener (a device
+        # event elsewhere on the machine would run a collector again) and no round a collector's
+        # own thread asks for (the GPU collector's XID listener, draining an XID 79 during the
+        # first round, made the GPU collector run twice before the exposition on a busy machine).
+        self.single_round = single_round
         self.config = config
         self.web = web
         self.workers: dict[str, Worker] = {}
@@ -100,7 +104,8 @@ class Agent:
             predecessor=predecessor,
             after=after,
         )
-        context.run_now.target = worker.wake
+        if not self.single_round:
+            context.run_now.target = worker.wake
         return worker
 
     def _apply_collectors(self, config: Config) -> None:
@@ -136,7 +141,7 @@ class Agent:
     def _update_hotplug(self) -> None:
         """Listen to the uevent subsystems the running collectors ask for, and no others."""
         wanted = {s for w in self.workers.values() for s in w.collector.hotplug_subsystems}
-        if not self.listens_for_hotplug:
+        if self.single_round:
             wanted = set()
         if self.hotplug is not None and self.hotplug.subsystems == wanted:
             return

@@ -285,12 +285,11 @@ class Run:
     scaled_out: tuple[str, ...] = ()
     vm_fired: dict[str, dict[frozenset[tuple[str, str]], float]] = field(default_factory=dict)
     vm_at_end: list[dict[str, Any]] = field(default_factory=list)
+    # Wall-clock seconds when the observation ended and the demos stopped: queries ask then.
+    observed_at: float = 0.0
 
     def query(self, expr: str) -> dict[str, Any]:
-        status, body = http_get(
-            f"{self.prometheus}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30
-        )
-        return {"http_status": status, **json.loads(body)}
+        return instant_query(self.prometheus, expr, self.observed_at)
 
     def firing(self, cluster: str, within: float | None = None) -> list[dict[str, str]]:
         """The alerts seen firing for the case (within: that many seconds into the run at most)."""
@@ -393,6 +392,13 @@ def observe(tmp: Path, names: list[str], *, scaled_out: tuple[str, ...] = ()) ->
             assert at_end is not None, f"vmalert did not answer its alerts API 3 times in 10 s\n{vm.logs()}"
             result.vm_at_end = at_end
         result.duration = time.monotonic() - result.started
+        # What the tests read from here on is stored: the alerts seen, and the data the dashboards'
+        # queries ask for as it stood now (observed_at).  The demos and the scale-out writers stop:
+        # left running for the rest of the session, 35 demos took the 2 cores from the report's run.
+        result.observed_at = time.time()
+        stack.stop_demos()
+        if vm is not None:
+            vm.stop_writers()
         yield result
     finally:
         if vm is not None:
@@ -415,9 +421,19 @@ def substitute(expr: str) -> str:
     return expr
 
 
-def dashboard_problems(dashboard: dict[str, Any], query: Callable[[str], dict[str, Any]], api: str) -> list[str]:
+def instant_query(api: str, expr: str, at: float) -> dict[str, Any]:
+    """A query of a Prometheus API (Prometheus or VictoriaMetrics) at wall-clock time `at`, with
+    the HTTP status beside the answer."""
+    status, body = http_get(f"{api}/api/v1/query?" + urllib.parse.urlencode({"query": expr, "time": at}), timeout=30)
+    return {"http_status": status, **json.loads(body)}
+
+
+def dashboard_problems(
+    dashboard: dict[str, Any], query: Callable[[str], dict[str, Any]], api: str, at: float
+) -> list[str]:
     """Every panel query and variable of a dashboard run against a Prometheus API (Prometheus or
-    VictoriaMetrics at ``api``): what failed or came back empty where data is expected."""
+    VictoriaMetrics at ``api``) as the data stood at wall-clock time `at`: what failed or came
+    back empty where data is expected."""
     problems = []
     for panel, expr in panel_queries(dashboard):
         answer = query(substitute(expr))
@@ -430,7 +446,9 @@ def dashboard_problems(dashboard: dict[str, Any], query: Callable[[str], dict[st
         assert match, variable
         selector, label = substitute(match.group(1)), match.group(2)
         status, body = http_get(
-            f"{api}/api/v1/label/{label}/values?" + urllib.parse.urlencode({"match[]": selector}), timeout=30
+            f"{api}/api/v1/label/{label}/values?"
+            + urllib.parse.urlencode({"match[]": selector, "start": at - 300, "end": at}),
+            timeout=30,
         )
         if status != 200 or not json.loads(body)["data"]:
             problems.append(f"variable {name}: no values for {variable}")

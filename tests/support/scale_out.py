@@ -21,7 +21,6 @@ import json
 import os
 import subprocess
 import time
-import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -128,9 +127,18 @@ class ScaleOut:
             return json.loads(body)["data"]["alerts"] or []  # vmalert 1.79 says null for none
         return None
 
-    def query(self, expr: str) -> dict[str, Any]:
-        status, body = http_get(f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": expr}), timeout=30)
-        return {"http_status": status, **json.loads(body)}
+    def stop_writers(self) -> None:
+        """Stop the vmagents and vmalert; VictoriaMetrics keeps serving what they wrote."""
+        _, *writers = self.processes  # victoria-metrics is started first
+        for process, _ in writers:
+            process.terminate()
+        for process, _ in writers:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        del self.processes[1:]
 
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}" for _, log in self.processes)
