@@ -82,7 +82,11 @@ def pytest_configure(config: pytest.Config) -> None:
 DEMOS = "demos on a real Prometheus"
 SHARED_RUNS = {
     "alerts_run": ("tests/alerts/test_alerts_e2e.py", "tests/simulation/test_scale_out_e2e.py"),
-    "report_run": ("tests/report/test_report_e2e.py", "tests/alerts/test_hangs_e2e.py"),
+    "report_run": (
+        "tests/report/test_report_e2e.py",
+        "tests/alerts/test_hangs_e2e.py",
+        "tests/project/test_new_report_section_recipe.py",
+    ),
     "written_replays": ("tests/alerts/test_straggler_real_timing.py", "tests/report/test_report_ddp_runs.py"),
 }
 SCOPES = {

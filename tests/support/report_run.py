@@ -26,6 +26,7 @@ stores the report of the job killed while hung, then read back with Prometheus g
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -81,6 +82,9 @@ HANG_OBSERVE = 110  # real seconds: hang-killed's record fires ~12 simulated min
 HANG_SETTLE = 8  # real seconds watched once every hang alert expected fired, for unexpected ones
 AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
 EPILOG = REPO / "deploy" / "slurm" / "lockstep-report-epilog.sh"
+# The environment variable naming another run's recorded data (its recorded.json) to make the
+# reports from, in place of a run of the demos (reports_from_recorded).
+RECORDED = "LOCKSTEP_TEST_REPORTS_FROM"
 
 
 @dataclass
@@ -105,6 +109,8 @@ class Run:
     # the report reads (what the straggler alert's annotation names), by scenario and rank.
     recorded_suspects: dict[str, dict[str, set[str]]] = field(default_factory=dict)
     stored_text: subprocess.CompletedProcess[str] | None = None
+    # The data the reports were made from and when (record()): recorded.json.
+    recorded: Path = Path()
 
 
 def suspects_recorded_for(url: str, report: Report) -> dict[str, set[str]]:
@@ -151,10 +157,62 @@ def _rule_files() -> dict[str, str]:
     return files
 
 
+def make_reports(url: str, at: float, result: Run) -> None:
+    """Each reported scenario's report (JSON, and its text) as Prometheus at url saw its job at
+    `at`, stored in result.store; a failed one's stderr in result.errors."""
+    for scenario in REPORTED:
+        got = report_cli(
+            "4242",
+            *("--prometheus", url, "--cluster", scenario, "--time-scale", str(SPEED), "--refresh"),
+            *("--at", f"{at:.3f}"),
+            *("--format", "json", "--store", str(result.store)),
+        )
+        if got.returncode != 0:
+            result.errors[scenario] = got.stderr
+            continue
+        result.reports[scenario] = from_json(got.stdout)
+        result.texts[scenario] = text.render(result.reports[scenario])
+
+
+def record(url: str, at: float, tmp: Path) -> Path:
+    """A snapshot of Prometheus' data (its admin API: hard links, the head block included) and
+    the moment the reports were made, in tmp/recorded.json."""
+    request = urllib.request.Request(f"{url}/api/v1/admin/tsdb/snapshot", method="POST")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        name = json.loads(response.read())["data"]["name"]
+    recorded = tmp / "recorded.json"
+    recorded.write_text(json.dumps({"snapshot": str(tmp / "tsdb" / "snapshots" / name), "at": at}))
+    return recorded
+
+
+@contextmanager
+def reports_from_recorded(tmp: Path, recorded: Path) -> Iterator[Run]:
+    """The reports alone, made by this checkout's code from another run's recorded data (its
+    record()): a Prometheus on a copy of the snapshot, no demo, no rule.  The report-section
+    recipe's copy of the repository regenerates the report goldens this way (RECORDED in its
+    environment): the demos' data does not change with a report section, and watching them
+    again took 3.5 minutes.  Nothing but the reports is in the Run."""
+    facts = json.loads(recorded.read_text())
+    shutil.copytree(facts["snapshot"], tmp / "tsdb")
+    stack = Stack(tmp, {}, scrape_interval="1500ms", evaluation_interval="1500ms")
+    try:
+        result = Run(store=tmp / "store", logs=stack.logs)
+        make_reports(stack.url, facts["at"], result)
+        yield result
+    finally:
+        stack.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @contextmanager
 def report_run(tmp: Path) -> Iterator[Run]:
     """Watch every scenario (see the module's docstring) and yield what was seen and reported;
-    everything started is stopped, and tmp removed, on the way out."""
+    everything started is stopped, and tmp removed, on the way out.  With RECORDED in the
+    environment, the reports alone from that recorded run (reports_from_recorded)."""
+    if RECORDED in os.environ:
+        with reports_from_recorded(tmp, Path(os.environ[RECORDED])) as recorded:
+            yield recorded
+        return
     stack: Stack | None = None
     try:
         config = tmp / "lockstep.yml"
@@ -202,19 +260,12 @@ def report_run(tmp: Path) -> Iterator[Run]:
         stack.stop_demos()
         url = stack.url
         result.recorded_per_op = recorded_per_cluster(url, at)
-        for scenario in REPORTED:
-            got = report_cli(
-                "4242",
-                *("--prometheus", url, "--cluster", scenario, "--time-scale", str(SPEED), "--refresh"),
-                *("--at", f"{at:.3f}"),
-                *("--format", "json", "--store", str(result.store)),
-            )
-            if got.returncode != 0:
-                result.errors[scenario] = got.stderr
-                continue
-            result.reports[scenario] = from_json(got.stdout)
-            result.texts[scenario] = text.render(result.reports[scenario])
-            result.recorded_suspects[scenario] = suspects_recorded_for(url, result.reports[scenario])
+        make_reports(url, at, result)
+        for scenario, report in result.reports.items():
+            result.recorded_suspects[scenario] = suspects_recorded_for(url, report)
+        # What the reports were made from, kept for the session: the report-section recipe's
+        # copy of the repository makes its reports from it (RECORDED, reports_from_recorded).
+        result.recorded = record(url, at, tmp)
         # The collective straggler as a Prometheus without the shipped rules shows it: the
         # recorded time per collective deleted (the rules record again from now on, after `at`),
         # so the report reads the counters (lockstep/report/stragglers.py counted_per_op).

@@ -39,20 +39,23 @@ def available() -> bool:
 
 
 class ScaleOut:
-    def __init__(self, tmp: Path, targets: list[dict[str, Any]], rule_files: list[Path], interval: str, ports) -> None:  # type: ignore[no-untyped-def]
-        """ports: a function returning a free port never handed out before."""
+    def __init__(  # type: ignore[no-untyped-def]
+        self, tmp: Path, targets: list[dict[str, Any]], rule_files: list[Path], scrape: str, evaluation: str, ports
+    ) -> None:
+        """scrape, evaluation: the intervals of the Prometheus it is compared with; ports: a
+        function returning a free port never handed out before."""
         self.processes: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.tmp = tmp
         vm_port, self.alert_port, self.nobody = ports(), ports(), ports()
         self.rule_files = rule_files
-        self.interval = interval
+        self.evaluation = evaluation
         self.rules_started: float | None = None  # time.monotonic() when vmalert started
         self.url = f"http://127.0.0.1:{vm_port}"
         self.vmalert = f"http://127.0.0.1:{self.alert_port}"
         (tmp / "targets").mkdir()
         (tmp / "targets" / "agents.json").write_text(json.dumps(targets))
         config = yaml.safe_load(VMAGENT_CONFIG.read_text())
-        config["global"] = {"scrape_interval": interval, "scrape_timeout": interval}
+        config["global"] = {"scrape_interval": scrape, "scrape_timeout": scrape}
         config["scrape_configs"][0]["file_sd_configs"] = [{"files": [str(tmp / "targets" / "*.json")]}]
         (tmp / "vmagent.yml").write_text(yaml.safe_dump(config))
         # Queries see samples up to 1 s old (default 30 s): the test's windows are 30 s long.
@@ -80,7 +83,7 @@ class ScaleOut:
 
     def start_rules(self) -> None:
         """Start vmalert on the rule files (after WARMUP seconds of data, see above)."""
-        rule_files, interval = self.rule_files, self.interval
+        rule_files, interval = self.rule_files, self.evaluation
         self._start(
             "vmalert",
             *(f"-rule={path}" for path in rule_files),
