@@ -81,7 +81,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # pytest_collection_modifyitems fails a test that reads a shared run from a module not listed here.
 DEMOS = "demos on a real Prometheus"
 SHARED_RUNS = {
-    "alerts_run": ("tests/alerts/test_alerts_e2e.py", "tests/simulation/test_scale_out_e2e.py"),
+    "alerts_run": ("tests/alerts/test_alerts_e2e.py",),
     "report_run": (
         "tests/report/test_report_e2e.py",
         "tests/alerts/test_hangs_e2e.py",
@@ -92,6 +92,7 @@ SHARED_RUNS = {
 SCOPES = {
     **{module: DEMOS for run in ("alerts_run", "report_run") for module in SHARED_RUNS[run]},
     "tests/alerts/test_pages_e2e.py": DEMOS,
+    "tests/simulation/test_scale_out_e2e.py": DEMOS,
     **{module: "written_replays" for module in SHARED_RUNS["written_replays"]},
 }
 
@@ -197,9 +198,8 @@ def written_replays(tmp_path_factory: pytest.TempPathFactory) -> WrittenReplays:
 
 @pytest.fixture(scope="session")
 def alerts_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[observation.Run]:
-    """The simulated node's alert cases on a real Prometheus (and some on the scale-out path),
-    observed once for tests/alerts/test_alerts_e2e.py and tests/simulation/test_scale_out_e2e.py
-    (tests/support/observation.py)."""
+    """The simulated node's alert cases on a real Prometheus, observed once for
+    tests/alerts/test_alerts_e2e.py (tests/support/observation.py)."""
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     yield from observation.alerts_run(tmp_path_factory.mktemp("e2e"))
 

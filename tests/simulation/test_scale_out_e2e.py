@@ -3,9 +3,9 @@ write to VictoriaMetrics and vmalert evaluates the shipped rule files; the same 
 as on a single Prometheus scraping the same agents, and every dashboard query returns data from
 VictoriaMetrics.
 
-It reads tests/alerts/test_alerts_e2e.py's run (the conftest's session fixture `alerts_run`,
-tests/support/observation.py), in which a subset of its cases (SCALE_OUT_CASES, one of each kind
-of rule) is scraped by the vmagents too, beside the Prometheus that scrapes every case.
+A subset of tests/alerts/test_alerts_e2e.py's cases (SCALE_OUT_CASES, one of each kind of rule)
+is observed once on both paths (tests/support/observation.py scale_out_run): the vmagents and a
+Prometheus scrape the same demos.
 
 Needs the Debian package victoria-metrics (installed by ./dev/test as root); skips without it,
 and fails under CI=true.
@@ -14,20 +14,23 @@ and fails under CI=true.
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Iterator
 
 import pytest
 
-from tests.support import require_real, scale_out
+from tests.support import observation, require_real, scale_out
 from tests.support.observation import CASES, SCALE_OUT_CASES, Run, dashboard_problems, instant_query
+from tests.support.prometheus import PROMETHEUS
 from tests.support.queries import checked_in
 
 
-@pytest.fixture
-def run(alerts_run: Run) -> Run:
-    """The session's one observation of the cases, SCALE_OUT_CASES on both paths
-    (tests/support/observation.py)."""
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    """One observation of SCALE_OUT_CASES on both paths (tests/support/observation.py)."""
+    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     require_real("vmagent, vmalert and victoria-metrics (Debian package victoria-metrics)", scale_out.available())
-    return alerts_run
+    yield from observation.scale_out_run(tmp_path_factory.mktemp("scale-out"))
 
 
 # In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
