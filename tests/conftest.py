@@ -84,7 +84,6 @@ SHARED_RUNS = {
     "alerts_run": ("tests/alerts/test_alerts_e2e.py",),
     "report_run": (
         "tests/report/test_report_e2e.py",
-        "tests/alerts/test_hangs_e2e.py",
         "tests/project/test_new_report_section_recipe.py",
     ),
     "written_replays": ("tests/alerts/test_straggler_real_timing.py", "tests/report/test_report_ddp_runs.py"),
@@ -93,6 +92,7 @@ SCOPES = {
     **{module: DEMOS for run in ("alerts_run", "report_run") for module in SHARED_RUNS[run]},
     "tests/alerts/test_pages_e2e.py": DEMOS,
     "tests/simulation/test_scale_out_e2e.py": DEMOS,
+    "tests/alerts/test_hangs_e2e.py": DEMOS,
     **{module: "written_replays" for module in SHARED_RUNS["written_replays"]},
 }
 
@@ -207,7 +207,7 @@ def alerts_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[observation
 @pytest.fixture(scope="session")
 def report_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[scenarios_at_own_timing.Run]:
     """The demo scenarios at their own timing on a real Prometheus, watched once for the reports'
-    and the hangs' tests (tests/support/report_run.py)."""
+    tests (tests/support/report_run.py)."""
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     with scenarios_at_own_timing.report_run(tmp_path_factory.mktemp("report")) as run:
         yield run

@@ -1,6 +1,6 @@
-"""The demo scenarios at their own timing on a real Prometheus, watched once for two readers:
-tests/report/test_report_e2e.py (`lockstep report` of each scenario's job) and
-tests/alerts/test_hangs_e2e.py (issue 35's hangs named within 5 minutes, their twins silent).
+"""The demo scenarios at their own timing on a real Prometheus, watched once for
+tests/report/test_report_e2e.py (`lockstep report` of each scenario's job) and the report-section
+recipe (tests/project/test_new_report_section_recipe.py, from the run's recorded data).
 
 One Prometheus (Debian `prometheus`, tests/support/prometheus.py Stack) scrapes one
 `lockstep demo --speed 10` per scenario (10 simulated seconds per real second), each target
@@ -14,11 +14,7 @@ runs ten times as fast as Prometheus'), and the agent's own health (on a loaded 
 scrape can time out, which is no part of the jobs' story; tests/alerts/test_alerts_e2e.py proves
 those alerts).  The collectors are those of a job's evidence, every second (10 simulated).
 
-While the demos run, the alerts API is polled every real second: each alert's first firing, in
-simulated seconds from its demo's start (its clock starts when it serves), within HANG_OBSERVE
-real seconds of the last demo serving or HANG_SETTLE after every hang alert expected fired
-(the hangs' own run's window), and every alert then (the hangs' test reads these).  At
-OBSERVE every report is made as Prometheus saw its job at that moment, the demos stopped from then
+At OBSERVE every report is made as Prometheus saw its job at that moment, the demos stopped from then
 on (the reports are made on a quiet machine, in any order, each from the same data): the
 collective straggler's twice (the recorded series deleted for the second), and the Slurm epilog
 stores the report of the job killed while hung, then read back with Prometheus gone.
@@ -37,7 +33,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -49,7 +44,6 @@ from lockstep.report.prometheus import Prometheus
 from lockstep.report.stragglers import NCCL_PER_OP_RECORDED
 from lockstep.suspects import GPU_THROTTLE, NCCL_RANK_SUSPECT, NODE_SUSPECT, RANK_SUSPECT
 from tests.support import LOCKSTEP, REPO
-from tests.support.hang_cases import HANG_CASES
 from tests.support.prometheus import Stack
 from tests.support.reports import report_cli
 
@@ -76,10 +70,7 @@ REPORTED = (
     "hang-killed",
     "checkpoint-stall",
 )
-SCENARIOS = (*REPORTED, *(s for s in HANG_CASES if s not in REPORTED))
 OBSERVE = 210  # real seconds: the straggler-* scenarios turn slow 25 simulated minutes (150 s) in
-HANG_OBSERVE = 110  # real seconds: hang-killed's record fires ~12 simulated minutes in
-HANG_SETTLE = 8  # real seconds watched once every hang alert expected fired, for unexpected ones
 AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
 EPILOG = REPO / "deploy" / "slurm" / "lockstep-report-epilog.sh"
 # The environment variable naming another run's recorded data (its recorded.json) to make the
@@ -89,10 +80,6 @@ RECORDED = "LOCKSTEP_TEST_REPORTS_FROM"
 
 @dataclass
 class Run:
-    # The alerts, by scenario: alertname -> (simulated seconds from the demo's start when first
-    # seen firing, its labels), within HANG_OBSERVE; and every alert (any state) at HANG_OBSERVE.
-    fired: dict[str, dict[str, tuple[float, dict[str, str]]]] = field(default_factory=dict)
-    at_hang_observe: list[dict[str, Any]] = field(default_factory=list)
     logs: dict[str, Path] = field(default_factory=dict)
     # The reports, at OBSERVE.
     reports: dict[str, Report] = field(default_factory=dict)
@@ -227,7 +214,7 @@ def report_run(tmp: Path) -> Iterator[Run]:
             prometheus_args=("--web.enable-admin-api",),
         )
         demos = {}
-        for scenario in SCENARIOS:
+        for scenario in REPORTED:
             enabled = (*COLLECTORS, *EXTRA_COLLECTORS.get(scenario, ()))
             args = ["--scenario", scenario, "--speed", str(SPEED), "--config", str(config)]
             demos[scenario] = (
@@ -237,24 +224,7 @@ def report_run(tmp: Path) -> Iterator[Run]:
         ready = stack.start_demos(demos, register="before", give_up=120)
         result = Run(store=tmp / "store", logs=stack.logs)
         last_served = max(ready.values())
-        # The hangs' window, as their own run watched: HANG_OBSERVE, or once every hang alert
-        # expected fired (and 30 s in), SETTLE more.
-        hangs_until = last_served + HANG_OBSERVE
-        while (now := time.monotonic()) < last_served + OBSERVE:
-            alerts = stack.alerts()
-            if now < hangs_until:
-                for alert in alerts:
-                    cluster = alert["labels"].get("cluster", "")
-                    if alert["state"] == "firing" and cluster in ready:
-                        seen = result.fired.setdefault(cluster, {})
-                        at = (now - ready[cluster]) * SPEED
-                        seen.setdefault(alert["labels"]["alertname"], (at, alert["labels"]))
-                done = all(set(wanted) <= set(result.fired.get(s, {})) for s, wanted in HANG_CASES.items())
-                if done and now >= last_served + 30 and hangs_until > now + HANG_SETTLE:
-                    hangs_until = now + HANG_SETTLE
-            elif not result.at_hang_observe:
-                result.at_hang_observe = alerts
-            time.sleep(max(0.0, min(1.0, last_served + OBSERVE - time.monotonic())))
+        time.sleep(max(0.0, last_served + OBSERVE - time.monotonic()))
         # Every report as Prometheus saw its job at one moment, the demos stopped from then on.
         at = time.time()
         stack.stop_demos()
