@@ -33,8 +33,10 @@ from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, panel_que
 # timeout late and then count as down.  Rules every 2 s: the shortest compressed 'for' is 2 s.
 SCRAPE_INTERVAL = "5s"
 EVALUATION_INTERVAL = "2s"
-# Demos started at once while the others serve (see observe()).
-DEMOS_STARTING = 6
+# Demos started at once while the others serve (see observe()).  Six at once starved the demos
+# serving already: 1-3 of the last ten to start missed two scrapes in a row (LockstepAgentDown,
+# its 5m compressed to 10 s) in each of five runs here.
+DEMOS_STARTING = 3
 COLLECTOR_INTERVAL = "5s"  # the demo advances its clock every 5 s: collecting more often reads the same data
 # Longer than the interval: twenty demos share the machine with whatever else runs, and a round
 # that takes 6 s on a busy machine is slow, not failed (a GPU collector stuck in a hung NVML is
