@@ -183,16 +183,21 @@ class _Slow(_Quick):
         yield from super().collect()
 
 
-def test_once_is_one_round_of_each_collector_however_slow_the_others() -> None:
-    available: dict[str, type[Collector]] = {"quick": _Quick, "slow": _Slow}
+def _runs_of_one_round(available: dict[str, type[Collector]]) -> tuple[list[str], dict[str, float]]:
+    """collect_once of these collectors alone: its failures and each collector's runs_total."""
     setup = Setup(None, available, Overrides(disable_defaults=True, enable=frozenset(available)), Seams())
     body, failures = collect_once(setup, load_config(None, available, setup.overrides))
-    assert failures == []
     runs = {
         dict(labels)["collector"]: v
         for (name, labels), v in samples(body.decode()).items()
         if name == "lockstep_collector_runs_total"
     }
+    return failures, runs
+
+
+def test_once_is_one_round_of_each_collector_however_slow_the_others() -> None:
+    failures, runs = _runs_of_one_round({"quick": _Quick, "slow": _Slow})
+    assert failures == []
     assert runs == {"quick": 1.0, "slow": 1.0}
 
 
@@ -209,14 +214,8 @@ class _AsksAgain(_Quick):
 
 def test_once_is_one_round_even_when_a_collector_asks_for_another() -> None:
     # The slow collector holds the exposition back 0.5 s: long enough for a second round of the
-    # one that asked.  demo-gpu-lost's golden read lockstep_collector_errors_total 2 on a busy machine.
-    available: dict[str, type[Collector]] = {"asks_again": _AsksAgain, "slow": _Slow}
-    setup = Setup(None, available, Overrides(disable_defaults=True, enable=frozenset(available)), Seams())
-    body, failures = collect_once(setup, load_config(None, available, setup.overrides))
+    # one that asked.  demo-gpu-lost's exposition read lockstep_collector_runs_total 2 for the GPU
+    # collector, or 1 on a busy machine.
+    failures, runs = _runs_of_one_round({"asks_again": _AsksAgain, "slow": _Slow})
     assert failures == []
-    runs = {
-        dict(labels)["collector"]: v
-        for (name, labels), v in samples(body.decode()).items()
-        if name == "lockstep_collector_runs_total"
-    }
     assert runs == {"asks_again": 1.0, "slow": 1.0}

@@ -10,7 +10,7 @@ import os
 import re
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,9 +290,6 @@ class Run:
     # Wall-clock seconds when the observation ended and the demos stopped: queries ask then.
     observed_at: float = 0.0
 
-    def query(self, expr: str) -> dict[str, Any]:
-        return instant_query(self.prometheus, expr, self.observed_at)
-
     def firing(self, cluster: str, within: float | None = None) -> list[dict[str, str]]:
         """The alerts seen firing for the case (within: that many seconds into the run at most)."""
         seen = self.fired.get(cluster, {})
@@ -434,15 +431,13 @@ def instant_query(api: str, expr: str, at: float) -> dict[str, Any]:
     return {"http_status": status, **json.loads(body)}
 
 
-def dashboard_problems(
-    dashboard: dict[str, Any], query: Callable[[str], dict[str, Any]], api: str, at: float
-) -> list[str]:
+def dashboard_problems(dashboard: dict[str, Any], api: str, at: float) -> list[str]:
     """Every panel query and variable of a dashboard run against a Prometheus API (Prometheus or
     VictoriaMetrics at ``api``) as the data stood at wall-clock time `at`: what failed or came
     back empty where data is expected."""
     problems = []
     for panel, expr in panel_queries(dashboard):
-        answer = query(substitute(expr))
+        answer = instant_query(api, substitute(expr), at)
         if answer["http_status"] != 200 or answer["status"] != "success":
             problems.append(f"{panel}: {answer.get('error')} in {expr}")
         elif not answer["data"]["result"] and _needs_data(expr):

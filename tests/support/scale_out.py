@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from tests.support import REPO, http_get, wait_until
+from tests.support.prometheus import stop_all
 
 BINARIES = {name: f"/usr/bin/{name}" for name in ("victoria-metrics", "vmagent", "vmalert")}
 VMAGENT_CONFIG = REPO / "deploy" / "victoriametrics" / "vmagent.yml"
@@ -132,26 +133,11 @@ class ScaleOut:
 
     def stop_writers(self) -> None:
         """Stop the vmagents and vmalert; VictoriaMetrics keeps serving what they wrote."""
-        _, *writers = self.processes  # victoria-metrics is started first
-        for process, _ in writers:
-            process.terminate()
-        for process, _ in writers:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all([process for process, _ in self.processes[1:]])  # victoria-metrics is started first
         del self.processes[1:]
 
     def logs(self) -> str:
         return "\n".join(f"--- {log.name}\n{log.read_text()[-1500:]}" for _, log in self.processes)
 
     def stop(self) -> None:
-        for process, _ in self.processes:
-            process.terminate()
-        for process, _ in self.processes:
-            try:
-                process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_all([process for process, _ in self.processes])
