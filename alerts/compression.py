@@ -27,13 +27,17 @@ class Compression:
     """Test-only changes for running the rules against a demo for a minute or two
     (tests/test_alerts_e2e.py); production renders without any.
 
-    for_scale: every `for:` times this, at most max_for seconds.  range_scale, min_range: every range window ([5m]) and
+    for_scale: every `for:` times this, at least min_for and at most max_for seconds (a 'for' of
+    0 stays 0).  min_for keeps a compressed 'for' a few scrapes long: production's shortest (1m) spans
+    four 15-s scrapes, and a 'for' of two scrapes pages on any two late answers of a loaded test
+    machine.  range_scale, min_range: every range window ([5m]) and
     offset times range_scale, at least min_range seconds: rate() divides by the whole window, so a
     window longer than the data reads low.  clock_offset: time() reads this many seconds earlier
     (the simulated node's wall clock runs behind the real one)."""
 
     for_scale: float = 1.0
     max_for: int | None = None  # seconds: no compressed 'for' longer than this
+    min_for: int = 1  # seconds: no compressed 'for' shorter than this, unless it was 0
     range_scale: float = 1.0
     min_range: int = 1
     clock_offset: float = 0.0
@@ -54,7 +58,7 @@ class Compression:
     def for_(self, duration: str) -> str:
         if self.for_scale == 1.0:
             return duration
-        scaled = scale_duration(duration, self.for_scale)
+        scaled = scale_duration(duration, self.for_scale, self.min_for)
         if self.max_for is not None and int(scaled.removesuffix("s")) > self.max_for:
             return f"{self.max_for}s"
         return scaled

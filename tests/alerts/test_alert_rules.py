@@ -274,6 +274,13 @@ def test_durations_scale_for_the_end_to_end_test(duration: str, factor: float, m
     assert scale_duration(duration, factor, minimum) == scaled
 
 
+@pytest.mark.parametrize(
+    ("duration", "scaled"), [("0m", "0s"), ("1m", "20s"), ("5m", "20s"), ("10m", "20s"), ("15m", "30s")]
+)
+def test_a_compressed_for_is_at_least_min_for_and_at_most_max_for(duration: str, scaled: str) -> None:
+    assert Compression(for_scale=1 / 30, min_for=20, max_for=30).for_(duration) == scaled
+
+
 def test_the_end_to_end_compression_changes_only_durations_and_the_clock() -> None:
     compression = Compression(for_scale=1 / 30, range_scale=1 / 10, min_range=30, clock_offset=1000)
     production = yaml.safe_load(render.render_rule_files()[render.RULE_FILES["alerting"]])

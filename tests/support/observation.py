@@ -33,9 +33,13 @@ from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, panel_que
 # timeout late and then count as down.  Rules every 2 s: the shortest compressed 'for' is 2 s.
 SCRAPE_INTERVAL = "5s"
 EVALUATION_INTERVAL = "2s"
+# No compressed 'for' shorter than four scrapes (production's shortest, 1m, is four 15-s scrapes).
+# At 1/30 alone LockstepAgentDown's 5m was 10 s, two scrapes: a demo that answered two scrapes
+# late while others started paged as down (CI, 2026-11-29: the kubernetes case's demo).
+MIN_FOR = 4 * int(SCRAPE_INTERVAL.removesuffix("s"))
 # Demos started at once while the others serve (see observe()).  Six at once starved the demos
 # serving already: 1-3 of the last ten to start missed two scrapes in a row (LockstepAgentDown,
-# its 5m compressed to 10 s) in each of five runs here.
+# its 5m then compressed to 10 s) in each of five runs here.
 DEMOS_STARTING = 3
 COLLECTOR_INTERVAL = "5s"  # the demo advances its clock every 5 s: collecting more often reads the same data
 # Longer than the interval: twenty demos share the machine with whatever else runs, and a round
@@ -44,7 +48,7 @@ COLLECTOR_INTERVAL = "5s"  # the demo advances its clock every 5 s: collecting m
 COLLECTOR_DEADLINE = "15s"
 # After every expected alert fired, keep watching at least this long, so that an unexpected
 # alert had the time to fire too: the compressed windows filled (30 s) and the 'for' of most
-# alerts (up to 10m -> 20 s) over.  An alert with a longer 'for' whose condition holds shows
+# alerts (up to 10m -> 20 s, MIN_FOR at least) over.  An alert with a longer 'for' whose condition holds shows
 # as pending at the end, which fails the scenario as well.
 SETTLE = 50
 DEADLINE = 150  # seconds for every expected alert to fire
@@ -330,7 +334,7 @@ def observe(tmp: Path, names: list[str], *, scaled_out: tuple[str, ...] = ()) ->
         # The simulated node's wall clock reads EPOCH when its demo starts.
         clock_offset = time.time() - EPOCH
         compression = Compression(
-            for_scale=1 / 30, max_for=30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset
+            for_scale=1 / 30, min_for=MIN_FOR, max_for=30, range_scale=1 / 10, min_range=30, clock_offset=clock_offset
         )
         rule_files = {Path(name).name: text for name, text in render.render_rule_files(compression).items()}
         stack = Stack(tmp, rule_files, scrape_interval=SCRAPE_INTERVAL, evaluation_interval=EVALUATION_INTERVAL)
@@ -346,7 +350,7 @@ def observe(tmp: Path, names: list[str], *, scaled_out: tuple[str, ...] = ()) ->
         # A demo's simulated clock starts at 0 when it serves: its faults' onsets are counted
         # from then.  At most DEMOS_STARTING demos start at once: forty Python processes
         # importing and running their first rounds together took the 2 cores for ~20 s, and the
-        # first demos to serve then missed scrapes (LockstepAgentDown, compressed to 10 s).
+        # first demos to serve then missed scrapes (LockstepAgentDown).
         # Each is a target once it serves, so Prometheus sees it from its first seconds, before
         # any fault begins (a counter that already stepped at its first scrape reads no
         # increase), and a demo that starts late never counts as an agent down.
