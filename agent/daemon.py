@@ -24,7 +24,7 @@ from lockstep.agent.exporter import SnapshotExporter
 from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.hotplug import HotplugMonitor
 from lockstep.agent.logs import collector_logger, setup_logging
-from lockstep.agent.scheduler import State, Worker, WorkerView
+from lockstep.agent.scheduler import Scheduler, State, Worker, WorkerView
 from lockstep.agent.sdnotify import Notifier
 from lockstep.agent.seams import Seams
 from lockstep.agent.server import AgentHTTPServer, ServerLimits, make_server
@@ -68,6 +68,8 @@ class Agent:
         self.config = config
         self.web = web
         self.workers: dict[str, Worker] = {}
+        # Every collector's rounds, on two threads at rest (agent/scheduler.py).
+        self.scheduler = Scheduler()
         self.exporter = SnapshotExporter(self.views)
         self.server: AgentHTTPServer | None = None
         self._server_thread: threading.Thread | None = None
@@ -103,6 +105,7 @@ class Agent:
             log=logger,
             predecessor=predecessor,
             after=after,
+            scheduler=self.scheduler,
         )
         if not self.single_round:
             context.run_now.target = worker.wake

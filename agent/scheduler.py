@@ -1,9 +1,9 @@
-"""Runs each collector in its own worker thread and keeps its latest snapshot.
+"""Runs the collectors' rounds on a shared scheduler and keeps each one's latest snapshot.
 
 Collectors never run on the scrape path.  A worker calls its collector's ``collect()``
-every interval; a finished run publishes an immutable ``Snapshot``.  A scrape reads
-``Worker.view()``, which never blocks on the collector: it takes one reference under a
-short lock.
+every interval, on the scheduler's runner thread (see Scheduler); a finished run publishes an
+immutable ``Snapshot``.  A scrape reads ``Worker.view()``, which never blocks on the collector:
+it takes one reference under a short lock.
 
 A run past its deadline is reported stuck.  The thread cannot be killed (it is blocked in
 the kernel or a driver), so the worker simply does not start another run until that call
@@ -13,8 +13,10 @@ older than ``staleness_intervals`` intervals are not served.
 
 from __future__ import annotations
 
+import collections
 import enum
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,6 +26,8 @@ from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, NothingHere, describe_error
 from lockstep.agent.samples import Rejection, checked_families
+
+log = logging.getLogger("lockstep.agent")
 
 
 class State(enum.Enum):
@@ -86,6 +90,9 @@ class _Result:
 
 
 class Worker:
+    """One collector's rounds and published state.  Its rounds run on a Scheduler's threads
+    (the agent's, shared by every collector; without one, a scheduler of its own)."""
+
     def __init__(
         self,
         collector: Collector,
@@ -97,6 +104,7 @@ class Worker:
         after: Sequence[Worker] = (),
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self.collector = collector
         self.name = collector.name
@@ -108,89 +116,114 @@ class Worker:
         self._after = tuple(after)  # workers whose first run this one's first run waits for
         self._clock = clock
         self._wall_clock = wall_clock
+        self._scheduler = scheduler if scheduler is not None else Scheduler(f"collector-{self.name}", clock=clock)
         self._stop = threading.Event()
-        self._wake = threading.Event()  # set by stop() and wake(): ends the wait for the next run
+        self._woken = False  # wake(): run at once instead of at next_due
+        self._scheduled_at: float | None = None  # when start() joined the scheduler
+        self._next_due = 0.0
+        self._in_flight = False  # a round queued or running (never two at once)
+        self._finished = threading.Event()  # stopped, its last round returned, collector closed
         self.first_run_done = threading.Event()
         self._lock = threading.Lock()
         self._result = _Result()
         self._running_since: float | None = None
         self._rejected_series: frozenset[str] = frozenset()  # what the last round left out, to log changes
-        self._thread: threading.Thread | None = None
 
     def start(self) -> bool:
-        """Start the worker's thread; False when none can be created now (start again later).
+        """Join the scheduler; False when its threads cannot be created now (start again later).
 
         Thread creation fails when the process is at its task limit (a pids cgroup such as the
         unit's TasksMax, RLIMIT_NPROC, memory): the worker then reports FAILED with the reason,
         and nothing else changes, so a later start() picks up exactly where this one failed.
         """
-        if self._thread is not None:
+        if self._scheduled_at is not None:
             return True
-        thread = threading.Thread(target=self._loop, name=f"collector-{self.name}", daemon=True)
         try:
-            thread.start()
+            self._scheduler.add(self)
         except RuntimeError as exc:  # "can't start new thread"
-            reason = f"cannot start the collector's thread ({exc}); retrying"
+            reason = f"cannot start the collectors' thread ({exc}); retrying"
             with self._lock:
                 if self._result.reason != reason:
                     self.log.error("collector not started: %s", reason)
                 self._result = replace(self._result, state=State.FAILED, reason=reason)
             return False
-        self._thread = thread
         return True
 
     @property
     def started(self) -> bool:
-        return self._thread is not None
+        return self._scheduled_at is not None
 
     def stop(self) -> None:
         """Ask the worker to stop after its current run; does not wait."""
         self._stop.set()
-        self._wake.set()
+        self._scheduler.wake()
 
     def wake(self) -> None:
         """Run as soon as possible (e.g. after a hotplug event) instead of at the next interval.
 
         A run in progress is not interrupted, and a stuck one is not doubled: the wake-up
         takes effect once the current run has returned."""
-        self._wake.set()
+        self._woken = True
+        self._scheduler.wake()
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the worker thread to end; True if it has (or never started)."""
-        if self._thread is None:
+        """Wait for the worker to end (its last run returned); True if it has (or never started)."""
+        if self._scheduled_at is None:
             return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._finished.wait(timeout)
 
     @property
     def stopped(self) -> bool:
         return self._stop.is_set()
 
-    def _loop(self) -> None:
+    # --- what the scheduler asks -------------------------------------------------------------
+
+    def _waiting_for(self, now: float) -> float | None:
+        """None when a round may start now; else how long until it may (inf: until something
+        else changes, e.g. a stuck predecessor returns or another worker's first round ends)."""
+        if self._in_flight:
+            return math.inf
         if self._predecessor is not None:
             # Never run two calls into the same collector: wait out a stuck predecessor.
-            while not self._predecessor.join(timeout=1.0):
-                if self._stop.is_set():
-                    return
+            if not self._predecessor._finished.is_set():
+                return 1.0  # looked at again every second (it may be another scheduler's)
             self._predecessor = None
-        for other in self._after:
+        if not self.first_run_done.is_set():
             # Bounded: a stuck or slow producer delays this collector by its deadline at most.
-            other.first_run_done.wait(other.deadline)
-        next_due = self._clock()
-        while True:
-            self._wake.wait(max(0.0, next_due - self._clock()))
-            self._wake.clear()
-            if self._stop.is_set():
-                break
-            started = self._clock()
+            assert self._scheduled_at is not None
+            waits = [
+                self._scheduled_at + other.deadline - now for other in self._after if not other.first_run_done.is_set()
+            ]
+            if any(wait > 0 for wait in waits):
+                return max(waits)
+        if self._woken:
+            return None
+        wait = self._next_due - now
+        return None if wait <= 0 else wait
+
+    def _round(self) -> None:
+        """One round, on a runner thread; then the next is due on the grid (at once if it overran)."""
+        started = self._clock()
+        self._woken = False
+        first = not self.first_run_done.is_set()
+        try:
             self._run_once(started)
+        finally:
             self.first_run_done.set()
             # Runs start on a fixed grid; a run that overran starts the next one at once.
-            next_due = max(started + self.interval, self._clock())
+            self._next_due = max(self._next_due + self.interval, self._clock())
+            self._in_flight = False
+            if first:  # collectors that need this one's first round may start theirs
+                self._scheduler.wake()
+
+    def _close(self) -> None:
         try:
             self.collector.close()
         except Exception:
             self.log.exception("collector close failed")
+        finally:
+            self._in_flight = False
+            self._finished.set()
 
     def _run_once(self, started: float) -> None:
         with self._lock:
@@ -282,3 +315,162 @@ class Worker:
             rejected_samples_total=result.rejected_samples_total,
             altered_label_values_total=result.altered_label_values_total,
         )
+
+
+# A round still running this long keeps its runner thread to itself, and the rounds due after it
+# go to a new runner: a slow collector (an NFS statfs, a scontrol that waits on the controller)
+# delays the others by at most this much, and a stuck one not at all after it.
+HANDOFF_SECONDS = 1.0
+
+
+class _Runner:
+    """A thread that runs rounds one after another, in the order they became due."""
+
+    def __init__(self, scheduler: Scheduler, name: str) -> None:
+        self._scheduler = scheduler
+        self._queue: collections.deque[Callable[[], None]] = collections.deque()
+        self._ready = threading.Condition()
+        self.running_since: float | None = None  # of the round in progress
+        self.retired = False  # handed off: ends once its round in progress returns
+        self.thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._ready:
+            self._queue.append(job)
+            self._ready.notify()
+
+    @property
+    def idle(self) -> bool:
+        with self._ready:
+            return not self._queue and self.running_since is None
+
+    def retire(self) -> list[Callable[[], None]]:
+        """Take back the jobs not started yet; the thread ends after its job in progress."""
+        with self._ready:
+            self.retired = True
+            jobs = list(self._queue)
+            self._queue.clear()
+            self._ready.notify()
+        return jobs
+
+    def _loop(self) -> None:
+        while True:
+            with self._ready:
+                while not self._queue and not self.retired:
+                    self._ready.wait()
+                if self.retired:
+                    return
+                job = self._queue.popleft()
+                self.running_since = self._scheduler.clock()
+            try:
+                job()
+            except Exception:  # a worker's round catches its collector's errors: this is a bug
+                log.exception("a collector round failed outside its collector")
+            finally:
+                with self._ready:
+                    self.running_since = None
+                    done = not self._queue
+                if done:  # the rounds due are done: the scheduler looks at what is due next
+                    self._scheduler.wake()
+
+
+class Scheduler:
+    """Runs the rounds of many workers on few threads.
+
+    One thread waits for the next round due, whichever worker's (one wake-up per round, not one
+    per collector), and hands it to a runner thread, which runs the due rounds one after another:
+    collectors that ran each on its own thread woke together and took the interpreter lock from
+    each other, dozens of context switches a round.  A round that takes longer than
+    HANDOFF_SECONDS keeps its runner (it may be blocked in the kernel for good: a thread cannot be
+    killed); the rounds queued behind it and those due next go to a new runner, and the old one
+    ends when its round returns.  So a stuck collector costs one thread, as before, and the
+    agent at rest runs two."""
+
+    def __init__(
+        self, name: str = "collectors", clock: Callable[[], float] = time.monotonic, handoff: float = HANDOFF_SECONDS
+    ) -> None:
+        self.name = name
+        self.clock = clock
+        self.handoff = handoff
+        self._lock = threading.Lock()
+        self._changed = threading.Event()
+        self._workers: list[Worker] = []
+        self._thread: threading.Thread | None = None
+        self._runner: _Runner | None = None
+
+    def add(self, worker: Worker) -> None:
+        """Schedule the worker's rounds from now; raises RuntimeError when the scheduler's threads
+        cannot be created (the process at its task limit): nothing changes then."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+                thread.start()  # raises RuntimeError: can't start new thread
+                self._thread = thread
+            if self._runner is None:
+                runner = _Runner(self, f"{self.name}-runner")
+                runner.thread.start()
+                self._runner = runner
+            now = self.clock()
+            worker._scheduled_at = worker._next_due = now
+            self._workers.append(worker)
+        self.wake()
+
+    def wake(self) -> None:
+        """Look at the workers again now (one was woken, stopped, or finished a round)."""
+        self._changed.set()
+
+    def _loop(self) -> None:
+        while True:
+            self._changed.clear()
+            with self._lock:
+                now = self.clock()
+                for worker in [w for w in self._workers if w.stopped and not w._in_flight]:
+                    self._workers.remove(worker)
+                    worker._in_flight = True
+                    self._submit(worker._close)
+                timeout = self._dispatch(now)
+                if not self._workers and self._runner is not None and self._runner.idle:
+                    # Nothing left to schedule: the threads end (a later add() starts them again).
+                    self._runner.retire()
+                    self._runner = None
+                    self._thread = None
+                    return
+            self._changed.wait(timeout)
+
+    def _dispatch(self, now: float) -> float | None:
+        """Submit every round due; hand off from a runner whose round overran.  Returns how long
+        to wait until something is due (None: until woken)."""
+        waits = []
+        for worker in self._workers:
+            wait = worker._waiting_for(now)
+            if wait is None:
+                worker._in_flight = True
+                self._submit(worker._round)
+            elif wait != math.inf:
+                waits.append(wait)
+        runner = self._runner
+        if runner is not None and not runner.idle:
+            # Look again when its round in progress (or the one it is about to start) overruns.
+            since = runner.running_since
+            overran = -self.handoff if since is None else now - since - self.handoff
+            if overran >= 0:
+                self._hand_off(runner)
+            else:
+                waits.append(-overran)
+        return min(waits) if waits else None
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        assert self._runner is not None
+        self._runner.submit(job)
+
+    def _hand_off(self, runner: _Runner) -> None:
+        """Give the runner's queued rounds to a new runner; keep them where they are if no
+        thread can be created now (they wait for the slow round, and the next look tries again)."""
+        successor = _Runner(self, f"{self.name}-runner")
+        try:
+            successor.thread.start()
+        except RuntimeError:
+            return
+        for job in runner.retire():
+            successor.submit(job)
+        self._runner = successor

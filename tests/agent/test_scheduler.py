@@ -11,7 +11,7 @@ from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, MetricSpec, NothingHere
 from lockstep.agent.exporter import SnapshotExporter
-from lockstep.agent.scheduler import State, Worker
+from lockstep.agent.scheduler import Scheduler, State, Worker
 from tests.support import context, samples, wait_until
 
 TOY = MetricSpec("lockstep_toy_value", "gauge", "A toy value.")
@@ -181,3 +181,68 @@ def test_wake_runs_at_once_instead_of_waiting_for_the_interval() -> None:
     w.wake()
     wait_until(lambda: toy.calls == 2, timeout=5, what="a second run after wake()")
     w.stop()
+
+
+class Named(Toy):
+    """A toy that notes which thread ran each of its rounds."""
+
+    def __init__(self, ctx, name: str, behaviour: str = "ok") -> None:  # type: ignore[no-untyped-def]
+        super().__init__(ctx, behaviour)
+        self.name = name
+        self.threads: list[str] = []
+
+    def collect(self) -> Iterator[Metric]:
+        self.threads.append(threading.current_thread().name)
+        return super().collect()
+
+
+def scheduler_threads(name: str) -> list[str]:
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith(name))
+
+
+def test_the_collectors_of_a_scheduler_run_on_one_runner_thread_one_after_another() -> None:
+    scheduler = Scheduler("t-shared")
+    toys = [Named(context(), f"toy{i}") for i in range(3)]
+    workers = [worker(toy, interval=0.05, scheduler=scheduler) for toy in toys]
+    for w in workers:
+        assert w.start()
+    try:
+        wait_until(lambda: all(toy.calls >= 3 for toy in toys), what="three rounds of each")
+        assert {name for toy in toys for name in toy.threads} == {"t-shared-runner"}
+        assert scheduler_threads("t-shared") == ["t-shared", "t-shared-runner"]
+        assert max(toy.max_in_flight for toy in toys) == 1
+    finally:
+        for w in workers:
+            w.stop()
+        assert all(w.join(5) for w in workers)
+    # Nothing left to schedule: its threads end.
+    wait_until(lambda: scheduler_threads("t-shared") == [], timeout=5, what="the scheduler's threads to end")
+
+
+def test_a_stuck_collector_keeps_its_runner_to_itself_and_the_others_go_on() -> None:
+    scheduler = Scheduler("t-handoff", handoff=0.1)
+    stuck, other = Named(context(), "stuck", "block"), Named(context(), "other")
+    workers = [
+        worker(stuck, interval=0.05, deadline=0.2, scheduler=scheduler),
+        worker(other, interval=0.05, scheduler=scheduler),
+    ]
+    for w in workers:
+        w.start()
+    try:
+        wait_until(lambda: workers[0].view().state == State.STUCK, what="the stuck state")
+        calls = other.calls
+        wait_until(lambda: other.calls >= calls + 5, what="the other collector's rounds going on")
+        # The stuck round's runner, the new runner, the scheduler: one thread more, not one per round.
+        assert scheduler_threads("t-handoff") == ["t-handoff", "t-handoff-runner", "t-handoff-runner"]
+        assert (stuck.calls, stuck.max_in_flight) == (1, 1)
+        stuck.behaviour = "ok"
+        stuck.release.set()
+        wait_until(lambda: workers[0].view().state == State.OK, what="the stuck collector's next round")
+        wait_until(
+            lambda: scheduler_threads("t-handoff") == ["t-handoff", "t-handoff-runner"], what="the old runner to end"
+        )
+    finally:
+        stuck.release.set()
+        for w in workers:
+            w.stop()
+        assert all(w.join(5) for w in workers)

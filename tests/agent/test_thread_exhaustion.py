@@ -8,6 +8,7 @@ no call, worker or listener left half-registered by a thread that never started.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -19,13 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.core import Metric
 
+from lockstep.agent.collector import Collector, CollectorContext, MetricSpec
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.scheduler import State, Worker
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig
 from lockstep.simulation.fake_nvml import fake_from_gpus
-from tests.support import LOCKSTEP, REPO, collected, free_port, http_get, require_real, samples, wait_until
+from tests.support import LOCKSTEP, REPO, collected, context, free_port, http_get, require_real, samples, wait_until
 
 # Tier: a pids cgroup, and the host's mount table compared before and after (tests/conftest.py).
 pytestmark = pytest.mark.machine
@@ -104,7 +108,8 @@ def test_collectors_and_scrapes_survive_thread_exhaustion(pids_cgroup: Path, tmp
         mounts = {labels for (name, labels), _ in (scrape() or {}).items() if name == "lockstep_filesystem_responsive"}
 
         # No new task from now on: the filesystem collector's statvfs threads cannot start, and a
-        # reload that replaces the host collector's worker cannot start its thread.
+        # reload replaces the host collector's worker (which needs no thread: the agent's
+        # scheduler runs every collector's rounds).
         (pids_cgroup / "pids.max").write_text("1")
         write_config("0.6s")
         agent.send_signal(signal.SIGHUP)
@@ -119,7 +124,7 @@ def test_collectors_and_scrapes_survive_thread_exhaustion(pids_cgroup: Path, tmp
         assert events == "" or int(events.split()[-1]) > 0  # thread creation was in fact refused
         status, body = http_get(url + "/metrics", timeout=5)
         up = samples(body)[("lockstep_collector_up", frozenset({("collector", "host")}))]
-        assert up == 0.0  # the new host worker could not start: reported, not hidden
+        assert up == 1.0  # the new host worker runs on the threads the agent has
 
         (pids_cgroup / "pids.max").write_text("max")
         wait_until(healthy, timeout=120, what="collectors correct again once threads can be created")
@@ -129,7 +134,7 @@ def test_collectors_and_scrapes_survive_thread_exhaustion(pids_cgroup: Path, tmp
         agent.terminate()
         _, stderr = agent.communicate(timeout=20)
     assert agent.returncode == 0, stderr
-    assert "cannot start the collector's thread" in stderr
+    assert "configuration reloaded" in stderr
 
 
 # --- The other threads the agent starts, each refused once ----------------------------------
@@ -174,6 +179,41 @@ def test_a_gpu_session_whose_xid_listener_cannot_start_is_opened_whole_later(ref
         wait_until(lambda: xids(collector) == {("0", "48"): 1}, what="XID 48 counted by the new listener")
     finally:
         collector.close()
+
+
+class Counting(Collector):
+    name = "counting"
+    metrics = (MetricSpec("lockstep_counting_rounds", "gauge", "Rounds so far."),)
+
+    def __init__(self, ctx: CollectorContext) -> None:
+        super().__init__(ctx)
+        self.calls = 0
+
+    def collect(self) -> Iterator[Metric]:
+        self.calls += 1
+        family = self.metrics[0].family()
+        family.add_metric([], self.calls)
+        yield family
+
+
+def test_a_worker_whose_scheduler_cannot_start_fails_visibly_and_runs_once_started(refuse_thread: set[str]) -> None:
+    toy = Counting(context())
+    w = Worker(toy, interval=3600, deadline=5, staleness_intervals=3, log=logging.getLogger("test"))
+    refuse_thread.add("collector-counting")
+    assert w.start() is False
+    view = w.view()
+    assert (view.state, view.reason) == (
+        State.FAILED,
+        "cannot start the collectors' thread (can't start new thread); retrying",
+    )
+    refuse_thread.clear()
+    assert w.start() is True
+    try:
+        wait_until(lambda: w.view().state == State.OK, what="the first round once the thread could start")
+        assert toy.calls == 1
+    finally:
+        w.stop()
+        assert w.join(5)
 
 
 def test_hotplug_events_resume_when_the_listener_thread_can_start(refuse_thread: set[str]) -> None:
