@@ -52,6 +52,7 @@ def load_web(config: Config) -> WebConfig:
 
 
 # The /healthz-only listener answers a probe every few seconds: one worker, few connections.
+MAIN_TICK_SECONDS = 5.0
 HEALTH_LIMITS = ServerLimits(max_connections=32, workers=1)
 
 
@@ -376,7 +377,9 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
     if ready is not None:
         ready(agent)
     log.info("agent started", extra={"collectors": ",".join(config.enabled_collectors)})
-    tick = min(1.0, notifier.watchdog_interval or 1.0)
+    # The main thread's own wake-ups: a stuck collector logged, a thread that could not start
+    # started again, systemd's watchdog fed (at least twice per WatchdogSec) within this long.
+    tick = min(MAIN_TICK_SECONDS, notifier.watchdog_interval or MAIN_TICK_SECONDS)
     try:
         while True:
             try:
@@ -399,6 +402,7 @@ def serve(setup: Setup, config: Config, ready: Callable[[Agent], None] | None = 
             if notifier.watchdog_interval and agent.healthy():
                 notifier.notify("WATCHDOG=1")
     finally:
+        agent.log_stuck()  # stuck since the last tick: said before stopping
         log.info("stopping")
         notifier.notify("STOPPING=1")
         _shutdown(agent, watcher, previous)

@@ -36,6 +36,7 @@ import errno
 import gzip
 import html
 import logging
+import math
 import os
 import queue
 import re
@@ -198,6 +199,14 @@ class AgentHTTPServer:
         self._ready: queue.SimpleQueue[_Connection | None] = queue.SimpleQueue()
         self._returned: queue.SimpleQueue[tuple[_Connection, bool]] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
+        # Workers waiting for a request no other connection has been promised to: a worker is
+        # started only when none is (up to limits.workers), so the pool grows with the scrapers
+        # that come at once (one Prometheus: one worker) and stays at that size.
+        self._idle_workers = 0
+        self._idle_lock = threading.Lock()
+        # The loop sleeps until the next connection deadline, not on a fixed tick: an agent
+        # scraped every 15 s over one kept-alive connection wakes for the scrapes alone.
+        self._next_sweep = 0.0
         self._worker_start_failed_at = 0.0
         self._accept_paused_until = 0.0
         self._accept_trouble_logged_at = -ACCEPT_TROUBLE_LOG_SECONDS
@@ -224,19 +233,16 @@ class AgentHTTPServer:
         try:
             self._selector.register(self.socket, selectors.EVENT_READ, "listen")
             self._selector.register(self._wake_reader, selectors.EVENT_READ, "wake")
-            next_sweep = 0.0
             while not self._stop.is_set():
                 now = time.monotonic()
-                if now >= next_sweep:
-                    self._ensure_workers(now)
-                    self._close_expired(now)
-                    if self._spare_fd is None:
-                        self._spare_fd = _reserve_descriptor()  # given up for a connection: take it back
-                    next_sweep = now + 0.25
+                if now >= self._next_sweep:
+                    self._next_sweep = self._sweep(now)
                 if self._accept_paused_until and now >= self._accept_paused_until:
                     self._accept_paused_until = 0.0
                     self._selector.register(self.socket, selectors.EVENT_READ, "listen")
-                for key, events in self._selector.select(timeout=0.25):
+                wake_at = min(self._next_sweep, self._accept_paused_until or math.inf)
+                timeout = None if wake_at == math.inf else max(0.0, wake_at - now)
+                for key, events in self._selector.select(timeout=timeout):
                     if key.data == "listen":
                         self._accept()
                     elif key.data == "wake":
@@ -276,24 +282,44 @@ class AgentHTTPServer:
         except (BlockingIOError, OSError):
             pass
 
-    def _ensure_workers(self, now: float) -> None:
-        """Keep the pool full; a thread that cannot be created now is retried every second."""
+    def _sweep(self, now: float) -> float:
+        """Close the connections past their deadline, keep a worker and the spare descriptor;
+        returns when to sweep again: the next deadline, at most 4 times a second."""
+        if not any(w.is_alive() for w in self._workers):
+            self._start_worker(reserved=False)
+        self._close_expired(now)
+        if self._spare_fd is None:
+            self._spare_fd = _reserve_descriptor()  # given up for a connection: take it back
+        retry = []
+        if self._spare_fd is None:
+            retry.append(now)
+        if self.limits.workers and not any(w.is_alive() for w in self._workers):
+            retry.append(self._worker_start_failed_at + 1.0)
+        deadlines = [conn.deadline for conn in self._waiting.values()]
+        return max(now + 0.25, min([*retry, *deadlines], default=math.inf))
+
+    def _note_deadline(self, conn: _Connection) -> None:
+        self._next_sweep = min(self._next_sweep, conn.deadline)
+
+    def _start_worker(self, reserved: bool) -> bool:
+        """One more worker thread (reserved: for a connection being dispatched); False when none
+        can be created now (retried at the next dispatch or a second later)."""
         self._workers = [w for w in self._workers if w.is_alive()]
-        if len(self._workers) >= self.limits.workers or now - self._worker_start_failed_at < 1.0:
-            return
-        while len(self._workers) < self.limits.workers:
-            worker = threading.Thread(target=self._work, name="http-worker", daemon=True)
-            try:
-                worker.start()
-            except RuntimeError as exc:  # "can't start new thread": pids limit, RLIMIT_NPROC, memory
-                if not self._worker_start_failed_at:
-                    log.warning("cannot start an HTTP worker thread (%s); the event loop answers meanwhile", exc)
-                self._worker_start_failed_at = now
-                return
-            self._workers.append(worker)
+        if len(self._workers) >= self.limits.workers or time.monotonic() - self._worker_start_failed_at < 1.0:
+            return False
+        worker = threading.Thread(target=self._work, args=(reserved,), name="http-worker", daemon=True)
+        try:
+            worker.start()
+        except RuntimeError as exc:  # "can't start new thread": pids limit, RLIMIT_NPROC, memory
+            if not self._worker_start_failed_at:
+                log.warning("cannot start an HTTP worker thread (%s); the event loop answers meanwhile", exc)
+            self._worker_start_failed_at = time.monotonic()
+            return False
         if self._worker_start_failed_at:
             log.info("HTTP worker threads started again")
         self._worker_start_failed_at = 0.0
+        self._workers.append(worker)
+        return True
 
     def _accept(self) -> None:
         for _ in range(64):  # a batch, then serve the other sockets
@@ -359,6 +385,7 @@ class AgentHTTPServer:
         sock.close()
 
     def _wait_for_request(self, conn: _Connection) -> None:
+        self._note_deadline(conn)
         self._waiting[conn.fd] = conn
         self._selector.register(conn.fd, selectors.EVENT_READ, conn)
 
@@ -411,6 +438,7 @@ class AgentHTTPServer:
                 # A keep-alive connection starts its next request: the request deadline runs now.
                 conn.idle = False
                 conn.deadline = time.monotonic() + self.limits.header_timeout
+                self._note_deadline(conn)
             conn.http.receive_data(data)
             if not data:
                 self._process(conn)
@@ -493,8 +521,12 @@ class AgentHTTPServer:
         self._open -= 1
 
     def _dispatch(self, conn: _Connection) -> None:
-        if any(worker.is_alive() for worker in self._workers):
-            self._ready.put(conn)
+        with self._idle_lock:
+            promised = self._idle_workers > 0
+            if promised:
+                self._idle_workers -= 1
+        if promised or self._start_worker(reserved=True) or any(w.is_alive() for w in self._workers):
+            self._ready.put(conn)  # to an idle worker, a new one, or (none could start) the next free
         else:
             # No worker thread could be created (thread exhaustion): answer from the loop, so
             # scrapes keep working, slower, until workers can be started again.
@@ -543,12 +575,17 @@ class AgentHTTPServer:
 
     # --- the workers ----------------------------------------------------------------------
 
-    def _work(self) -> None:
+    def _work(self, reserved: bool) -> None:
+        if not reserved:
+            with self._idle_lock:
+                self._idle_workers += 1
         while True:
             conn = self._ready.get()
             if conn is None:
                 return
             keep_alive = self._answer(conn)
+            with self._idle_lock:
+                self._idle_workers += 1
             self._returned.put((conn, keep_alive))
             self._wake()
 

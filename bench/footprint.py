@@ -139,6 +139,7 @@ def agents(stack: ExitStack, demo: bool, cpus: set[int] | None) -> dict[str, tup
 
 def steady_state(running: dict[str, tuple[subprocess.Popen[bytes], int]], interval: float, duration: float) -> dict:
     scrapers = {name: Scraper(port) for name, (_, port) in running.items()}
+    time.sleep(interval)  # the start and the first rounds are not the steady state
     cpu0 = {name: cpu_seconds(p.pid) for name, (p, _) in running.items()}
     switches0 = {name: context_switches(p.pid) for name, (p, _) in running.items()}
     started = time.monotonic()
