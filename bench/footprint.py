@@ -133,7 +133,10 @@ def agents(stack: ExitStack, demo: bool, cpus: set[int] | None) -> dict[str, tup
     exporter_argv = [binary, f"--web.listen-address=127.0.0.1:{exporter_port}"]
     return {
         "lockstep": (stack.enter_context(started("lockstep", lockstep_argv, lockstep_port, cpus)), lockstep_port),
-        "node_exporter": (stack.enter_context(started("node_exporter", exporter_argv, exporter_port, cpus)), exporter_port),
+        "node_exporter": (
+            stack.enter_context(started("node_exporter", exporter_argv, exporter_port, cpus)),
+            exporter_port,
+        ),
     }
 
 
@@ -243,7 +246,8 @@ def main() -> int:
             time.sleep(args.interval)  # first rounds done
             rows = noise(running, args)
         print_table(
-            f"fixed-work quanta on CPU {COMPUTE_CPU} (agents pinned there too), {args.repeats} x {args.phase:g}-s phases",
+            f"fixed-work quanta on CPU {COMPUTE_CPU} (agents pinned there too), "
+            f"{args.repeats} x {args.phase:g}-s phases",
             rows,
         )
     print(f"\nload average after: {os.getloadavg()[0]:.2f}")
