@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import bcrypt
-
 from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 
 _TLS_VERSIONS = {
@@ -98,10 +96,14 @@ class WebConfig:
         self._pending: collections.Counter[str] = collections.Counter()  # client -> checks pending
         # An unknown user is checked against a hash of the highest configured cost, so that
         # it takes as long as a known user's check (with one cost for all users, exactly).
-        cost = max((bcrypt_cost(h.decode()) or 10 for h in self.users.values()), default=10)
-        # A valid salt and an all-zero hash: no password matches it, and no time is spent
-        # making it (bcrypt.hashpw at this cost would take as long as a check).
-        self._unknown_user_hash = bcrypt.gensalt(rounds=cost) + b"." * 31
+        self._unknown_user_hash = b""
+        if self.users:  # bcrypt is imported only where basic auth is configured (issue 47)
+            import bcrypt
+
+            cost = max(bcrypt_cost(h.decode()) or 10 for h in self.users.values())
+            # A valid salt and an all-zero hash: no password matches it, and no time is spent
+            # making it (bcrypt.hashpw at this cost would take as long as a check).
+            self._unknown_user_hash = bcrypt.gensalt(rounds=cost) + b"." * 31
 
     def check_basic_auth(self, user: str, password: str, client: str = "") -> AuthResult:
         """Whether the user exists and the password matches its bcrypt hash.
@@ -112,6 +114,8 @@ class WebConfig:
         checks pending, or MAX_PENDING_CHECKS_PER_CLIENT for ``client`` (its address), the
         answer is BUSY, without a check.
         """
+        import bcrypt
+
         key = hashlib.sha256(f"{user}\0{password}".encode()).digest()
         with self._lock:
             cached = self._cached(key)

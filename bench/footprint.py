@@ -10,7 +10,10 @@ with --demo, `lockstep demo` instead (the simulated 8-GPU node: every collector 
    for --duration seconds.  Per agent: RSS and PSS at the end, CPU in % of one core over the
    window, threads, wake-ups per second (voluntary + involuntary context switches summed over
    its threads, from /proc/PID/task/*/status: each is a moment the agent took a core), and
-   scrape latency p50 / max.
+   scrape latency p50 / max.  Then per collector, from the agent's own self-metrics over the
+   same window: its state, rounds, CPU per round and CPU in % of a core; and the memory its
+   modules take, imported one after another into a fresh interpreter after the agent's CLI
+   (what two collectors share is counted at the first).
 2. Noise on a compute core: a fixed-work-quanta loop (the same work again and again, each
    quantum timed; the HPC way to see OS noise) pinned to CPU 0, with both agents pinned to that
    CPU too, so that every wake-up of theirs lands on the compute core (the worst case; on a
@@ -30,6 +33,7 @@ import argparse
 import gzip
 import http.client
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -140,9 +144,12 @@ def agents(stack: ExitStack, demo: bool, cpus: set[int] | None) -> dict[str, tup
     }
 
 
-def steady_state(running: dict[str, tuple[subprocess.Popen[bytes], int]], interval: float, duration: float) -> dict:
+def steady_state(
+    running: dict[str, tuple[subprocess.Popen[bytes], int]], interval: float, duration: float
+) -> tuple[dict, dict]:
     scrapers = {name: Scraper(port) for name, (_, port) in running.items()}
     time.sleep(interval)  # the start and the first rounds are not the steady state
+    counters0 = collector_counters(running["lockstep"][1])
     cpu0 = {name: cpu_seconds(p.pid) for name, (p, _) in running.items()}
     switches0 = {name: context_switches(p.pid) for name, (p, _) in running.items()}
     started = time.monotonic()
@@ -153,6 +160,7 @@ def steady_state(running: dict[str, tuple[subprocess.Popen[bytes], int]], interv
         next_scrape += interval
         time.sleep(max(0.0, next_scrape - time.monotonic()))
     elapsed = time.monotonic() - started
+    counters = collector_counters(running["lockstep"][1])
     rows = {}
     for name, (process, _) in running.items():
         latencies = sorted(scrapers[name].latencies_ms)
@@ -164,6 +172,66 @@ def steady_state(running: dict[str, tuple[subprocess.Popen[bytes], int]], interv
             "wake-ups per second": f"{(context_switches(process.pid) - switches0[name]) / elapsed:.1f}",
             "scrape p50 / max ms": f"{percentile(latencies, 0.5):.1f} / {max(latencies, default=float('nan')):.1f}"
             + (f" ({scrapers[name].failed} failed)" if scrapers[name].failed else ""),
+        }
+    return rows, per_collector(counters0, counters, elapsed)
+
+
+def collector_counters(port: int) -> dict[str, dict[str, float]]:
+    """Per collector: its runs, CPU seconds and state, from the agent's own /metrics."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    found: dict[str, dict[str, float]] = {}
+    pattern = r'^lockstep_collector_(runs_total|cpu_seconds_total|state)\{collector="(\w+)"(?:,state="(\w+)")?\} (\S+)$'
+    for kind, name, state, value in re.findall(pattern, text, flags=re.M):
+        entry = found.setdefault(name, {})
+        if kind == "state":
+            if float(value) == 1:
+                entry["state"] = state  # type: ignore[assignment]
+        else:
+            entry[kind] = float(value)
+    return found
+
+
+IMPORT_COSTS = """
+import importlib, re, sys
+def rss():
+    return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
+import lockstep.agent.cli
+from lockstep.agent.registry import discover
+names = sorted(n for n, r in discover().collectors.items() if r.builtin)
+previous = rss()
+for name in names:
+    importlib.import_module("lockstep.collectors." + ("nccl" if name.startswith("nccl") else name))
+    now = rss()
+    print(name, (now - previous) / 1024)
+    previous = now
+"""
+
+
+def import_costs() -> dict[str, float]:
+    """MiB each collector's modules add, imported one after another after the CLI."""
+    result = subprocess.run([sys.executable, "-c", IMPORT_COSTS], capture_output=True, text=True, timeout=120)
+    costs = {}
+    for line in result.stdout.splitlines():
+        name, mib = line.split()
+        costs[name] = float(mib)
+    return costs
+
+
+def per_collector(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]], elapsed: float) -> dict:
+    memory = import_costs()
+    rows = {}
+    for name in sorted(after):
+        runs = after[name].get("runs_total", 0) - before.get(name, {}).get("runs_total", 0)
+        cpu = after[name].get("cpu_seconds_total", 0) - before.get(name, {}).get("cpu_seconds_total", 0)
+        rows[name] = {
+            "state": str(after[name].get("state", "?")),
+            "rounds": f"{runs:.0f}",
+            "CPU ms per round": f"{cpu / runs * 1000:.2f}" if runs else "-",
+            "CPU, % of a core": f"{cpu / elapsed * 100:.3f}",
+            "modules, MiB": f"{memory[name]:.2f}" if name in memory else "-",
         }
     return rows
 
@@ -216,6 +284,12 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values) * 100:.1f} % ({min(values) * 100:.1f}-{max(values) * 100:.1f})"
 
 
+def transpose(rows: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    """Collectors as rows, figures as columns (print_table prints its keys as columns)."""
+    keys = list(next(iter(rows.values())))
+    return {key: {name: rows[name][key] for name in rows} for key in keys}
+
+
 def print_table(title: str, rows: dict[str, dict[str, str]]) -> None:
     names = list(rows)
     print(f"\n| {title} | " + " | ".join(names) + " |")
@@ -237,9 +311,10 @@ def main() -> int:
     print(f"load average before: {os.getloadavg()[0]:.2f}, {os.cpu_count()} CPUs", flush=True)
     with ExitStack() as stack:
         print("steady state ...", file=sys.stderr, flush=True)
-        rows = steady_state(agents(stack, args.demo, None), args.interval, args.duration)
+        rows, collectors = steady_state(agents(stack, args.demo, None), args.interval, args.duration)
     what = "lockstep demo (simulated 8-GPU node)" if args.demo else "this machine, defaults"
     print_table(f"{what}, scraped every {args.interval:g} s for {args.duration:g} s", rows)
+    print_table("per collector, same window", transpose(collectors))
     if args.repeats:
         with ExitStack() as stack:
             running = agents(stack, args.demo, {COMPUTE_CPU})

@@ -28,27 +28,34 @@ GPUs to jobs, pods and engines.  PIDs are not exported as labels.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pynvml
 from prometheus_client.core import Metric
 
-from lockstep.agent.collector import Collector, CollectorContext, Families
+from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
 from lockstep.agent.files import read_text
 from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
-from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.fields import omitted_metrics
 from lockstep.collectors.gpu.metrics import INFO, METRICS, NVML_ERRORS, UP
-from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE, NVIDIA_PCI_VENDOR
 from lockstep.collectors.gpu.pcie import PCIE_LINK_METRICS
-from lockstep.collectors.gpu.provider import NVML
-from lockstep.collectors.gpu.reading import GpuReader
-from lockstep.collectors.gpu.session import NvmlSessions, SessionTimings
+from lockstep.collectors.gpu.provider import NVML, NvmlProvider
 from lockstep.collectors.gpu.state import GpuState, Sample
-from lockstep.collectors.gpu.xid import XidCounts
+
+if TYPE_CHECKING:
+    from lockstep.collectors.gpu.calls import NvmlCalls
+    from lockstep.collectors.gpu.reading import GpuReader
+    from lockstep.collectors.gpu.session import NvmlSessions
+    from lockstep.collectors.gpu.xid import XidCounts
+
+# What pynvml loads (its _LoadNvmlLibrary on Linux, nvidia-ml-py 12.x-13.x): where it is absent,
+# the collector finds nothing without importing pynvml and its modules (2.5 MiB; issue 47).
+NVML_LIBRARY = "libnvidia-ml.so.1"
+NVIDIA_PCI_VENDOR = "0x10de"
 
 
 class GpuCollector(Collector):
@@ -75,23 +82,51 @@ class GpuCollector(Collector):
     # refreshes GPM samples every 100 ms): collectors/gpu/gpm.py.
     gpm_min_interval = 0.1
 
+    # Made with NVML (_open_nvml): at once for a fake NVML, else at the first round that finds the library.
+    calls: NvmlCalls  # its error counts are kept across sessions
+    xids: XidCounts  # kept across sessions
+    sessions: NvmlSessions
+    reader: GpuReader
+
     def __init__(self, context: CollectorContext) -> None:
         super().__init__(context)
+        self._nvml_open = False
         # The fake NVML a test, the simulated node or ``--gpu.fake-nvml`` put in the seams, else pynvml.
         fake = context.seams.get(NVML)
-        nvml = pynvml if fake is None else fake
-        self.calls = NvmlCalls(self.log)  # its error counts are kept across sessions
-        self.xids = XidCounts(context.seams.get(WALL_CLOCK) or time.time, context.run_now)  # kept across sessions
+        if fake is not None:
+            self._open_nvml(fake)
+
+    def _open_nvml(self, nvml: NvmlProvider) -> None:
+        from lockstep.collectors.gpu.calls import NvmlCalls
+        from lockstep.collectors.gpu.reading import GpuReader
+        from lockstep.collectors.gpu.session import NvmlSessions, SessionTimings
+        from lockstep.collectors.gpu.xid import XidCounts
+
+        self.calls = NvmlCalls(self.log)
+        self.xids = XidCounts(self.context.seams.get(WALL_CLOCK) or time.time, self.context.run_now)
         timings = SessionTimings(
             self.reinit_backoff_initial, self.reinit_backoff_max, self.listener_wait_ms, self.listener_backoff
         )
-        gpm_clock = context.seams.get(MONOTONIC_CLOCK) or time.monotonic
+        gpm_clock = self.context.seams.get(MONOTONIC_CLOCK) or time.monotonic
         self.sessions = NvmlSessions(nvml, self.calls, self.xids, timings, self.log, gpm_clock)
         self.reader = GpuReader(self.calls, self.gpm_min_interval, gpm_clock)
+        self._nvml_open = True
 
     # --- one round ---
 
     def collect(self) -> Iterator[Metric]:
+        if not self._nvml_open:
+            try:
+                ctypes.CDLL(NVML_LIBRARY)
+            except OSError:
+                raise NothingHere(
+                    f"{NVML_LIBRARY} not found (no NVIDIA driver installed): no GPUs to collect"
+                ) from None
+            import pynvml
+
+            self._open_nvml(pynvml)
+        from lockstep.collectors.gpu.nvml import GPU_GONE, LIFECYCLE
+
         try:
             session, new = self.sessions.ensure()
         except BaseException:
@@ -134,7 +169,7 @@ class GpuCollector(Collector):
         try:
             for _ in self.collect():
                 pass
-            session = self.sessions.session
+            session = self.sessions.session if self._nvml_open else None
             if session is None:
                 return ""
             notes = []
@@ -160,13 +195,16 @@ class GpuCollector(Collector):
             self.close()
 
     def close(self) -> None:
-        self.sessions.end()
+        if self._nvml_open:
+            self.sessions.end()
 
     # --- hotplug ---
 
     def on_hotplug(self, action: str, subsystem: str, sys_path: str) -> None:
         """A PCI device came or went: if it is (or was) an NVIDIA GPU, re-enumerate at once."""
         name = sys_path.rstrip("/").rsplit("/", 1)[-1]
+        if not self._nvml_open:
+            return  # the next round looks for NVML anyway
         if self.sessions.knows_pci_device(name) or is_nvidia_gpu(self.paths.sysfs, sys_path):
             self.log.info("PCI %s of NVIDIA GPU %s: re-enumerating GPUs", action, name)
             self.sessions.rediscover()

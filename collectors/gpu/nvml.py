@@ -119,7 +119,6 @@ LIFECYCLE = (pynvml.NVMLError_Uninitialized, pynvml.NVMLError_DriverNotLoaded, p
 # Not there for this GPU (or this driver): remember and stop asking.
 UNSUPPORTED = (pynvml.NVMLError_NotSupported, pynvml.NVMLError_FunctionNotFound)
 NO_INSTANCE_ID = 0xFFFFFFFF
-NVIDIA_PCI_VENDOR = "0x10de"
 
 
 def error_name(exc: BaseException) -> str:

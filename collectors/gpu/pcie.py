@@ -16,11 +16,15 @@ Traps (NVML reference, nvidia-smi's pcie.link.* fields):
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from lockstep.agent.collector import MetricSpec
-from lockstep.collectors.gpu.calls import NvmlCalls
 from lockstep.collectors.gpu.metrics import GPU
 from lockstep.collectors.gpu.provider import NvmlProvider
 from lockstep.collectors.gpu.state import GpuState, Sample
+
+if TYPE_CHECKING:  # calls.py imports pynvml, which the collector's declarations must not (issue 47)
+    from lockstep.collectors.gpu.calls import NvmlCalls
 
 LINK_GENERATION = MetricSpec(
     "lockstep_gpu_pcie_link_generation",

@@ -11,13 +11,17 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from lockstep.report import html, store, text
-from lockstep.report.build import build_report
-from lockstep.report.model import Report, to_json
-from lockstep.report.prometheus import MAX_ANSWER_MIB, REPORT_SECONDS, Prometheus, ReportError
-from lockstep.report.transport import Deadline
+from lockstep.report import store
+from lockstep.report.prometheus import MAX_ANSWER_MIB, REPORT_SECONDS, ReportError
 from lockstep.thresholds import GRAFANA_URL
+
+if TYPE_CHECKING:
+    from lockstep.report.model import Report
+
+# The agent's CLI imports this module for the flags; what makes a report is imported when one is
+# made (rendering, building, the HTTP client): a running agent never loads it (issue 47).
 
 PROMETHEUS_ENV = "LOCKSTEP_PROMETHEUS_URL"
 DEFAULT_PROMETHEUS = "http://localhost:9090"
@@ -79,6 +83,9 @@ def _positive(text: str) -> float:
 
 
 def render(report: Report, fmt: str) -> str:
+    from lockstep.report import html, text
+    from lockstep.report.model import to_json
+
     if fmt == "json":
         return to_json(report)
     if fmt == "html":
@@ -90,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         return _run(args)
     except ReportError as exc:
+        from lockstep.report import text
+
         # One line, whatever it quotes (a job id, a cluster or a server's error): no control
         # character reaches the terminal as one.
         print(f"lockstep: report: {text.visible(str(exc))}", file=sys.stderr)
@@ -97,6 +106,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from lockstep.report.build import build_report
+    from lockstep.report.prometheus import Prometheus
+    from lockstep.report.transport import Deadline
+
     where = store.store_dir(args.store)
     report = None
     # The job has ended when the epilog says so (--save) or has stored its report: its report then

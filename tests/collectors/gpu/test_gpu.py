@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes.util
 import dataclasses
 import logging
+import subprocess
+import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -543,6 +545,23 @@ def test_mig_devices_and_what_nvml_cannot_give_per_mig_device(collectors: list[G
 # --- no NVML here ---
 
 
+NO_NVML_PROBE = """
+import logging, sys
+import lockstep.agent.cli
+from lockstep.agent.registry import discover
+from lockstep.agent.collector import CollectorContext, NothingHere, Paths
+from lockstep.agent.options import NoOptions
+discover()
+collector = discover().collectors["gpu"].cls(CollectorContext(Paths(), NoOptions(), logging.getLogger("probe")))
+try:
+    list(collector.collect())
+except NothingHere:
+    print("NothingHere")
+reading = ("pynvml", "calls", "nvml", "session", "reading", "xid", "gpm", "mig", "processes")
+print(sorted(m for m in sys.modules if m.rsplit(".", 1)[-1] in reading and ("gpu" in m or m == "pynvml")))
+"""
+
+
 @pytest.mark.real
 def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     """The real pynvml on this machine: no libnvidia-ml.so.1."""
@@ -551,6 +570,10 @@ def test_no_nvml_library_is_nothing_here_with_the_reason() -> None:
     collector = GpuCollector(CollectorContext(paths=Paths(), options=NoOptions(), log=logging.getLogger("test.gpu")))
     with pytest.raises(NothingHere, match=r"^libnvidia-ml\.so\.1 not found \(no NVIDIA driver installed\)"):
         list(collector.collect())
+    # Where the library is absent, neither pynvml nor the modules that read NVML are imported
+    # (2.5 MiB of the agent's memory, issue 47): the agent's imports and a round, in a fresh process.
+    probe = subprocess.run([sys.executable, "-c", NO_NVML_PROBE], capture_output=True, text=True, timeout=60)
+    assert probe.stdout.split("\n")[:2] == ["NothingHere", "[]"], probe.stderr
     result = lockstep("doctor", "--no-collector.host")
     line = next(line for line in result.stdout.splitlines() if line.startswith("gpu "))
     assert line.split(None, 3)[1:] == [
