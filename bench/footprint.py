@@ -195,17 +195,16 @@ def collector_counters(port: int) -> dict[str, dict[str, float]]:
 
 
 IMPORT_COSTS = """
-import importlib, re, sys
+import importlib, re
+from importlib.metadata import entry_points
 def rss():
     return int(re.search(r"VmRSS:\\s+(\\d+)", open("/proc/self/status").read()).group(1))
 import lockstep.agent.cli
-from lockstep.agent.registry import discover
-names = sorted(n for n, r in discover().collectors.items() if r.builtin)
 previous = rss()
-for name in names:
-    importlib.import_module("lockstep.collectors." + ("nccl" if name.startswith("nccl") else name))
+for entry in sorted(entry_points(group="lockstep.collectors"), key=lambda e: e.name):
+    importlib.import_module(entry.module)
     now = rss()
-    print(name, (now - previous) / 1024)
+    print(entry.name, (now - previous) / 1024)
     previous = now
 """
 
