@@ -235,14 +235,16 @@ class HostCollector(Collector):
         except OSError:
             pids = []
         for pid in pids:
-            task_dir = self.proc / pid / "task"
+            # String paths: every thread of the node every round, and pathlib's joins cost more
+            # than the reads (docs/performance.md).
+            task_dir = f"{self.proc}/{pid}/task"
             try:
                 tids = os.listdir(task_dir)
             except OSError:
                 continue  # the process exited meanwhile
             for tid in tids:
                 try:
-                    stat = read_text(task_dir / tid / "stat")
+                    stat = read_text(f"{task_dir}/{tid}/stat")
                 except OSError:
                     continue
                 # The command name in parentheses may contain spaces and ')': split at the last one.

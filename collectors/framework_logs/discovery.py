@@ -35,7 +35,7 @@ from typing import Any
 from lockstep.agent.collector import Paths
 from lockstep.agent.gpus import GpuInventory
 from lockstep.collectors.toolkit.pods import pod_log_directories, pod_uid_of_process
-from lockstep.collectors.toolkit.procs import slurm_job, slurm_job_of_cgroup
+from lockstep.collectors.toolkit.procs import slurm_job_of_cgroup, slurm_job_of_environ
 from lockstep.collectors.toolkit.scontrol import parse_scontrol_record, why
 
 # scontrol calls per discovery round at most (one per new job): a node that sees many new
@@ -282,7 +282,7 @@ class Discovery:
                     self._watch_cgroups_of(pid)
                 jobs[job] = True
                 continue
-            job = slurm_job(self.paths.procfs, pid)
+            job = slurm_job_of_environ(self.paths.procfs, pid)  # its cgroup was read just above
             if job:
                 jobs.setdefault(job, False)
         return jobs

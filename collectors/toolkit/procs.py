@@ -53,7 +53,7 @@ def process_table(procfs: Path) -> dict[int, Process]:
         if not name.isdigit():
             continue
         try:
-            stat = read_text(procfs / name / "stat")
+            stat = read_text(f"{procfs}/{name}/stat")  # a string path: see slurm_job_of_cgroup
         except OSError:
             continue  # exited meanwhile
         # "PID (comm) S PPID ...": comm may contain spaces and parentheses.
@@ -229,11 +229,15 @@ def slurm_job(procfs: Path, pid: int) -> str:
     from SLURM_JOB_ID in its environment (needs the right to read it; only that one
     variable is looked at, nothing else of the environment is kept or logged).
     """
-    job = slurm_job_of_cgroup(procfs, pid)
-    if job:
-        return job
+    return slurm_job_of_cgroup(procfs, pid) or slurm_job_of_environ(procfs, pid)
+
+
+def slurm_job_of_environ(procfs: Path, pid: int) -> str:
+    """SLURM_JOB_ID from the process's environment, "" if absent, unreadable or not a number
+    (its user writes it: a claim, not a proof; slurm_job_of_cgroup is the proof)."""
     try:
-        environ = (procfs / str(pid) / "environ").read_bytes()
+        with open(f"{procfs}/{pid}/environ", "rb") as file:
+            environ = file.read()
     except OSError:
         return ""
     for entry in environ.split(b"\0"):
@@ -247,7 +251,9 @@ def slurm_job_of_cgroup(procfs: Path, pid: int) -> str:
     """The Slurm job whose cgroup the process is in, "" if none.  Unlike its environment,
     which its user writes, a process's cgroup is set by slurmd: a user cannot claim a job."""
     try:
-        match = _SLURM_JOB_IN_CGROUP.search(read_text(procfs / str(pid) / "cgroup"))
+        # A string path: read for every process of the node every round, and pathlib's
+        # joins cost more than the read (bench/footprint.py, docs/performance.md).
+        match = _SLURM_JOB_IN_CGROUP.search(read_text(f"{procfs}/{pid}/cgroup"))
     except OSError:
         return ""
     return match.group(1) if match else ""
