@@ -78,6 +78,9 @@ class SlurmOptions:
     )
 
 
+NO_SLURM = "no Slurm here: no job cgroups, no slurm.conf (/etc/slurm or /run/slurm/conf), no slurmd"
+
+
 class SlurmCollector(Collector[SlurmOptions]):
     name = "slurm"
     help = "Slurm jobs on this node: info, CPU, memory, OOM kills, GPUs; the node's state."
@@ -268,10 +271,14 @@ class SlurmCollector(Collector[SlurmOptions]):
 
     def collect(self) -> Iterator[Metric]:
         jobs = self.discover_jobs()
-        if jobs is None:  # no job cgroups on this node (proctrack/linuxproc): ask the local slurmd
+        if jobs is None:
+            # No job cgroups on this node (proctrack/linuxproc), or no Slurm at all: ask the local
+            # slurmd, a process started every round, only on a Slurm node (docs/performance.md).
+            if not self._slurm_present():
+                raise NothingHere(NO_SLURM)
             jobs = self.jobs_from_listpids()
-        if not jobs and not self._slurm_present():
-            raise NothingHere("no Slurm here: no job cgroups, no slurm.conf (/etc/slurm or /run/slurm/conf), no slurmd")
+        elif not jobs and not self._slurm_present():
+            raise NothingHere(NO_SLURM)
 
         details: dict[str, JobDetails] = {}
         missing = []

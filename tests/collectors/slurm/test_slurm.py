@@ -195,6 +195,41 @@ def test_gres_conf_order_and_ranges() -> None:
     assert expand_brackets("n[01-03,10]") == ["n01", "n02", "n03", "n10"]
 
 
+def slurm_node_root(tmp_path: Path) -> Path:
+    """A root filesystem with a slurm.conf: a Slurm node, whatever this machine is."""
+    (tmp_path / "root" / "etc" / "slurm").mkdir(parents=True)
+    (tmp_path / "root" / "etc" / "slurm" / "slurm.conf").write_text("ClusterName=test\n")
+    return tmp_path / "root"
+
+
+def test_no_slurm_and_no_job_cgroups_is_nothing_here_without_asking_slurmd(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`scontrol listpids` is a process started every round: on a node with no Slurm (no
+    slurm.conf, no slurmd) it is not asked."""
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    calls: list[list[str]] = []
+
+    def scontrol(args: list[str], timeout: float) -> str:
+        calls.append(args)
+        return (SLURM / "scontrol-listpids.txt").read_text()
+
+    collector = SlurmCollector(
+        dataclasses.replace(
+            context(proc=SLURM / "nocgroup" / "proc", sys_=SLURM / "nocgroup" / "sys"),
+            options=SlurmOptions(node_name="node07"),
+            seams=Seams(SCONTROL.replaced_by(scontrol)),
+        )
+    )
+    collector.rootfs = tmp_path
+    with pytest.raises(NothingHere, match="no Slurm here"):
+        list(collector.collect())
+    assert calls == []
+    collector.rootfs = slurm_node_root(tmp_path)  # the same node with Slurm configured
+    assert collected(collector)[("lockstep_slurm_job_processes", frozenset({("job_id", "501")}))] == 2
+    assert calls[0] == ["listpids"]
+
+
 def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """proctrack/linuxproc: no job cgroups; `scontrol listpids` (captured) names the jobs' pids."""
     calls: list[list[str]] = []
@@ -215,6 +250,7 @@ def test_node_without_job_cgroups_asks_the_local_slurmd(tmp_path: Path, monkeypa
             seams=Seams(SCONTROL.replaced_by(scontrol)),
         )
     )
+    collector.rootfs = slurm_node_root(tmp_path)
     s = collected(collector)
     assert s[info("501", "erin", "nlp", "gpu", "eval")] == 1
     assert s[job("lockstep_slurm_job_processes", "501")] == 2  # slurmstepd (10070) not counted
@@ -284,6 +320,7 @@ def test_empty_slurm_cgroup_directories_do_not_hide_the_listpids_jobs(
         f'[ "$1" = listpids ] && exec cat {SLURM_FIXTURES}/scontrol-listpids.txt\necho "no controller" >&2; exit 1\n',
     )
     collector = SlurmCollector(context(proc=tree / "proc", sys_=tree / "sys", options=SlurmOptions(node_name="node07")))
+    collector.rootfs = slurm_node_root(tmp_path)
     values = collected(collector)
     assert values[("lockstep_slurm_job_processes", frozenset({("job_id", "501")}))] == 2
 
