@@ -133,13 +133,18 @@ class SlurmCollector(Collector[SlurmOptions]):
         if any(path.exists() for path in candidates):
             return True
         try:
-            return any(
-                read_text(self.proc / entry / "comm").strip() == "slurmd"
-                for entry in os.listdir(self.proc)
-                if entry.isdigit() and os.path.exists(self.proc / entry / "comm")
-            )
+            entries = os.listdir(self.proc)
         except OSError:
             return False
+        for entry in entries:
+            if entry.isdigit():
+                try:
+                    # A string path: every process of the node, every round on a node without Slurm.
+                    if read_text(f"{self.proc}/{entry}/comm").strip() == "slurmd":
+                        return True
+                except OSError:
+                    continue  # exited meanwhile
+        return False
 
     def job_cgroup_parents(self) -> tuple[list[Path], list[Path]]:
         """Where slurmd puts job cgroups on this node: v2 stepd scopes, v1 slurm* dirs."""
