@@ -422,20 +422,29 @@ class Scheduler:
     def _loop(self) -> None:
         while True:
             self._changed.clear()
-            with self._lock:
-                now = self.clock()
-                for worker in [w for w in self._workers if w.stopped and not w._in_flight]:
-                    self._workers.remove(worker)
-                    worker._in_flight = True
-                    self._submit(worker._close)
-                timeout = self._dispatch(now)
-                if not self._workers and self._runner is not None and self._runner.idle:
-                    # Nothing left to schedule: the threads end (a later add() starts them again).
-                    self._runner.retire()
-                    self._runner = None
-                    self._thread = None
-                    return
+            try:
+                with self._lock:
+                    if self._look():
+                        return
+                    timeout = self._dispatch(self.clock())
+            except Exception:  # a bug: every collector's rounds depend on this thread, so it goes on
+                log.exception("the collectors' scheduler failed; looking again in a second")
+                timeout = 1.0
             self._changed.wait(timeout)
+
+    def _look(self) -> bool:
+        """Close the workers stopped and idle; True when nothing is left to schedule (the threads
+        end then, and a later add() starts them again)."""
+        for worker in [w for w in self._workers if w.stopped and not w._in_flight]:
+            self._workers.remove(worker)
+            worker._in_flight = True
+            self._submit(worker._close)
+        if not self._workers and self._runner is not None and self._runner.idle:
+            self._runner.retire()
+            self._runner = None
+            self._thread = None
+            return True
+        return False
 
     def _dispatch(self, now: float) -> float | None:
         """Submit every round due; hand off from a runner whose round overran.  Returns how long

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator
 
+import pytest
 from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, MetricSpec, NothingHere
@@ -246,3 +247,29 @@ def test_a_stuck_collector_keeps_its_runner_to_itself_and_the_others_go_on() -> 
         for w in workers:
             w.stop()
         assert all(w.join(5) for w in workers)
+
+
+def test_a_failure_of_the_scheduler_itself_is_logged_and_the_rounds_go_on(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every collector's rounds depend on the scheduler's thread: a bug in it must not end it."""
+    scheduler = Scheduler("t-bug")
+    toy = Named(context(), "toy")
+    w = worker(toy, interval=0.05, scheduler=scheduler)
+    real = Worker._waiting_for
+    failed: list[float] = []
+
+    def fails_once(self: Worker, now: float) -> float | None:
+        if not failed:
+            failed.append(now)
+            raise RuntimeError("a bug")
+        return real(self, now)
+
+    monkeypatch.setattr(Worker, "_waiting_for", fails_once)
+    with caplog.at_level(logging.ERROR, logger="lockstep.agent"):
+        w.start()
+        wait_until(lambda: toy.calls >= 2, what="rounds after the failed look")
+    w.stop()
+    assert w.join(5)
+    logged = [r.getMessage() for r in caplog.records if r.name == "lockstep.agent"]
+    assert logged == ["the collectors' scheduler failed; looking again in a second"]
