@@ -153,7 +153,14 @@ def test_sd_notify_ready_watchdog_stopping(tmp_path: Path) -> None:
 
 def test_demo_serves_simulated_node() -> None:
     with AgentProcess("demo", "--scenario", "healthy") as agent:
-        s = samples(agent.metrics())
+        # The collectors' first rounds run one after another on the agent's runner, after
+        # /healthz answers (the simulated GPUs' first round waits for their XID listener, and
+        # keeps the runner 1 s at most): the host's data comes within seconds, not at once.
+        s = wait_until(
+            lambda: (got := samples(agent.metrics())).get(HOST_UP) == 1 and got,
+            timeout=20,
+            what="the host collector's first round",
+        )
         assert s[("lockstep_host_cpus", frozenset())] == 16
         assert s[HOST_UP] == 1
         assert agent.stop()[0] == 0
