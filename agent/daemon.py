@@ -51,8 +51,9 @@ def load_web(config: Config) -> WebConfig:
     return load_web_config(config.web_config_file) if config.web_config_file else WebConfig()
 
 
-# The /healthz-only listener answers a probe every few seconds: one worker, few connections.
+# The main loop's tick (see serve()).
 MAIN_TICK_SECONDS = 5.0
+# The /healthz-only listener answers a probe every few seconds: one worker, few connections.
 HEALTH_LIMITS = ServerLimits(max_connections=32, workers=1)
 
 

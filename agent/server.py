@@ -285,15 +285,14 @@ class AgentHTTPServer:
     def _sweep(self, now: float) -> float:
         """Close the connections past their deadline, keep a worker and the spare descriptor;
         returns when to sweep again: the next deadline, at most 4 times a second."""
-        if not any(w.is_alive() for w in self._workers):
-            self._start_worker(reserved=False)
+        no_worker = not any(w.is_alive() for w in self._workers) and not self._start_worker(reserved=False)
         self._close_expired(now)
         if self._spare_fd is None:
             self._spare_fd = _reserve_descriptor()  # given up for a connection: take it back
         retry = []
         if self._spare_fd is None:
             retry.append(now)
-        if self.limits.workers and not any(w.is_alive() for w in self._workers):
+        if no_worker and self.limits.workers:
             retry.append(self._worker_start_failed_at + 1.0)
         deadlines = [conn.deadline for conn in self._waiting.values()]
         return max(now + 0.25, min([*retry, *deadlines], default=math.inf))

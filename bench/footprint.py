@@ -34,7 +34,6 @@ import gzip
 import http.client
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -46,7 +45,15 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from http_load import cpu_seconds, free_port, percentile, proc_status, wait_listening  # noqa: E402
+from http_load import (
+    cpu_seconds,
+    free_port,
+    node_exporter_binary,
+    percentile,
+    proc_status,
+    stop,
+    wait_listening,
+)  # noqa: E402
 
 COMPUTE_CPU = 0
 # One quantum of fixed work: ~0.5 ms of interpreter work on this machine, short enough that a
@@ -119,22 +126,14 @@ def started(name: str, argv: list[str], port: int, cpus: set[int] | None = None)
         yield process
     finally:
         process.send_signal(signal.SIGCONT)  # a stopped process does not act on SIGTERM
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
 
 
 def agents(stack: ExitStack, demo: bool, cpus: set[int] | None) -> dict[str, tuple[subprocess.Popen[bytes], int]]:
-    binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
-    if binary is None:
-        sys.exit("node_exporter not found: apt-get install prometheus-node-exporter (dev/debian-packages.d)")
     lockstep_port, exporter_port = free_port(), free_port()
     command = ["demo", "--scenario", "healthy"] if demo else ["run"]
     lockstep_argv = [sys.executable, "-m", "lockstep.agent.cli", *command, "--listen", f"127.0.0.1:{lockstep_port}"]
-    exporter_argv = [binary, f"--web.listen-address=127.0.0.1:{exporter_port}"]
+    exporter_argv = [node_exporter_binary(), f"--web.listen-address=127.0.0.1:{exporter_port}"]
     return {
         "lockstep": (stack.enter_context(started("lockstep", lockstep_argv, lockstep_port, cpus)), lockstep_port),
         "node_exporter": (

@@ -455,12 +455,16 @@ def lockstep_agent(port: int, group: Path | None, web_config: Path) -> Iterator[
             yield process
 
 
-@contextmanager
-def node_exporter(port: int, group: Path | None, web_config: Path) -> Iterator[subprocess.Popen[bytes]]:
+def node_exporter_binary() -> str:
     binary = shutil.which("prometheus-node-exporter") or shutil.which("node_exporter")
     if binary is None:
         sys.exit("node_exporter not found: apt-get install prometheus-node-exporter (dev/debian-packages.d)")
-    argv = [binary, f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web_config}"]
+    return binary
+
+
+@contextmanager
+def node_exporter(port: int, group: Path | None, web_config: Path) -> Iterator[subprocess.Popen[bytes]]:
+    argv = [node_exporter_binary(), f"--web.listen-address=127.0.0.1:{port}", f"--web.config.file={web_config}"]
     with started("node_exporter", argv, group) as process:
         wait_listening(port, process, "node_exporter")
         yield process
@@ -478,12 +482,17 @@ def started(name: str, argv: list[str], group: Path | None) -> Iterator[subproce
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, and SIGKILL after 10 s."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def measure(name: str, process: subprocess.Popen[bytes], port: int, args: argparse.Namespace) -> dict:
