@@ -40,7 +40,7 @@ from lockstep.simulation.timeline import HANG_AT
 from lockstep.simulation.workloads import timeline
 from tests.support import LOCKSTEP, free_port, require_real
 from tests.support.hang_cases import HANG_CASES
-from tests.support.prometheus import PROMETHEUS, is_ready, query_alerts, start_logged, start_prometheus, stop_all
+from tests.support.prometheus import PROMETHEUS, is_ready, query_alerts, start_demo, start_prometheus, stop_all
 
 # Tier: a real Prometheus scrapes the real agent (tests/conftest.py).
 pytestmark = pytest.mark.e2e
@@ -103,7 +103,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             log = tmp / f"demo-{scenario}.log"
             args = [*LOCKSTEP, "demo", "--scenario", scenario, "--speed", str(SPEED), "--config", str(config)]
             args += ["--collector.disable-defaults", *(f"--collector.{c}" for c in COLLECTORS)]
-            processes.append(start_logged([*args, "--listen", f"127.0.0.1:{port}"], log))
+            processes.append(start_demo([*args, "--listen", f"127.0.0.1:{port}"], log))
             demos[scenario] = (f"http://127.0.0.1:{port}/healthz", processes[-1], log, port)
             result.logs[scenario] = log
         # Each demo becomes a target the moment it serves: its simulated clock starts then.

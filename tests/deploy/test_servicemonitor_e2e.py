@@ -46,7 +46,7 @@ from lockstep import thresholds as T
 from lockstep.simulation.gpu import GPU_UUIDS
 from lockstep.simulation.workloads import VLLM_MODEL, VLLM_URL
 from tests.support import LOCKSTEP, REPO, free_port, http_get, require_real, wait_until
-from tests.support.prometheus import PROMETHEUS, is_ready, start_logged, start_prometheus, stop_all
+from tests.support.prometheus import PROMETHEUS, is_ready, start_demo, start_prometheus, stop_all
 from tests.support.queries import checked_in, variable_queries
 
 DEPLOY = REPO / "deploy"
@@ -279,7 +279,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
             prometheus_port = free_port()
         instance = f"127.0.0.1:{demo_port}"
         demo_log = tmp / "demo.log"
-        processes.append(start_logged([*LOCKSTEP, "demo", "--scenario", "kubernetes", "--listen", instance], demo_log))
+        processes.append(start_demo([*LOCKSTEP, "demo", "--scenario", "kubernetes", "--listen", instance], demo_log))
         wait_until(lambda: is_ready(f"http://{instance}/healthz", processes[0], demo_log), timeout=60, what="the demo")
 
         (monitor,) = _documents("servicemonitor.yaml")

@@ -36,7 +36,8 @@ EVALUATION_INTERVAL = "2s"
 # No compressed 'for' shorter than four scrapes (production's shortest, 1m, is four 15-s scrapes).
 # At 1/30 alone LockstepAgentDown's 5m was 10 s, two scrapes: a demo that answered two scrapes
 # late while others started paged as down (CI, 2026-11-29: the kubernetes case's demo).
-MIN_FOR = 4 * int(SCRAPE_INTERVAL.removesuffix("s"))
+SCRAPE_SECONDS = int(SCRAPE_INTERVAL.removesuffix("s"))
+MIN_FOR = 4 * SCRAPE_SECONDS
 # Demos started at once while the others serve (see observe()).  Six at once starved the demos
 # serving already: 1-3 of the last ten to start missed two scrapes in a row (LockstepAgentDown,
 # its 5m then compressed to 10 s) in each of five runs here.
@@ -400,9 +401,12 @@ def observe(tmp: Path, names: list[str], *, scaled_out: tuple[str, ...] = ()) ->
             result.vm_at_end = at_end
         result.duration = time.monotonic() - result.started
         # What the tests read from here on is stored: the alerts seen, and the data the dashboards'
-        # queries ask for as it stood now (observed_at).  The demos and the scale-out writers stop:
-        # left running for the rest of the session, 35 demos took the 2 cores from the report's run.
-        result.observed_at = time.time()
+        # queries ask for as it stood one scrape before now (observed_at): a scrape that began just
+        # before the demos stop fails for the stop, and Prometheus marks every series of its target
+        # stale from the scrape's start (a full run at f22eba9: no data for three demos' series
+        # 0.1 s before the stop).  The demos and the scale-out writers stop: left running for the
+        # rest of the session, 35 demos took the 2 cores from the report's run.
+        result.observed_at = time.time() - SCRAPE_SECONDS
         stack.stop_demos()
         if vm is not None:
             vm.stop_writers()
@@ -433,6 +437,37 @@ def instant_query(api: str, expr: str, at: float) -> dict[str, Any]:
     the HTTP status beside the answer."""
     status, body = http_get(f"{api}/api/v1/query?" + urllib.parse.urlencode({"query": expr, "time": at}), timeout=30)
     return {"http_status": status, **json.loads(body)}
+
+
+def failed_scrapes(run: Run, cluster: str) -> str:
+    """Prometheus' record of the case's scrapes that failed (up 0), each with its time into the run
+    and how long the scrape took (5 s: it timed out; less: the agent answered, with an error or
+    an exposition Prometheus rejected), and its targets' last error: what a LockstepAgentDown
+    nobody expected needs to be told apart from a slow machine."""
+    seconds = int(run.duration + 120)  # from before the first demo served
+    lines = []
+    for name in ("up", "scrape_duration_seconds"):
+        answer = instant_query(run.prometheus, f'{name}{{cluster="{cluster}"}}[{seconds}s]', run.observed_at)
+        for series in answer.get("data", {}).get("result", []):
+            lines.append((name, series["metric"].get("instance", ""), series["values"]))
+    ups = {instance: values for name, instance, values in lines if name == "up"}
+    took = {
+        (instance, t): v for name, instance, values in lines if name == "scrape_duration_seconds" for t, v in values
+    }
+    wall_start = run.observed_at + SCRAPE_SECONDS - run.duration
+    failed = [
+        f"  {instance} at {t - wall_start:.1f} s: up 0, took {float(took.get((instance, t), 'nan')):.2f} s"
+        for instance, values in ups.items()
+        for t, v in values
+        if v == "0"
+    ]
+    _, body = http_get(f"{run.prometheus}/api/v1/targets", timeout=30)
+    errors = [
+        f"  {t['labels'].get('instance')}: last error {t.get('lastError')!r}"
+        for t in json.loads(body).get("data", {}).get("activeTargets", [])
+        if t["labels"].get("cluster") == cluster and t.get("lastError")
+    ]
+    return "failed scrapes:\n" + "\n".join(failed or ["  none"]) + ("\n" + "\n".join(errors) if errors else "")
 
 
 def dashboard_problems(dashboard: dict[str, Any], api: str, at: float) -> list[str]:
