@@ -1,7 +1,8 @@
-"""The ``lockstep`` command: run, once, doctor, demo, report, config check, config example.
+"""The ``lockstep`` command: run, once, doctor, demo, report, health-check, config check, config example.
 
 Exit status: 0 fine; 1 a collector failed (``once``) or the agent could not start;
-2 bad usage or bad configuration (every problem printed, no traceback).
+2 bad usage or bad configuration (every problem printed, no traceback).  ``health-check`` has
+its own: 0 healthy, 1 unhealthy, 2 unknown (lockstep/health/command.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from lockstep import __version__
 from lockstep.agent import config_example
 from lockstep.agent.collector import Collector, CollectorContext, NothingHere, describe_error
-from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides, load_config
+from lockstep.agent.config import DEFAULT_LISTEN, Config, ConfigError, Overrides, load_config, parse_listen
 from lockstep.agent.daemon import Agent, Setup, serve
 from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.logs import collector_logger, setup_logging
@@ -28,6 +29,7 @@ from lockstep.agent.registry import Discovery, discover
 from lockstep.agent.scheduler import HEALTHY_STATES
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig, WebConfigError, load_web_config
+from lockstep.health import command as health_command
 from lockstep.report import command as report_command
 
 
@@ -115,6 +117,12 @@ def build_parser(discovery: Discovery) -> argparse.ArgumentParser:
     )
     report = commands.add_parser("report", help="what happened to a job, from Prometheus (docs/report.md)")
     report_command.add_arguments(report)
+    health = commands.add_parser(
+        "health-check",
+        parents=[shared, fake_gpus],
+        help="is this node fit to run jobs: exit 0 healthy, 1 unhealthy, 2 unknown (docs/health-check.md)",
+    )
+    health_command.add_arguments(health)
     config = commands.add_parser("config", help="configuration tools")
     config_commands = config.add_subparsers(dest="config_command", required=True, metavar="COMMAND")
     check = config_commands.add_parser("check", help="validate a config file without starting anything")
@@ -368,11 +376,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         prepared = prepare(args, discovery)
     except ConfigError as exc:
+        if args.command == "health-check":  # its one line on stdout, as unknown (exit 2)
+            return health_command.unknown(exc.problems)
         return report_problems(exc.problems)
     setup, config = prepared.setup, prepared.config
 
     if args.command == "doctor":
         return doctor(setup, config, discovery)
+    if args.command == "health-check":
+        return health_command.run(args, agent_url(config), lambda: collect_once(setup, config)[0])
     if args.command == "once" or (args.command == "demo" and args.once):
         setup_logging(config.log_level, config.log_format)
         for problem in discovery.problems:
@@ -397,6 +409,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             for stop_clock in clocks:
                 stop_clock()  # before the temporary tree is removed
     return serve(setup, config)
+
+
+def agent_url(config: Config) -> str:
+    """The /metrics of the agent this configuration runs, as this host reaches it: an address
+    on every interface is asked on the loopback; https where the web config serves TLS."""
+    host, port = parse_listen(config.listen)
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    if ":" in host:
+        host = f"[{host}]"
+    scheme = "http"
+    if config.web_config_file is not None:
+        try:
+            scheme = "https" if "tls_server_config" in config.web_config_file.read_text() else "http"
+        except OSError:
+            pass  # the agent could not start with it either: http, and the check says what answered
+    return f"{scheme}://{host}:{port}/metrics"
 
 
 def config_check(path: Path, discovery: Discovery) -> int:

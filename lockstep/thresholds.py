@@ -185,6 +185,14 @@ CHECKPOINT_DEFAULT_INTERVAL_SECONDS = 3600
 # 63 (a row remapping recorded: the GPU needs a reset, see lockstep_gpu_row_remapping_pending)
 # and the application faults 13, 31, 43, 45 are not here.
 CRITICAL_XIDS = (48, 61, 62, 64, 74, 92, 94, 95, 119, 120)
+# XIDs after which `lockstep health-check` calls the node unhealthy until the agent restarts (a
+# reboot, or `systemctl restart lockstep` after the GPU was reset): those whose resolution in
+# NVIDIA's XID catalogue is a GPU reset or a reboot.  48 double-bit ECC, 61/62 micro-controller
+# halt, 63 a row remapping recorded (applied at the next reset), 64 row remapping failure, 74
+# NVLink error, 79 fallen off the bus, 95 uncontained ECC, 119/120 GSP timeout/error, 140
+# unrecovered ECC.  Not 92 (a high single-bit rate: watch it) nor 94 (a contained ECC error: the
+# application that used the memory ends, the GPU goes on).
+HEALTH_RESET_XIDS = (48, 61, 62, 63, 64, 74, 79, 95, 119, 120, 140)
 # NVLink errors per minute on one GPU (summed over its links, NVML's GPU-wide counters) or, on
 # GPUs without those (Blackwell), on one link, averaged over 10 minutes.  Every type counts but
 # Blackwell's raw symbol_errors, which forward error correction repairs (its effective_errors are
@@ -340,3 +348,25 @@ def seconds(duration: str) -> float:
     where the report judges in Python what the rules judge in PromQL."""
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     return float(duration[:-1]) * units[duration[-1]]
+
+
+# --- `lockstep health-check` (docs/health-check.md) --------------------------------------------
+
+# The whole check's deadline: slurmd kills a HealthCheckProgram after 60 s, node-problem-detector
+# after its rule's timeout (deploy/node-problem-detector/: 30 s).  Past it the answer is unknown.
+HEALTH_CHECK_SECONDS = 20.0
+# The most of it spent waiting for the local agent's /metrics, so that a round of the collectors
+# in the check's own process still fits when the agent does not answer.
+HEALTH_AGENT_SECONDS = 5.0
+# An answer longer than this is not read (a node's exposition is 0.3-2 MB).
+HEALTH_MAX_EXPOSITION_MIB = 32
+# The logical state of an InfiniBand port that carries traffic (4 ACTIVE) and the physical state
+# of one an administrator disabled (3 Disabled: not a fault).
+IB_PORT_ACTIVE = 4
+IB_PORT_PHYSICAL_DISABLED = 3
+# The one line printed: node-problem-detector shows the first 80 bytes (max_output_length in its
+# examples), NHC and `sinfo -R` about as many.
+HEALTH_REASON_CHARACTERS = 80
+# What `--drain` puts before the reason, and the mark of a drain that is Lockstep's own: a node
+# drained with any other reason was drained by someone else and is left alone.
+HEALTH_DRAIN_PREFIX = "lockstep: "

@@ -5,6 +5,8 @@
     lockstep.simulation   the simulated node, the fake NVML: may import both
     lockstep.report       `lockstep report`, a client of Prometheus: imports none of the three,
                           only what every judge shares (lockstep.thresholds, lockstep.suspects)
+    lockstep.health       `lockstep health-check`, a client of the agent: as the report (and may
+                          use the report's HTTP transport)
 
 Within lockstep.collectors, each collector (a module or package under collectors/) imports
 no other collector: what two need lives in the toolkit (lockstep.collectors.toolkit), which
@@ -154,18 +156,22 @@ def test_the_daemon_imports_no_collector_and_collectors_no_simulation() -> None:
 
 # Shared by every judge (rules, dashboards, report, health checks): they import only each other.
 SHARED_JUDGEMENTS = ("thresholds", "suspects")
+# Commands that read the agent or Prometheus from outside, run by people, Slurm or
+# node-problem-detector, never by the daemon: `lockstep report` and `lockstep health-check`
+# (which reaches HTTP through the report's transport).
+CLIENTS = ("report", "health")
 
 
 def test_the_report_is_a_client_and_the_judgements_a_leaf() -> None:
-    """The report (a client of Prometheus, run by people and the Slurm epilog, not by the daemon)
-    imports nothing of the daemon, the collectors or the simulation; the daemon reaches it only
-    through the CLI's `report` command; the thresholds and suspects import nothing of lockstep but each other."""
+    """The report and the health check (clients, run by people, Slurm and node-problem-detector,
+    not by the daemon) import nothing of the daemon, the collectors or the simulation; the daemon
+    reaches them only through the CLI's commands; the thresholds and suspects import nothing of lockstep but each other."""
     edges = imports(modules())
     wrong = [
         f"{known_path(e.importer)}:{e.line}: {e.importer} imports {e.imported}"
         for e in edges
-        if (layer(e.importer) == "report" and layer(e.imported) in {"agent", "collectors", "simulation"})
-        or (layer(e.importer) == "agent" and layer(e.imported) == "report" and e.importer != "lockstep.agent.cli")
+        if (layer(e.importer) in CLIENTS and layer(e.imported) in {"agent", "collectors", "simulation"})
+        or (layer(e.importer) == "agent" and layer(e.imported) in CLIENTS and e.importer != "lockstep.agent.cli")
         or (layer(e.importer) in SHARED_JUDGEMENTS and layer(e.imported) not in SHARED_JUDGEMENTS)
     ]
     assert wrong == []

@@ -41,7 +41,7 @@ def modules_of_tests() -> list[Path]:
 
 # The folders a test module may live in: what it tests.  tests/collectors/ has one folder per
 # collector (below), and toolkit/ for the code collectors share.
-SUBJECTS = {"agent", "alerts", "collectors", "dashboards", "deploy", "project", "report", "simulation"}
+SUBJECTS = {"agent", "alerts", "collectors", "dashboards", "deploy", "health", "project", "report", "simulation"}
 
 
 def collector_folders() -> set[str]:
