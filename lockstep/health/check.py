@@ -23,7 +23,7 @@ from enum import IntEnum
 
 from lockstep import thresholds as T
 from lockstep.health.verdicts import Exposition, Finding, Judgement, judge
-from lockstep.report.transport import Deadline, DeadlinePassed, TooLarge, opener, read_bounded
+from lockstep.report.transport import CutShort, Deadline, DeadlinePassed, TooLarge, opener, read_bounded
 
 
 class Status(IntEnum):
@@ -100,6 +100,8 @@ def read_agent(access: AgentAccess, deadline: Deadline) -> bytes | None:
         raise AgentUnreadable(f"did not answer within {deadline.seconds:g}s") from None
     except TooLarge:
         raise AgentUnreadable(f"answered more than {T.HEALTH_MAX_EXPOSITION_MIB} MiB") from None
+    except CutShort as exc:
+        raise AgentUnreadable(f"answered a body cut short ({exc})") from None
     except (OSError, ValueError) as exc:  # reset, a broken answer, a URL urllib cannot use
         raise AgentUnreadable(f"failed: {exc}") from None
 

@@ -70,9 +70,13 @@ def test_an_agent_that_drips_is_unknown_at_the_deadline() -> None:
     assert took < 10  # the deadline (2 s) and the reads in flight, never the drip's 30 s
 
 
-def test_an_answer_too_large_or_not_an_exposition_or_not_locksteps_is_unknown() -> None:
+def test_an_answer_too_large_cut_short_not_an_exposition_or_not_locksteps_is_unknown() -> None:
     with agent(answer(200, b"", {"Content-Length": str(64 << 20)})) as url:
         assert check(AgentAccess(url), None, 10).line == f"the agent at {url} answered more than 32 MiB"
+    with agent(answer(200, b"lockstep_", {"Content-Length": "1000"})) as url:  # and the server closes
+        assert check(AgentAccess(url), None, 10).printed() == "unknown: " + cut(
+            f"the agent at {url} answered a body cut short (after 9 of its 1000 bytes)"
+        )
     with agent(answer(200, b"\x00\x01 not an exposition\n")) as url:
         assert check(AgentAccess(url), None, 10).printed() == "unknown: " + cut(
             f"agent {url}: not an exposition (line 1: invalid metric name: not)"

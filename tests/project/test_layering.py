@@ -165,7 +165,8 @@ CLIENTS = ("report", "health")
 def test_the_report_is_a_client_and_the_judgements_a_leaf() -> None:
     """The report and the health check (clients, run by people, Slurm and node-problem-detector,
     not by the daemon) import nothing of the daemon, the collectors or the simulation; the daemon
-    reaches them only through the CLI's commands; the thresholds and suspects import nothing of lockstep but each other."""
+    reaches them only through the CLI's commands; the thresholds and suspects import nothing of
+    lockstep but each other."""
     edges = imports(modules())
     wrong = [
         f"{known_path(e.importer)}:{e.line}: {e.importer} imports {e.imported}"
