@@ -21,6 +21,7 @@ Where the rules are written:
     alerts/fabric.py                InfiniBand, PFC and RoCE alerts
     alerts/pcie.py                  PCIe link alerts
     alerts/agent.py                 the agent's own alerts
+    alerts/nodes.py                 a node's record across jobs: the nodes that keep hurting jobs
     alerts/render.py                the rule files and the PrometheusRule, as YAML
     alerts/compression.py           shorter windows for end-to-end tests (never in production)
 """
@@ -35,6 +36,7 @@ from alerts.hang import HANG_ALERTS, HANG_RECORDING
 from alerts.inference import INFERENCE_ALERTS
 from alerts.model import Alert, Group, Recording
 from alerts.nccl import NCCL_ALERTS, NCCL_RECORDING
+from alerts.nodes import NODE_ALERTS, NODE_RECORDING
 from alerts.pcie import PCIE_ALERTS
 from alerts.recording import (
     FABRIC_RECORDING,
@@ -59,6 +61,7 @@ RECORDING_GROUPS = (
     STORAGE_RECORDING,
     FABRIC_RECORDING,
     FLEET_RECORDING,
+    NODE_RECORDING,
 )
 
 # What the workloads on a node do: training, inference and their checkpoints.
@@ -80,6 +83,7 @@ ALERT_GROUPS = (
     PCIE_ALERTS,
     STORAGE_ALERTS,
     AGENT_ALERTS,
+    NODE_ALERTS,
 )
 
 

@@ -370,3 +370,28 @@ HEALTH_REASON_CHARACTERS = 80
 # What `--drain` puts before the reason, and the mark of a drain that is Lockstep's own: a node
 # drained with any other reason was drained by someone else and is left alone.
 HEALTH_DRAIN_PREFIX = "lockstep: "
+
+
+# --- A node's record across jobs (alerts/nodes.py, docs/alerting.md) ---------------------------
+
+# The alerts that name a node as what hurt a job: they carry the job's job_id and the instance of
+# the node whose rank straggled, stopped first or hung (tests/alerts: every one carries both).
+NODE_RECORD_ALERTS = (
+    "LockstepTrainingStraggler",
+    "LockstepTrainingStragglerSustained",
+    "LockstepGPUStraggler",
+    "LockstepGPUStragglerSustained",
+    "LockstepNCCLStraggler",
+    "LockstepTrainingHung",
+    "LockstepNCCLRankStuck",
+    "LockstepJobEndedHung",
+)
+# How far back a node's record reaches.
+NODE_RECORD_WINDOW = "7d"
+# Distinct jobs a node hurt in NODE_RECORD_WINDOW that make it a repeat offender (a "lemon"): by
+# chance, with a fleet's alerts falling on its nodes at random, a node is named in a job's alert
+# at rate r = (jobs named a week) / (nodes); three or more in a week has probability
+# 1 - e^-r (1 + r + r^2/2), 2e-5 a node at r = 0.05 (50 named jobs a week over 1,000 nodes): 0.02
+# nodes flagged a week by chance.  A fleet with r near 0.5 flags 1.4 % of its nodes by chance:
+# raise it (docs/alerting.md).
+NODE_JOBS_HURT = 3

@@ -21,6 +21,11 @@ Scenarios:
 - ``hang-save`` (defined by the workloads area, timeline.py): a synchronous save begins at HANG_AT
   and completes PAUSE later (its shards one by one, .metadata last); no regular save begins
   during it.
+- ``nccl-hang`` (defined by the NCCL area, nccl.py): no save begins after rank 13's process died
+  (nccl.HANG_AT, before the demo): a hung job saves nothing.  Its saves (and hang-save's long
+  one, which every scenario saved at HANG_AT until 01be991) made the hang a "twin" (a job
+  saving a checkpoint is not hung) from t = 60 on, and LockstepNCCLRankStuck, pending from ~65
+  s, fired only when it beat the save (a full run at 01be991: it did not).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.filesystem.statpool import STAT_TIMER, STATVFS
 from lockstep.simulation import Scenario
 from lockstep.simulation.host import BOOT_TIME
+from lockstep.simulation.nccl import HANG_AT as NCCL_HANG_AT
 from lockstep.simulation.timeline import HANG_AT, PAUSE, SLOW_ONSET, slow
 
 if TYPE_CHECKING:
@@ -284,7 +290,7 @@ def metadata_done(k: int) -> float:
 def _saves(scenario: str) -> list[int]:
     """The saves of the job, in the order they begin."""
     if scenario != "hang-save":
-        return list(range(1, 1000))
+        return [k for k in range(1, 1000) if k != HANG_SAVE]  # hang-save's own save is its alone
     during = range(int(EPOCH + HANG_AT), int(EPOCH + HANG_AT + PAUSE) + 1)
     regular = [k for k in range(1, 1000) if k != HANG_SAVE and int(save_begin(k)) not in during]
     return sorted([*regular, HANG_SAVE], key=save_begin)
@@ -294,7 +300,9 @@ def checkpoints(root: Path, scenario: str, now: float) -> None:
     """The save directories as they are at ``now``: finished shards, .metadata once complete."""
     stalled = scenario == "checkpoint-stall"
     last = STALLED_SAVE if stalled else LAST_SAVE if scenario == "checkpoint-overdue" else 1000
-    begun = [k for k in _saves(scenario) if save_begin(k) <= now and k <= last]
+    # The job begins no save once it hung (nccl-hang: its rank died before the demo began).
+    begins_until = min(now, EPOCH + NCCL_HANG_AT) if scenario == "nccl-hang" else now
+    begun = [k for k in _saves(scenario) if save_begin(k) <= begins_until and k <= last]
     complete = [k for k in begun if metadata_done(k) <= now and not (stalled and k == STALLED_SAVE)]
     keep = set(complete[-KEEP:]) | (set(begun) - set(complete))
     root.mkdir(parents=True, exist_ok=True)

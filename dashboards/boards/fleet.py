@@ -102,6 +102,23 @@ def worst_stragglers() -> list[Cell]:
     ]
 
 
+def nodes_that_hurt_jobs() -> list[Cell]:
+    """The nodes named by the most jobs' straggler and hang alerts: which to drain (alerts/nodes.py)."""
+    return [
+        table(
+            "Nodes that hurt jobs",
+            [(f"topk(20, instance:lockstep_jobs_hurt:count7d{{{CL}}})", "")],
+            "none",
+            f"Nodes by the distinct jobs whose straggler or hang alerts named them in the last "
+            f"{T.NODE_RECORD_WINDOW}. LockstepNodeHurtsJobs fires at {T.NODE_JOBS_HURT}: a node that keeps "
+            "hurting jobs while passing the checks between them. `lockstep health-check` on the node says "
+            "whether it needs a repair now (docs/health-check.md).",
+            above((T.NODE_JOBS_HURT, RED)),
+            width=24,
+        ),
+    ]
+
+
 def gpu_utilization() -> list[Cell]:
     """GPU utilization by cluster, and across nodes as a heatmap."""
     return [
@@ -128,6 +145,6 @@ def board() -> Board:
         "Lockstep / Fleet overview",
         "Every node and GPU of the selected clusters: what is down, what fires, which jobs run and their worst "
         "stragglers.",
-        [*headline_counts(), *firing_alerts(), *worst_stragglers(), *gpu_utilization()],
+        [*headline_counts(), *firing_alerts(), *worst_stragglers(), *nodes_that_hurt_jobs(), *gpu_utilization()],
         variables=[CLUSTER],
     )

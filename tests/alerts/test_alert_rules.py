@@ -69,6 +69,7 @@ PRODUCT_ALERTS = {
     "LockstepIOStall",
     "LockstepCollectorFailing",
     "LockstepAgentDown",
+    "LockstepNodeHurtsJobs",
 }
 
 STRAGGLER_ALERTS = {

@@ -253,6 +253,8 @@ PROVEN_ELSEWHERE = {
     # Fires after the hung job's end, 10 minutes after the stop (PyTorch's watchdog): longer than
     # this run.  Proven at the workload's own timing, as are the hangs' twins.
     "LockstepJobEndedHung": "tests/alerts/test_hangs_e2e.py, tests/alerts/test_alerts_replay.py (hang-killed)",
+    # A week of several jobs' alerts: proven on a 64-node fleet's backfilled alert history.
+    "LockstepNodeHurtsJobs": "tests/alerts/test_node_record_e2e.py",
 }
 
 

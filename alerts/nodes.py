@@ -1,0 +1,51 @@
+"""A node's record across jobs: the nodes that keep hurting jobs (issue 45's "lemon" nodes).
+
+Every per-job alert that names a node (a straggling rank's, the rank or GPU that stopped first in
+a hang: lockstep/thresholds.py NODE_RECORD_ALERTS) leaves its ALERTS series in Prometheus, with
+the job's job_id and the node's instance.  Counted over NODE_RECORD_WINDOW, the distinct jobs a
+node hurt are its record, and a node that hurt NODE_JOBS_HURT or more is a repeat offender:
+LockstepNodeHurtsJobs.  Each job is counted once however many of its alerts named the node.
+"""
+
+from __future__ import annotations
+
+from alerts.model import Alert, Group, Recording
+from alerts.promql import WHERE, by, regex
+from lockstep import thresholds as T
+
+JOBS_HURT = "instance:lockstep_jobs_hurt:count7d"
+NAMED = f'ALERTS{{alertstate="firing", alertname=~"{regex(T.NODE_RECORD_ALERTS)}", job_id!=""}}'
+# The node's jobs, each once: what the alert lists (a query of its annotation).
+NODE_JOBS = f"count by (job_id) (max_over_time({NAMED[:-1]}, cluster=%q, instance=%q}}[{T.NODE_RECORD_WINDOW}]))"
+JOBS_LIST = (
+    # A raw string (backquotes) for the query: it holds double quotes.
+    f'{{{{ range $i, $j := printf `{NODE_JOBS}` $labels.cluster $labels.instance | query | sortByLabel "job_id" }}}}'
+    "{{ if $i }}, {{ end }}{{ $j.Labels.job_id }}{{ end }}"
+)
+
+NODE_RECORDING = Group(
+    "lockstep-nodes.recording",
+    (
+        Recording(
+            JOBS_HURT,
+            f"count {by()} (\n  count {by('job_id')} (max_over_time({NAMED}[{T.NODE_RECORD_WINDOW}]))\n)",
+        ),
+    ),
+)
+
+NODE_ALERTS = Group(
+    "lockstep-nodes.alerts",
+    (
+        Alert(
+            "LockstepNodeHurtsJobs",
+            "warning",
+            "0m",
+            f"{JOBS_HURT} >= {T.NODE_JOBS_HURT}",
+            f"{WHERE} hurt {{{{ $value }}}} jobs in {T.NODE_RECORD_WINDOW}",
+            f"{WHERE} was named by the straggler or hang alerts of {{{{ $value }}}} distinct jobs in the last "
+            f"{T.NODE_RECORD_WINDOW} (jobs {JOBS_LIST}): more than chance puts on one node. A node that "
+            "throttles now and then, flaps a link or loses a GPU's pace hurts a different job each day and "
+            "passes the checks between jobs. Confirm it, drain it and return it as the runbook says.",
+        ),
+    ),
+)
