@@ -13,7 +13,7 @@ from alerts.model import Alert, Group, Recording
 from alerts.promql import WHERE, by, regex
 from lockstep import thresholds as T
 
-JOBS_HURT = "instance:lockstep_jobs_hurt:count7d"
+JOBS_HURT = T.NODE_JOBS_HURT_RECORD
 NAMED = f'ALERTS{{alertstate="firing", alertname=~"{regex(T.NODE_RECORD_ALERTS)}", job_id!=""}}'
 # The node's jobs, each once: what the alert lists (a query of its annotation).
 NODE_JOBS = f"count by (job_id) (max_over_time({NAMED[:-1]}, cluster=%q, instance=%q}}[{T.NODE_RECORD_WINDOW}]))"

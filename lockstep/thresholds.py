@@ -386,8 +386,10 @@ NODE_RECORD_ALERTS = (
     "LockstepNCCLRankStuck",
     "LockstepJobEndedHung",
 )
-# How far back a node's record reaches.
+# How far back a node's record reaches, and the record's name (the rules write it; the health
+# check reads it).
 NODE_RECORD_WINDOW = "7d"
+NODE_JOBS_HURT_RECORD = "instance:lockstep_jobs_hurt:count7d"
 # Distinct jobs a node hurt in NODE_RECORD_WINDOW that make it a repeat offender (a "lemon"): by
 # chance, with a fleet's alerts falling on its nodes at random, a node is named in a job's alert
 # at rate r = (jobs named a week) / (nodes); three or more in a week has probability

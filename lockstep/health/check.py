@@ -14,7 +14,9 @@ Exit status, node-problem-detector's custom plugin protocol: 0 healthy, 1 unheal
 from __future__ import annotations
 
 import base64
+import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -52,6 +54,33 @@ class AgentAccess:
     url: str
     user: str | None = None
     password: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordAccess:
+    """Where the node's record across jobs is: a Prometheus with Lockstep's rules, and the
+    node's instance label there."""
+
+    prometheus: str
+    instance: str
+
+
+def node_record(record: RecordAccess, deadline: Deadline) -> tuple[Finding | None, str | None]:
+    """(the repeat_offender finding, or None; why the record could not be read, or None)."""
+    from lockstep.report.prometheus import Prometheus, ReportError
+
+    selector = f"{T.NODE_JOBS_HURT_RECORD}{{instance={json.dumps(record.instance)}}}"
+    try:
+        prometheus = Prometheus(record.prometheus, timeout=max(0.1, deadline.left()), deadline=deadline)
+        found = prometheus.query(selector, time.time())
+    except ReportError as exc:
+        return None, f"the node's record in Prometheus: {exc}"
+    jobs = max((sample.value for sample in found), default=0.0)
+    if jobs >= T.NODE_JOBS_HURT:
+        return Finding(
+            "repeat_offender", f"hurt {jobs:.0f} jobs in {T.NODE_RECORD_WINDOW} (LockstepNodeHurtsJobs)"
+        ), None
+    return None, None
 
 
 def one_line(parts: list[str]) -> str:
@@ -126,9 +155,15 @@ def in_time(work: Callable[[], bytes], deadline: Deadline) -> bytes | None:
     return result[0] if result else None
 
 
-def check(access: AgentAccess, local_round: Callable[[], bytes] | None, seconds: float) -> Outcome:
+def check(
+    access: AgentAccess,
+    local_round: Callable[[], bytes] | None,
+    seconds: float,
+    record: RecordAccess | None = None,
+) -> Outcome:
     """The node's health, from the agent at access.url, or one round of the collectors
-    (local_round) where none listens there; within `seconds` in all."""
+    (local_round) where none listens there, and with `record` the node's record in Prometheus;
+    within `seconds` in all."""
     deadline = Deadline(seconds)
     agent_deadline = Deadline(min(seconds, T.HEALTH_AGENT_SECONDS))
     try:
@@ -154,4 +189,11 @@ def check(access: AgentAccess, local_round: Callable[[], bytes] | None, seconds:
         return Outcome(Status.UNKNOWN, one_line([f"{source}: not an exposition ({exc})"]))
     if not exposition.get("lockstep_collector_state"):
         return Outcome(Status.UNKNOWN, one_line([f"{source}: not a Lockstep agent (no lockstep_collector_state)"]))
-    return outcome_of(judge(exposition), source)
+    judgement = judge(exposition)
+    if record is not None:
+        finding, problem = node_record(record, deadline)
+        if finding is not None:
+            judgement.findings.append(finding)
+        if problem is not None:
+            judgement.undecided.append(problem)
+    return outcome_of(judgement, source)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import socket
 import sys
+import urllib.parse
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -46,6 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--node", metavar="NAME", help="Slurm's name for this node (default $SLURMD_NODENAME or the short host name)"
     )
+    parser.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help="a Prometheus with Lockstep's rules: the node's record across jobs is judged too (repeat_offender)",
+    )
+    parser.add_argument(
+        "--instance",
+        metavar="LABEL",
+        help="this node's instance label in that Prometheus (default: the short host name and the agent's port)",
+    )
 
 
 def _positive(text: str) -> float:
@@ -58,6 +70,13 @@ def _positive(text: str) -> float:
     return value
 
 
+def default_instance(agent_url: str) -> str:
+    """The instance label Prometheus gives this node's agent where it scrapes it by host name:
+    the short host name and the agent's port."""
+    port = urllib.parse.urlsplit(agent_url).port or 12400
+    return f"{socket.gethostname().split('.')[0]}:{port}"
+
+
 def unknown(problems: Sequence[str]) -> int:
     """The configuration could not be loaded: unknown, in the one line the protocol reads."""
     print(f"unknown: {problems[0] if problems else 'configuration'}")
@@ -67,7 +86,7 @@ def unknown(problems: Sequence[str]) -> int:
 
 
 def run(args: argparse.Namespace, default_url: str, local_round: Callable[[], bytes] | None) -> int:
-    from lockstep.health.check import AgentAccess, Outcome, Status, check, one_line
+    from lockstep.health.check import AgentAccess, Outcome, RecordAccess, Status, check, one_line
     from lockstep.health.drain import DrainError, drain, node_name
     from lockstep.report.transport import Deadline
 
@@ -82,7 +101,10 @@ def run(args: argparse.Namespace, default_url: str, local_round: Callable[[], by
             )
             return Status.UNKNOWN
     access = AgentAccess(args.agent or default_url, args.agent_user, password)
-    outcome = check(access, local_round, args.timeout)
+    record = None
+    if args.prometheus:
+        record = RecordAccess(args.prometheus, args.instance or default_instance(access.url))
+    outcome = check(access, local_round, args.timeout, record)
     print(outcome.printed(), flush=True)
     for line in outcome.details:
         print(f"lockstep: {line}", file=sys.stderr)

@@ -40,8 +40,10 @@ VERDICTS = (
     Verdict("ib_port_degraded", "infiniband", "a port's rate is below the fastest port of its link layer on the node"),
     Verdict("hca_pcie_degraded", "pcie", "an HCA's PCIe link trained below its maximum width or generation"),
     Verdict("filesystem_hung", "filesystem", "a mount's statfs does not answer (its NFS/Lustre server or FUSE daemon)"),
+    # From Prometheus (--prometheus), not the agent: the node's record across jobs (alerts/nodes.py).
+    Verdict("repeat_offender", "", "the straggler or hang alerts of NODE_JOBS_HURT or more jobs named it in 7 days"),
 )  # fmt: skip
-JUDGED_COLLECTORS = tuple(dict.fromkeys(v.collector for v in VERDICTS))
+JUDGED_COLLECTORS = tuple(dict.fromkeys(v.collector for v in VERDICTS if v.collector))
 IB_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 5: "ACTIVE_DEFER"}
 
 

@@ -23,7 +23,8 @@ import yaml
 
 from alerts import render
 from lockstep import thresholds as T
-from tests.support import REPO, free_port, http_get, require_real, wait_until
+from tests.support import REPO, free_port, http_get, lockstep, require_real, wait_until
+from tests.support.agent_http import agent, answer, exposition
 from tests.support.prometheus import PROMETHEUS, backfill, query_alerts, start_prometheus, stop_all
 
 pytestmark = pytest.mark.e2e
@@ -133,3 +134,13 @@ def test_the_alert_names_the_two_lemons_with_their_jobs_and_no_other_node(promet
     described = firing()
     assert "of 4 distinct jobs in the last 7d (jobs 7001, 7002, 7003, 7004)" in described["n07:12400"]
     assert "of 3 distinct jobs in the last 7d (jobs 4201, 4202, 4203)" in described["n42:12400"]
+
+
+def test_the_health_check_reads_the_record_and_names_a_lemon_unhealthy(prometheus: str) -> None:
+    """`lockstep health-check --prometheus`: a lemon's healthy agent, and the record decides."""
+    wait_until(lambda: len(query(prometheus, T.NODE_JOBS_HURT_RECORD)) == len(expected_counts()), what="the record")
+    with agent(answer(200, exposition("healthy").encode())) as url:
+        lemon = lockstep("health-check", "--agent", url, "--prometheus", prometheus, "--instance", "n07:12400")
+        other = lockstep("health-check", "--agent", url, "--prometheus", prometheus, "--instance", "n13:12400")
+    assert (lemon.returncode, lemon.stdout) == (1, "unhealthy: hurt 4 jobs in 7d (LockstepNodeHurtsJobs)\n")
+    assert (other.returncode, other.stdout.split(" (")[0]) == (0, "healthy: 8 GPUs, 10 IB ports, 7 mounts")

@@ -12,9 +12,10 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from lockstep.health.check import AgentAccess, Status, check
+from lockstep.health.check import AgentAccess, RecordAccess, Status, check
 from tests.support import free_port
 from tests.support.agent_http import agent, answer, exposition
+from tests.support.fake_prometheus import FakePrometheus, Rule, serving, vector
 
 LOST = exposition("gpu-lost").encode()
 
@@ -139,3 +140,30 @@ def test_an_agent_answering_an_error_is_unknown(status: int) -> None:
         outcome = check(AgentAccess(url), None, 10)
     assert outcome.status == Status.UNKNOWN
     assert outcome.line.startswith(f"the agent at {url} answered HTTP {status}")
+
+
+HEALTHY = exposition("healthy").encode()
+
+
+def test_a_node_whose_record_names_it_in_enough_jobs_is_unhealthy() -> None:
+    rule = Rule(r"^instance:lockstep_jobs_hurt:count7d\{", vector(({"instance": "n07:12400"}, 4.0)))
+    with serving(FakePrometheus([rule])) as fake, agent(answer(200, HEALTHY)) as url:
+        outcome = check(AgentAccess(url), None, 10, RecordAccess(fake.url, "n07:12400"))
+    assert (outcome.status, outcome.line) == (Status.UNHEALTHY, "hurt 4 jobs in 7d (LockstepNodeHurtsJobs)")
+    assert fake.seen == ['instance:lockstep_jobs_hurt:count7d{instance="n07:12400"}']
+
+
+def test_a_node_below_the_record_threshold_or_with_none_is_healthy() -> None:
+    below = Rule(r"^instance:lockstep_jobs_hurt:count7d\{", vector(({"instance": "n13:12400"}, 2.0)))
+    with serving(FakePrometheus([below])) as fake, agent(answer(200, HEALTHY)) as url:
+        assert check(AgentAccess(url), None, 10, RecordAccess(fake.url, "n13:12400")).status == Status.HEALTHY
+    with serving(FakePrometheus([])) as fake, agent(answer(200, HEALTHY)) as url:  # never named: no series
+        assert check(AgentAccess(url), None, 10, RecordAccess(fake.url, "n01:12400")).status == Status.HEALTHY
+
+
+def test_a_record_that_cannot_be_read_is_undecided() -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"
+    with agent(answer(200, HEALTHY)) as url:
+        outcome = check(AgentAccess(url), None, 10, RecordAccess(nobody, "n01:12400"))
+    assert outcome.status == Status.UNKNOWN
+    assert outcome.line.startswith("the node's record in Prometheus: ")
