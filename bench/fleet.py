@@ -14,6 +14,8 @@ For each N it:
    - east's first job has one straggler node (scenario straggler: rank 3 on GPU 3 computes slower);
      west's first job stalls a quarter into the history (its training counters stop);
    - one west node has a hung NFS mount (scenario nfs-server-down);
+   - every eighth training node, and the straggler's, named by its job's straggler alert all
+     through the history (ALERTS series: the node record's inputs, alerts/nodes.py);
    - values: counters (and histogram samples) go on at the rate the two moments show, gauges
      alternate between the two moments' values, `*_timestamp_seconds` keep the age they had;
    - by default only the families the shipped rules and the fleet dashboard read (about half of a
@@ -238,6 +240,32 @@ def tracks(
             yield Track(
                 f"{series.name}{{{text}}}", series.kind, series.first, series.second, stall_at if stalls else None
             )
+
+
+# Every NAMED_EVERY-th training node was named by its job's straggler alert all through the
+# history (ALERTS, as Prometheus writes it while an alert fires), and so was the straggler node:
+# the node record's inputs (alerts/nodes.py).  A fleet whose alerts named one node in eight in a
+# week, the history's hour standing for the week the record reads.
+NAMED_EVERY = 8
+
+
+def alert_history(plan_: FleetPlan) -> Iterator[Track]:
+    named = [n for n in plan_.nodes if n.job_id and n.index % NAMED_EVERY == 0]
+    named += [n for n in plan_.nodes if f"{n.name}:12400" == plan_.straggler[1] and n not in named]
+    for node in named:
+        labels = {
+            "alertname": "LockstepTrainingStragglerSustained",
+            "alertstate": "firing",
+            "cluster": node.cluster,
+            "instance": f"{node.name}:12400",
+            "job": T.AGENT_JOB,
+            "job_id": node.job_id or "",
+            "rank": str(8 * node.position + 3),
+            "severity": "warning",
+        }
+        yield Track(
+            "ALERTS{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}", "gauge", 1.0, 1.0, None
+        )
 
 
 def value_at(track: Track, t: float, start: float, k: int) -> float:
@@ -496,7 +524,7 @@ def run(
     # than the stall alert's window and a quarter (the test's 10 minutes): then it never moves.
     stall_at = max(start, min(start + (now - start) / 4, now - 15 * 60))
     families = None if all_series else referenced_families()
-    fleet_tracks = list(tracks(fleet, base, families, start, stall_at))
+    fleet_tracks = [*tracks(fleet, base, families, start, stall_at), *alert_history(fleet)]
     openmetrics = directory / "fleet.om.txt"
     samples = write_openmetrics(openmetrics, fleet_tracks, start, end, step)
     generated = time.perf_counter()

@@ -17,7 +17,8 @@ def test_a_hung_nccl_job_begins_no_save_and_a_healthy_one_saves_on(tmp_path: Pat
     checkpoints(tmp_path / "healthy", "healthy", EPOCH + 120)
     checkpoints(tmp_path / "hung", "nccl-hang", EPOCH + 120)
     healthy, hung = saves(tmp_path / "healthy"), saves(tmp_path / "hung")
-    in_progress = [name for name, complete in healthy.items() if not complete]
+    # (Besides hang-save's long save, which every other scenario saves at t = 60: storage._saves.)
+    in_progress = [name for name, complete in healthy.items() if not complete and name != "step_999000"]
     assert len(in_progress) == 1
     # The hung job's saves are those that completed before its rank died (t = -120), no more.
     assert in_progress[0] not in hung and all(hung.values())
