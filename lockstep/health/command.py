@@ -9,7 +9,6 @@ Slurm (drain.py), and what was done is said on stderr.
 from __future__ import annotations
 
 import argparse
-import math
 import socket
 import sys
 import urllib.parse
@@ -17,6 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from lockstep import thresholds as T
+from lockstep.report.command import positive
 
 # The agent's CLI imports this module for the flags; the check itself (HTTP, the parser, the
 # verdicts) is imported when one runs: a running agent never loads it.
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--timeout",
-        type=_positive,
+        type=positive,
         default=T.HEALTH_CHECK_SECONDS,
         metavar="SECONDS",
         help=f"the whole check's deadline: past it, the answer is unknown (default {T.HEALTH_CHECK_SECONDS:g})",
@@ -58,16 +58,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="LABEL",
         help="this node's instance label in that Prometheus (default: the short host name and the agent's port)",
     )
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number above 0")
-    return value
 
 
 def default_instance(agent_url: str) -> str:

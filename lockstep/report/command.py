@@ -52,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grafana", metavar="URL", default=GRAFANA_URL, help="Grafana base URL for the link")
     parser.add_argument(
         "--timeout",
-        type=_positive,
+        type=positive,
         default=REPORT_SECONDS,
         metavar="SECONDS",
         help=f"the whole report's deadline: beyond it, it fails (default {REPORT_SECONDS:g})",
@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-answer",
         dest="max_answer",
-        type=_positive,
+        type=positive,
         default=MAX_ANSWER_MIB,
         metavar="MIB",
         help=f"the largest answer read from Prometheus, in MiB (default {MAX_ANSWER_MIB})",
@@ -72,7 +72,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--time-scale", dest="time_scale", type=float, default=1.0, help=argparse.SUPPRESS)
 
 
-def _positive(text: str) -> float:
+def positive(text: str) -> float:
+    """An argparse type: a finite number above 0 (a deadline, a size); `health-check` uses it too."""
     try:
         value = float(text)
     except ValueError:
