@@ -1,4 +1,5 @@
-"""`lockstep report JOB_ID`: its flags, and the command (read the stored report, or make one).
+"""`lockstep report JOB_ID` and `lockstep report --node NAME`: their flags, and the command (read
+the stored report, or make one; a node's story is made each time, lockstep/report/node.py).
 
 Exit status: 0 a report was written; 1 none could be made (Prometheus unreachable, job unknown,
 a bad URL, a store or output file that cannot be read or written), said in one line; 2 bad usage.
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.report import store
 from lockstep.report.prometheus import MAX_ANSWER_MIB, REPORT_SECONDS, ReportError
-from lockstep.thresholds import GRAFANA_URL
+from lockstep.thresholds import GRAFANA_URL, NODE_RECORD_WINDOW
 
 if TYPE_CHECKING:
     from lockstep.report.model import Report
@@ -28,7 +29,22 @@ DEFAULT_PROMETHEUS = "http://localhost:9090"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("job_id", metavar="JOB_ID", help="Slurm job id, or the job_id of the training/NCCL series")
+    parser.add_argument(
+        "job_id", metavar="JOB_ID", nargs="?", help="Slurm job id, or the job_id of the training/NCCL series"
+    )
+    parser.add_argument(
+        "--node",
+        metavar="NAME",
+        help="a node's story instead of a job's: the jobs it hurt and its own faults (its Slurm node name, "
+        "host name or agent instance)",
+    )
+    parser.add_argument(
+        "--since",
+        type=_window,
+        default=NODE_RECORD_WINDOW,
+        metavar="DURATION",
+        help=f"with --node: how far back (7d, 36h, 90m; default {NODE_RECORD_WINDOW}, the node record's window)",
+    )
     parser.add_argument(
         "--prometheus",
         metavar="URL",
@@ -83,6 +99,17 @@ def positive(text: str) -> float:
     return value
 
 
+def _window(text: str) -> str:
+    """An argparse type: a duration as Prometheus writes one (checked here, kept as written)."""
+    from lockstep.report.node import since_seconds
+
+    try:
+        since_seconds(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text.strip()
+
+
 def render(report: Report, fmt: str) -> str:
     from lockstep.report import html, text
     from lockstep.report.model import to_json
@@ -107,6 +134,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if (args.job_id is None) == (args.node is None):
+        print("lockstep: report: give a JOB_ID or --node NAME (one of them)", file=sys.stderr)
+        return 2
+    if args.node is not None:
+        return _node_report(args)
     from lockstep.report.build import build_report
     from lockstep.report.prometheus import Prometheus
     from lockstep.report.transport import Deadline
@@ -153,7 +185,33 @@ def _run(args: argparse.Namespace) -> int:
         print(f"lockstep: report of job {args.job_id} stored in {path}", file=sys.stderr)
         if args.output is None:
             return 0
-    body = render(report, args.format)
+    return _write(args, render(report, args.format))
+
+
+def _node_report(args: argparse.Namespace) -> int:
+    import time
+
+    from lockstep.report import node
+    from lockstep.report.prometheus import Prometheus
+    from lockstep.report.transport import Deadline
+
+    if args.save or args.refresh:
+        print("lockstep: report: --save and --refresh are for a job's report, not --node", file=sys.stderr)
+        return 2
+    url = args.prometheus or os.environ.get(PROMETHEUS_ENV) or DEFAULT_PROMETHEUS
+    prometheus = Prometheus(url, deadline=Deadline(args.timeout), max_answer_bytes=int(args.max_answer * 2**20))
+    report = node.build_node_report(
+        prometheus,
+        args.node,
+        args.cluster,
+        now=time.time() if args.at is None else args.at,
+        since=node.since_seconds(args.since),
+        grafana_url=args.grafana,
+    )
+    return _write(args, node.render(report, args.format))
+
+
+def _write(args: argparse.Namespace, body: str) -> int:
     if args.output is None:
         sys.stdout.write(body)
         sys.stdout.flush()

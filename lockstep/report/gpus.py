@@ -10,6 +10,7 @@ from lockstep.report.model import Gpu
 from lockstep.report.prometheus import Sample
 from lockstep.report.scope import (
     Scope,
+    events_in,
     host_of_instance,
     increase_over_job,
     natural,
@@ -55,11 +56,11 @@ def gpu_section(scope: Scope) -> list[Gpu]:
     each(f"max_over_time({scope.nodes('lockstep_gpu_power_watts')}[{whole}])", setter("power_max_watts"))
     increased("lockstep_gpu_clock_event_seconds_total", "reason", lambda g: g.throttle_seconds, 1)
     increased("lockstep_gpu_ecc_errors_total", "type", lambda g: g.ecc_errors, None)
-    # The agent's own XID count starts again with the agent (a restart inside the job is a
-    # reset the edges would not see); its series exist only on GPUs that had one, so increase()
-    # reads few samples.
+    # The agent's own XID count is born at a GPU's first XID and starts again with the agent (a
+    # restart inside the job is a reset the edges would not see); its series exist only on GPUs
+    # that had one, so reading them over the job reads few samples.
     each(
-        f"increase({scope.nodes('lockstep_gpu_xid_errors_total')}[{whole}]) > 0",
+        f"{events_in(scope.nodes('lockstep_gpu_xid_errors_total'), whole)} > 0",
         lambda g, s: g.xid_errors.__setitem__(s.labels.get("xid", "?"), round(s.value)),
     )
     # Reasons without a time counter (NVML has none for hw_slowdown, and older drivers none at

@@ -12,6 +12,7 @@ name exactly the two lemons with their jobs, and the record count every node as 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import time
@@ -52,6 +53,32 @@ HISTORY: dict[str, list[tuple[str, str, float, float]]] = {
     "n33": [("LockstepTrainingStragglerSustained", "", 2.0, 2)],
 }
 PENDING = {"n61": ("LockstepNCCLRankStuck", "6101", 4.5, 1)}  # never fired
+# The lemon n07's own faults, as its agent exports them: (metric, labels, [(day, value from then)]).
+# GPU 3 fell off the bus at day 3.5 (XID 79, its first: the agent's XID series is born at 1) for
+# 30 minutes, then a row remapping was pending 2 hours; mlx5_0 port 1 went down twice; GPU 5 was
+# held down for heat 10 minutes (and by the power cap for hours: not a fault of the node's).
+LOST = 3.5
+FAULTS: list[tuple[str, dict[str, str], list[tuple[float, float]]]] = [
+    ("lockstep_gpu_up", {"gpu": "0", "uuid": "GPU-7-0"}, [(0, 1)]),
+    ("lockstep_gpu_up", {"gpu": "3", "uuid": "GPU-7-3"}, [(0, 1), (LOST, 0), (LOST + 30 / 1440, 1)]),
+    ("lockstep_gpu_xid_errors_total", {"gpu": "3", "uuid": "GPU-7-3", "xid": "79"}, [(LOST, 1)]),
+    (
+        "lockstep_gpu_row_remapping_pending",
+        {"gpu": "3", "uuid": "GPU-7-3"},
+        [(0, 0), (LOST + 30 / 1440, 1), (LOST + 150 / 1440, 0)],
+    ),
+    ("lockstep_ib_port_link_downed_total", {"device": "mlx5_0", "port": "1"}, [(0, 0), (1.0, 1), (4.2, 2)]),
+    *[
+        (
+            "lockstep_gpu_clock_event_seconds_total",
+            {"gpu": "5", "uuid": "GPU-7-5", "reason": reason},
+            [(0, 0), *[(2.0 + k / 1440, 60.0 * (k + 1)) for k in range(minutes)]],  # held all the time
+        )
+        for reason, minutes in (("hw_thermal_slowdown", 10), ("sw_power_cap", 300))
+    ],
+]
+# n42's Slurm node name differs from its host name: `report --node gpu-n42` finds it.
+NODE_INFO = ("lockstep_slurm_node_info", {"slurm_node": "gpu-n42"}, [(0, 1)])
 
 
 def openmetrics(now: float) -> str:
@@ -76,8 +103,21 @@ def openmetrics(now: float) -> str:
             at = first + k * STEP
             if at < now - STEP:
                 lines.append(f"ALERTS{{{shown}}} 1 {at:.0f}")
+    for (name, labels, steps), node in [*((fault, "n07") for fault in FAULTS), (NODE_INFO, "n42")]:
+        shown = ",".join(f'{k}="{v}"' for k, v in {**labels, **agent_labels(node)}.items())
+        if f"# TYPE {name} gauge" not in lines:  # (a family's series follow each other in FAULTS)
+            lines.append(f"# TYPE {name} gauge")
+        for k in range(int(6.5 * DAY / STEP) - 1):
+            at = start + k * STEP
+            values = [v for day, v in steps if start + day * DAY <= at]
+            if values:  # (a series begins at its first step)
+                lines.append(f"{name}{{{shown}}} {values[-1]} {at:.0f}")
     # promtool wants each series' samples together and in time order.
     return "\n".join(lines) + "\n# EOF\n"
+
+
+def agent_labels(node: str) -> dict[str, str]:
+    return {"cluster": "fleet", "instance": f"{node}:12400", "job": T.AGENT_JOB}
 
 
 def expected_counts() -> dict[str, int]:
@@ -90,11 +130,17 @@ def expected_counts() -> dict[str, int]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def now() -> float:
+    """When the history ends (STEP before it) and the rules and reports look at it."""
+    return time.time()
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory: pytest.TempPathFactory, now: float) -> Iterator[str]:
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     tmp = tmp_path_factory.mktemp("node-record")
     history = tmp / "history.om"
-    history.write_text(openmetrics(time.time()))
+    history.write_text(openmetrics(now))
     backfill(history, tmp / "tsdb")
     rule_files = [REPO / path for path in render.RULE_FILES.values()]
     config = {"global": {"evaluation_interval": "1s"}, "rule_files": [str(p) for p in rule_files]}
@@ -144,3 +190,83 @@ def test_the_health_check_reads_the_record_and_names_a_lemon_unhealthy(prometheu
         other = lockstep("health-check", "--agent", url, "--prometheus", prometheus, "--instance", "n13:12400")
     assert (lemon.returncode, lemon.stdout) == (1, "unhealthy: hurt 4 jobs in 7d (LockstepNodeHurtsJobs)\n")
     assert (other.returncode, other.stdout.split(" (")[0]) == (0, "healthy: 8 GPUs, 10 IB ports, 7 mounts")
+
+
+def firing(node: str, now: float) -> list[tuple[str, list[str], float, float]]:
+    """The node's jobs as the history has them: each job once, the alerts that named the node in
+    it, the first and last sample of them (as written: whole seconds), in order of the first."""
+    start = now - 6.5 * DAY
+    jobs: dict[str, tuple[set[str], float, float]] = {}
+    for name, job_id, day, hours in HISTORY[node]:
+        first = start + day * DAY
+        times = [
+            float(f"{first + k * STEP:.0f}") for k in range(int(hours * 3600 / STEP)) if first + k * STEP < now - STEP
+        ]
+        names, low, high = jobs.get(job_id, (set(), math.inf, -math.inf))
+        jobs[job_id] = (names | {name}, min(low, times[0]), max(high, times[-1]))
+    return sorted(((job_id, sorted(n), lo, hi) for job_id, (n, lo, hi) in jobs.items()), key=lambda j: j[2])
+
+
+def test_report_node_tells_a_lemons_story(prometheus: str, now: float) -> None:
+    """`lockstep report --node`: the jobs the node hurt, when and by which alerts, and its own
+    faults over the week, from the real Prometheus holding the history."""
+    result = lockstep("report", "--node", "n07", "--prometheus", prometheus, "--format", "json", "--at", f"{now:.3f}")
+    assert result.returncode == 0, result.stderr
+    story = json.loads(result.stdout)
+    assert (story["node"], story["cluster"], story["instances"]) == ("n07", "fleet", ["n07:12400"])
+    assert [(j["job_id"], j["alerts"], j["first"], j["last"]) for j in story["jobs"]] == firing("n07", now)
+    assert [j["report"] for j in story["jobs"]] == [f"lockstep report {j}" for j in ("7001", "7002", "7003", "7004")]
+    assert story["faults"] == [
+        {
+            "kind": "gpu_lost",
+            "where": "GPU 3",
+            "what": "lost (fell off the bus or unreachable)",
+            "count": 1800,
+            "unit": "s",
+        },
+        {"kind": "link_down", "where": "mlx5_0 port 1", "what": "link went down", "count": 2, "unit": ""},
+        {"kind": "row_remapping_pending", "where": "GPU 3", "what": "a row remapping pending", "count": 1, "unit": ""},
+        {
+            "kind": "throttled",
+            "where": "GPU 5",
+            "what": "clocks held down: hw_thermal_slowdown",
+            "count": 600,
+            "unit": "s",
+        },
+        {"kind": "xid", "where": "GPU 3", "what": "XID 79", "count": 1, "unit": ""},
+    ]
+    assert story["verdict"] == (
+        "n07 was named by the straggler or hang alerts of 4 jobs in the last 7d: a repeat offender "
+        "(LockstepNodeHurtsJobs at 3); its own faults: gpu_lost, link_down, row_remapping_pending, throttled, xid."
+    )
+    page = lockstep("report", "--node", "n07", "--prometheus", prometheus, "--format", "html", "--at", f"{now:.3f}")
+    assert page.returncode == 0, page.stderr
+    for job_id, _, first, _ in firing("n07", now):
+        since = int(first - 3600) * 1000
+        assert (
+            f"/d/{T.SLURM_JOB_DASHBOARD_UID}?var-cluster=fleet&amp;var-job_id={job_id}&amp;from={since}" in page.stdout
+        )
+
+
+def test_report_node_finds_a_node_by_its_slurm_name_and_says_it_has_no_fault(prometheus: str, now: float) -> None:
+    result = lockstep("report", "--node", "gpu-n42", "--prometheus", prometheus, "--at", f"{now:.3f}")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "Node gpu-n42 (cluster fleet)"
+    assert lines[1].endswith("UTC; agents: n42:12400")
+    assert lines[3:5] == [
+        "gpu-n42 was named by the straggler or hang alerts of 3 jobs in the last 7d: a repeat offender",
+        "(LockstepNodeHurtsJobs at 3); no fault of its own recorded.",
+    ]
+    assert [line.split()[0] for line in lines if line.startswith("  42")] == ["4201", "4202", "4203"]
+    assert lines[-2:] == ["Its own faults (0)", "  none"]
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_report_node_of_an_unknown_node_is_one_line(prometheus: str, now: float) -> None:
+    result = lockstep("report", "--node", "n99", "--prometheus", prometheus, "--since", "36h")
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"lockstep: report: node n99 is unknown to Prometheus at {prometheus} (no agent or alert named it in the "
+        "last 36h)\n"
+    )
