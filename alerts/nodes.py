@@ -12,6 +12,7 @@ from __future__ import annotations
 from alerts.model import Alert, Group, Recording
 from alerts.promql import WHERE, by, regex
 from lockstep import thresholds as T
+from lockstep.node_faults import GPU_LOST, GPUS_LOST, GPUS_LOST_RECORD, NODE_FAULTS
 
 JOBS_HURT = T.NODE_JOBS_HURT_RECORD
 NAMED = f'ALERTS{{alertstate="firing", alertname=~"{regex(T.NODE_RECORD_ALERTS)}", job_id!=""}}'
@@ -23,6 +24,21 @@ JOBS_LIST = (
     "{{ if $i }}, {{ end }}{{ $j.Labels.job_id }}{{ end }}"
 )
 
+
+def _own_faults() -> str:
+    """The node's own faults in the window, from its records: "XID errors xid 79: 1; ..."."""
+
+    def listed(record: str, says: str, by: tuple[str, ...] = (), unit: str = "") -> str:
+        detail = "".join(f"{{{{ with .Labels.{label} }}}} {label} {{{{ . }}}}{{{{ end }}}}" for label in by)
+        return (
+            f"{{{{ range printf `{record}{{cluster=%q,instance=%q}}` $labels.cluster $labels.instance | query }}}}"
+            f"{says}{detail}: {{{{ .Value }}}}{unit and ' ' + unit}; {{{{ end }}}}"
+        )
+
+    faults = [listed(f.record, f.says, f.by, f.unit) for f in NODE_FAULTS]
+    return "".join([*faults, listed(GPUS_LOST_RECORD, "GPUs lost at once (most)")])
+
+
 NODE_RECORDING = Group(
     "lockstep-nodes.recording",
     (
@@ -30,6 +46,11 @@ NODE_RECORDING = Group(
             JOBS_HURT,
             f"count {by()} (\n  count {by('job_id')} (max_over_time({NAMED}[{T.NODE_RECORD_WINDOW}]))\n)",
         ),
+        # The node's own faults (lockstep/node_faults.py): one series a node that had one.
+        *(Recording(fault.record, f"sum {by(*fault.by)} (\n  {fault.per_series()}\n) > 0") for fault in NODE_FAULTS),
+        # GPUs lost: the count now is sparse (only nodes with one lost), so its week is cheap.
+        Recording(GPUS_LOST, f"count {by()} ({GPU_LOST})"),
+        Recording(GPUS_LOST_RECORD, f"max_over_time({GPUS_LOST}[{T.NODE_RECORD_WINDOW}])"),
     ),
 )
 
@@ -45,7 +66,9 @@ NODE_ALERTS = Group(
             f"{WHERE} was named by the straggler or hang alerts of {{{{ $value }}}} distinct jobs in the last "
             f"{T.NODE_RECORD_WINDOW} (jobs {JOBS_LIST}): more than chance puts on one node. A node that "
             "throttles now and then, flaps a link or loses a GPU's pace hurts a different job each day and "
-            "passes the checks between jobs. Confirm it, drain it and return it as the runbook says.",
+            f"passes the checks between jobs. Its own faults in that time, where it had any: {_own_faults()}"
+            "`lockstep report --node {{ $labels.instance }}` tells its story. Confirm it, drain it and return it "
+            "as the runbook says.",
         ),
     ),
 )

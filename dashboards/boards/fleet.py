@@ -7,6 +7,7 @@ from dashboards.board import Board
 from dashboards.panels import NONE_BAD, RED, Cell, above, below, heatmap, stat, table, timeseries
 from dashboards.variables import CLUSTER
 from lockstep import thresholds as T
+from lockstep.node_faults import GPUS_LOST_RECORD, NODE_FAULTS
 
 # The fleet dashboard selects on the cluster only: it shows every node.
 CL = 'cluster=~"$cluster"'
@@ -114,9 +115,24 @@ def nodes_that_hurt_jobs() -> list[Cell]:
             "hurting jobs while passing the checks between them. `lockstep health-check` on the node says "
             "whether it needs a repair now (docs/health-check.md).",
             above((T.NODE_JOBS_HURT, RED)),
-            width=24,
+        ),
+        table(
+            "Nodes' own faults",
+            [(f"sum by (cluster, instance) ({record}{{{CL}}})", "") for record, _ in OWN_FAULTS],
+            "none",
+            f"What each node showed itself in the last {T.NODE_RECORD_WINDOW} (lockstep/node_faults.py), one "
+            "column a fault, nodes with none left out. `lockstep report --node NAME` tells a node's story: "
+            "which GPU or port, and the jobs it hurt.",
+            rename={f"Value #{letter}": title for letter, (_, title) in zip("ABCDEFGH", OWN_FAULTS)},
         ),
     ]
+
+
+# The node record's faults as the fleet table's columns (its record, its column's title).
+OWN_FAULTS = (
+    *((fault.record, fault.says + (" (s)" if fault.unit == "s" else "")) for fault in NODE_FAULTS),
+    (GPUS_LOST_RECORD, "GPUs lost at once (most)"),
+)
 
 
 def gpu_utilization() -> list[Cell]:

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lockstep import thresholds as T
+from lockstep.node_faults import events
 from lockstep.report.model import Gpu
 from lockstep.report.prometheus import Sample
 from lockstep.report.scope import (
     Scope,
-    events_in,
     host_of_instance,
     increase_over_job,
     natural,
@@ -60,7 +60,7 @@ def gpu_section(scope: Scope) -> list[Gpu]:
     # restart inside the job is a reset the edges would not see); its series exist only on GPUs
     # that had one, so reading them over the job reads few samples.
     each(
-        f"{events_in(scope.nodes('lockstep_gpu_xid_errors_total'), whole)} > 0",
+        f"{events(scope.nodes('lockstep_gpu_xid_errors_total'), whole)} > 0",
         lambda g, s: g.xid_errors.__setitem__(s.labels.get("xid", "?"), round(s.value)),
     )
     # Reasons without a time counter (NVML has none for hw_slowdown, and older drivers none at

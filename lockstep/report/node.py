@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from html import escape
 
 from lockstep import thresholds as T
+from lockstep.node_faults import NODE_FAULTS
 from lockstep.report.prometheus import Prometheus, ReportError, Sample
-from lockstep.report.scope import events_in, natural, quote
+from lockstep.report.scope import natural, quote
 from lockstep.report.text import WIDTH, stamp, visible
 
 NODE_SCHEMA = "lockstep.node-report/v1"
@@ -49,8 +50,8 @@ class HurtJob:
 
 @dataclass
 class Fault:
-    # xid, ecc_uncorrected, rows_remapped, row_remapping_failed, row_remapping_pending, gpu_lost,
-    # link_down, throttled
+    # a NodeFault's name (lockstep/node_faults.py), or row_remapping_failed, row_remapping_pending,
+    # gpu_lost
     kind: str
     where: str  # "GPU 3", "mlx5_0 port 1"
     what: str  # "XID 79", "hw_thermal_slowdown", the cause of remapped rows
@@ -185,7 +186,6 @@ def job_link(base: str, job: HurtJob, cluster: str) -> str:
 def faults(prom: Prometheus, on_node: str, now: float, since: float) -> list[Fault]:
     """The node's own faults over the window, each where it happened (a GPU, a port)."""
     w = window(since)
-    throttling = f"reason=~{quote('|'.join(T.SUSPECT_GPU_THROTTLE_REASONS))}"
 
     def ask(expr: str) -> list[Sample]:
         return prom.query(expr, now)
@@ -193,25 +193,24 @@ def faults(prom: Prometheus, on_node: str, now: float, since: float) -> list[Fau
     def gpu(s: Sample) -> str:
         return f"GPU {s.labels.get('gpu', '?')}"
 
+    def port(s: Sample) -> str:
+        return f"{s.labels.get('device', '?')} port {s.labels.get('port', '?')}"
+
     out: list[Fault] = []
-    for s in ask(f"{events_in(f'lockstep_gpu_xid_errors_total{{{on_node}}}', w)} > 0"):
-        out.append(Fault("xid", gpu(s), f"XID {s.labels.get('xid', '?')}", round(s.value)))
-    for s in ask(f'increase(lockstep_gpu_ecc_errors_total{{type="uncorrected",{on_node}}}[{w}]) > 0'):
-        out.append(Fault("ecc_uncorrected", gpu(s), "uncorrectable ECC errors", round(s.value)))
-    rows = f"lockstep_gpu_remapped_rows{{{on_node}}}"
-    for s in ask(f"max_over_time({rows}[{w}]) - min_over_time({rows}[{w}]) > 0"):
-        out.append(Fault("rows_remapped", gpu(s), f"rows remapped ({s.labels.get('cause', '?')} errors)", s.value))
+    for fault in NODE_FAULTS:  # (the node record's faults, as its rules count them)
+        for s in ask(f"{fault.per_series(on_node, w)} > 0"):
+            detail = ", ".join(f"{label} {s.labels.get(label, '?')}" for label in fault.by)
+            what = f"{fault.says} ({detail})" if detail else fault.says
+            if round(s.value):
+                out.append(
+                    Fault(fault.name, port(s) if fault.place == "port" else gpu(s), what, round(s.value), fault.unit)
+                )
     for state in ("failed", "pending"):
         for s in ask(f"max_over_time(lockstep_gpu_row_remapping_{state}{{{on_node}}}[{w}]) > 0"):
             out.append(Fault(f"row_remapping_{state}", gpu(s), f"a row remapping {state}", 1))
     # The minutes a GPU answered NVML no more (fell off the bus, or lost): counted a minute at a time.
     for s in ask(f"sum_over_time((lockstep_gpu_up{{{on_node}}} == bool 0)[{w}:1m]) > 0"):
         out.append(Fault("gpu_lost", gpu(s), "lost (fell off the bus or unreachable)", s.value * 60, "s"))
-    for s in ask(f"increase(lockstep_ib_port_link_downed_total{{{on_node}}}[{w}]) > 0"):
-        port = f"{s.labels.get('device', '?')} port {s.labels.get('port', '?')}"
-        out.append(Fault("link_down", port, "link went down", round(s.value)))
-    for s in ask(f"increase(lockstep_gpu_clock_event_seconds_total{{{throttling},{on_node}}}[{w}]) > 0.5"):
-        out.append(Fault("throttled", gpu(s), f"clocks held down: {s.labels.get('reason', '?')}", round(s.value), "s"))
     return sorted(out, key=lambda f: (f.kind, natural(f.where), natural(f.what)))
 
 

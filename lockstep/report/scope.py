@@ -142,14 +142,6 @@ def increase_over_job(scope: Scope, name: str) -> list[Sample]:
     return [s for s in by_labels.values() if s.value >= 0]
 
 
-def events_in(selector: str, window: str) -> str:
-    """PromQL for a counter of rare events over a window, each series: its increase where the
-    series existed when the window began, else its greatest value.  The agent's XID counts are
-    born at their first event (1) and start again with the agent: increase() counts neither the
-    first event nor anything before a series' first sample, but does count what follows a reset."""
-    return f"(increase({selector}[{window}]) and {selector} offset {window}) or max_over_time({selector}[{window}])"
-
-
 def natural(text: str) -> tuple[object, ...]:
     """Sort key that puts rank 10 after rank 9 and node010 after node009."""
     return tuple(int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text))

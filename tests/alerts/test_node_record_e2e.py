@@ -53,26 +53,30 @@ HISTORY: dict[str, list[tuple[str, str, float, float]]] = {
     "n33": [("LockstepTrainingStragglerSustained", "", 2.0, 2)],
 }
 PENDING = {"n61": ("LockstepNCCLRankStuck", "6101", 4.5, 1)}  # never fired
-# The lemon n07's own faults, as its agent exports them: (metric, labels, [(day, value from then)]).
+# The lemon n07's own faults, as its agent exports them: (metric, labels, [(day, value from then)]),
+# from a day before the alerts' history (7.5 days ago: the series were there when the week began).
 # GPU 3 fell off the bus at day 3.5 (XID 79, its first: the agent's XID series is born at 1) for
 # 30 minutes, then a row remapping was pending 2 hours; mlx5_0 port 1 went down twice; GPU 5 was
 # held down for heat 10 minutes (and by the power cap for hours: not a fault of the node's).
 LOST = 3.5
 FAULTS: list[tuple[str, dict[str, str], list[tuple[float, float]]]] = [
-    ("lockstep_gpu_up", {"gpu": "0", "uuid": "GPU-7-0"}, [(0, 1)]),
-    ("lockstep_gpu_up", {"gpu": "3", "uuid": "GPU-7-3"}, [(0, 1), (LOST, 0), (LOST + 30 / 1440, 1)]),
+    ("lockstep_gpu_up", {"gpu": "0", "uuid": "GPU-7-0"}, [(-1, 1)]),
+    ("lockstep_gpu_up", {"gpu": "3", "uuid": "GPU-7-3"}, [(-1, 1), (LOST, 0), (LOST + 30 / 1440, 1)]),
     ("lockstep_gpu_xid_errors_total", {"gpu": "3", "uuid": "GPU-7-3", "xid": "79"}, [(LOST, 1)]),
     (
         "lockstep_gpu_row_remapping_pending",
         {"gpu": "3", "uuid": "GPU-7-3"},
-        [(0, 0), (LOST + 30 / 1440, 1), (LOST + 150 / 1440, 0)],
+        [(-1, 0), (LOST + 30 / 1440, 1), (LOST + 150 / 1440, 0)],
     ),
-    ("lockstep_ib_port_link_downed_total", {"device": "mlx5_0", "port": "1"}, [(0, 0), (1.0, 1), (4.2, 2)]),
+    # Rows remapped before the week (not counted) and in it.
+    ("lockstep_gpu_remapped_rows", {"gpu": "3", "uuid": "GPU-7-3", "cause": "correctable"}, [(-1, 4)]),
+    ("lockstep_gpu_remapped_rows", {"gpu": "3", "uuid": "GPU-7-3", "cause": "uncorrectable"}, [(-1, 0), (LOST, 1)]),
+    ("lockstep_ib_port_link_downed_total", {"device": "mlx5_0", "port": "1"}, [(-1, 3), (1.0, 4), (4.2, 5)]),
     *[
         (
             "lockstep_gpu_clock_event_seconds_total",
             {"gpu": "5", "uuid": "GPU-7-5", "reason": reason},
-            [(0, 0), *[(2.0 + k / 1440, 60.0 * (k + 1)) for k in range(minutes)]],  # held all the time
+            [(-1, 0), *[(2.0 + k / 1440, 60.0 * (k + 1)) for k in range(minutes)]],  # held all the time
         )
         for reason, minutes in (("hw_thermal_slowdown", 10), ("sw_power_cap", 300))
     ],
@@ -107,7 +111,7 @@ def openmetrics(now: float) -> str:
         shown = ",".join(f'{k}="{v}"' for k, v in {**labels, **agent_labels(node)}.items())
         if f"# TYPE {name} gauge" not in lines:  # (a family's series follow each other in FAULTS)
             lines.append(f"# TYPE {name} gauge")
-        for k in range(int(6.5 * DAY / STEP) - 1):
+        for k in range(-int(DAY / STEP), int(6.5 * DAY / STEP) - 1):
             at = start + k * STEP
             values = [v for day, v in steps if start + day * DAY <= at]
             if values:  # (a series begins at its first step)
@@ -224,20 +228,28 @@ def test_report_node_tells_a_lemons_story(prometheus: str, now: float) -> None:
             "count": 1800,
             "unit": "s",
         },
-        {"kind": "link_down", "where": "mlx5_0 port 1", "what": "link went down", "count": 2, "unit": ""},
-        {"kind": "row_remapping_pending", "where": "GPU 3", "what": "a row remapping pending", "count": 1, "unit": ""},
         {
-            "kind": "throttled",
+            "kind": "gpu_throttled_seconds",
             "where": "GPU 5",
-            "what": "clocks held down: hw_thermal_slowdown",
+            "what": "GPU clocks held down (reason hw_thermal_slowdown)",
             "count": 600,
             "unit": "s",
         },
-        {"kind": "xid", "where": "GPU 3", "what": "XID 79", "count": 1, "unit": ""},
+        {"kind": "link_downs", "where": "mlx5_0 port 1", "what": "InfiniBand link downs", "count": 2, "unit": ""},
+        {
+            "kind": "remapped_rows",
+            "where": "GPU 3",
+            "what": "memory rows remapped (cause uncorrectable)",
+            "count": 1,
+            "unit": "",
+        },
+        {"kind": "row_remapping_pending", "where": "GPU 3", "what": "a row remapping pending", "count": 1, "unit": ""},
+        {"kind": "xid_errors", "where": "GPU 3", "what": "XID errors (xid 79)", "count": 1, "unit": ""},
     ]
     assert story["verdict"] == (
         "n07 was named by the straggler or hang alerts of 4 jobs in the last 7d: a repeat offender "
-        "(LockstepNodeHurtsJobs at 3); its own faults: gpu_lost, link_down, row_remapping_pending, throttled, xid."
+        "(LockstepNodeHurtsJobs at 3); its own faults: gpu_lost, gpu_throttled_seconds, link_downs, remapped_rows, "
+        "row_remapping_pending, xid_errors."
     )
     page = lockstep("report", "--node", "n07", "--prometheus", prometheus, "--format", "html", "--at", f"{now:.3f}")
     assert page.returncode == 0, page.stderr
