@@ -36,6 +36,7 @@ import pytest
 
 from alerts import rules
 from alerts.compression import Compression
+from lockstep.node_faults import GPUS_LOST_RECORD, NODE_FAULTS, THROTTLE_REASONS
 from tests.support.observation import (
     CASES,
     COLLECTOR_INTERVAL,
@@ -46,7 +47,11 @@ from tests.support.observation import (
     Run,
     dashboard_problems,
     failed_scrapes,
+    instant_query,
     rule_file_alerts,
+)
+from tests.support.observation import (
+    SCRAPE_SECONDS as SCRAPE,
 )
 from tests.support.queries import checked_in
 
@@ -92,6 +97,70 @@ def test_each_case_fires_its_alerts_and_no_others(run: Run, name: str) -> None:
 def test_no_alert_fires_outside_the_cases(run: Run) -> None:
     """Every alert carries its case's cluster label (aggregations keep it)."""
     assert set(run.fired) <= set(run.scenarios), {k: list(v) for k, v in run.fired.items()}
+
+
+# The node record's faults each faulty case's agent shows (lockstep/node_faults.py): (case, record,
+# its labels besides cluster and instance) -> count.  The run is minutes long, within every record's
+# window: each series counts what it holds, as the simulation made it (simulation/gpu.py
+# gpu-faults: XIDs 48 and 13 once each, 2 uncorrectable ECC errors, 8 rows remapped; gpu-lost:
+# GPU 5, and its XID 79).
+OWN_FAULTS = {
+    ("gpu-faults", "instance:lockstep_node_xid_errors:increase7d", (("xid", "13"),)): 1,
+    ("gpu-faults", "instance:lockstep_node_xid_errors:increase7d", (("xid", "48"),)): 1,
+    ("gpu-faults", "instance:lockstep_node_ecc_uncorrected_errors:increase7d", ()): 2,
+    ("gpu-faults", "instance:lockstep_node_remapped_rows:increase7d", (("cause", "uncorrectable"),)): 8,
+    ("gpu-lost", "instance:lockstep_node_gpus_lost:max7d", ()): 1,
+    ("gpu-lost", "instance:lockstep_node_xid_errors:increase7d", (("xid", "79"),)): 1,
+}
+# The flapping port's downs and the throttled GPUs' seconds grow as the run goes: each record is
+# what the agent's counter held when the rule read it (between its value two scrapes before the
+# evaluation and at it: a loaded machine's scrape may land after the evaluation it precedes).
+GROWING = {
+    (
+        "link-flap",
+        "instance:lockstep_node_link_downs:increase7d",
+    ): "sum by (cluster) (lockstep_ib_port_link_downed_total)",
+    ("gpu-throttle", "instance:lockstep_node_gpu_throttled_seconds:increase7d"): (
+        f'sum by (cluster, reason) (lockstep_gpu_clock_event_seconds_total{{reason=~"{"|".join(THROTTLE_REASONS)}"}})'
+    ),
+}
+KEPT = ("cluster", "instance", "__name__", "job", "node")  # the labels a record's key leaves out
+
+
+def _recorded(run: Run, expr: str, at: float) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], float]:
+    return {
+        (
+            r["metric"]["cluster"],
+            r["metric"].get("__name__", ""),
+            tuple(sorted((k, v) for k, v in r["metric"].items() if k not in KEPT)),
+        ): float(r["value"][1])
+        for r in instant_query(run.prometheus, expr, at)["data"]["result"]
+    }
+
+
+@pytest.mark.e2e
+def test_the_node_record_counts_each_nodes_own_faults(run: Run) -> None:
+    """The node record's faults on the real agents' series: exactly what each faulty case made,
+    nothing on any other case (the healthy node, the near misses)."""
+    if ONLY:
+        pytest.skip("LOCKSTEP_E2E_CASES runs only some cases")
+    names = "|".join([*(fault.record for fault in NODE_FAULTS), GPUS_LOST_RECORD])
+    found = _recorded(run, f'{{__name__=~"{names}"}}', run.observed_at)
+    fixed = {key: value for key, value in found.items() if (key[0], key[1]) not in GROWING}
+    assert fixed == OWN_FAULTS
+    growing = {key: value for key, value in found.items() if (key[0], key[1]) in GROWING}
+    assert {(cluster, record) for cluster, record, _ in growing} == set(GROWING)
+    for (cluster, record, labels), value in growing.items():
+        matchers = ", ".join(f'{k}="{v}"' for k, v in (("cluster", cluster), *labels))
+        selector = f"{record}{{{matchers}}}"
+        evaluated = float(
+            instant_query(run.prometheus, f"timestamp({selector})", run.observed_at)["data"]["result"][0]["value"][1]
+        )
+        counter = GROWING[cluster, record]
+        held = [
+            _recorded(run, counter, at).get((cluster, "", labels), 0.0) for at in (evaluated - 2 * SCRAPE, evaluated)
+        ]
+        assert held[0] <= value <= held[1], f"{record} {labels} of {cluster}: {value}, its counter {held}"
 
 
 @pytest.mark.parametrize("title", sorted(checked_in()))
