@@ -54,8 +54,8 @@ class Fault:
     # gpu_lost
     kind: str
     where: str  # "GPU 3", "mlx5_0 port 1"
-    what: str  # "XID 79", "hw_thermal_slowdown", the cause of remapped rows
-    count: float  # events; seconds for gpu_lost and throttled
+    what: str  # the fault in words, with its labels: "XID errors (xid 79)"
+    count: float  # events, or seconds where unit is "s"
     unit: str = ""  # "" for events, "s" for seconds
 
 
@@ -282,7 +282,7 @@ def render_html(report: NodeReport) -> str:
     )
     fault_rows = [[f.where, f.what, amount(f)] for f in r.faults]
     return (
-        f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>Node {escape(r.node)}</title>"
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>Node {escape(r.node)}</title>'
         f"<style>{STYLE}</style></head><body>"
         f"<h1>Node {escape(r.node)}</h1><p>{escape(stamp(r.start))} to {escape(stamp(r.end))} UTC; "
         f"agents: {escape(', '.join(r.instances))}</p>"

@@ -231,7 +231,8 @@ CASES: dict[str, Case] = {
 # tests/support/scale_out.py on MetricsQL's increase()), time() against a timestamp
 # (checkpoint-overdue), a target that stops answering and one never there (gpu-lost, agent-down),
 # NCCL's collectives and hangs (nccl-straggler, nccl-hang: the Slurm job dashboard's NCCL panels),
-# and a healthy node that must fire nothing.  Every case on both paths at once is more than a
+# a GPU's own faults (gpu-faults, gpu-throttle: the fleet dashboard's "Nodes' own faults"), and a
+# healthy node that must fire nothing.  Every case on both paths at once is more than a
 # 2-core machine runs on time; the rules' PromQL is the same for every case.
 SCALE_OUT_CASES = (
     "healthy",
@@ -244,6 +245,8 @@ SCALE_OUT_CASES = (
     "agent-down",
     "nccl-straggler",
     "nccl-hang",
+    "gpu-faults",
+    "gpu-throttle",
 )
 
 # Alerts no case of this run can reach, and the tests that prove them on the real agent instead.
