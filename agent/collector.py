@@ -21,14 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
 
-from prometheus_client.core import (
+from lockstep.agent.families import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
     UnknownMetricFamily,
 )
-
 from lockstep.agent.files import FileTooLarge, NotRegularFile
 from lockstep.agent.gpus import GpuInventory
 from lockstep.agent.options import NoOptions

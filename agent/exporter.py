@@ -9,12 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from prometheus_client import openmetrics
-from prometheus_client.core import Metric
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
-
 from lockstep import __version__
 from lockstep.agent.collector import MetricSpec
+from lockstep.agent.exposition import (
+    CONTENT_TYPE_OPENMETRICS,
+    CONTENT_TYPE_TEXT,
+    render_openmetrics,
+    render_text,
+)
+from lockstep.agent.families import Metric
 from lockstep.agent.logs import collector_logger
 from lockstep.agent.scheduler import HEALTHY_STATES, State, WorkerView
 
@@ -98,7 +101,7 @@ class ExpositionFormat:
 
     name: str
     content_type: str
-    encoder: Callable[[_Families], bytes]
+    encoder: Callable[[list[Metric]], bytes]
 
 
 # The formats served, and nothing else (each is one cached rendering per snapshot).  Names are
@@ -106,10 +109,8 @@ class ExpositionFormat:
 # the Content-Type does not echo one: the agent's names are legacy Prometheus names, which that
 # escaping leaves as they are, so a scraper asking for allow-utf-8 gets exactly what it would
 # have; serving dots or values escaping as well would be more renderings for no agent name.
-TEXT_FORMAT = ExpositionFormat("text 0.0.4", CONTENT_TYPE_PLAIN_0_0_4, generate_latest)
-OPENMETRICS_FORMAT = ExpositionFormat(
-    "openmetrics 1.0.0", openmetrics.exposition.CONTENT_TYPE_LATEST, openmetrics.exposition.generate_latest
-)
+TEXT_FORMAT = ExpositionFormat("text 0.0.4", CONTENT_TYPE_TEXT, render_text)
+OPENMETRICS_FORMAT = ExpositionFormat("openmetrics 1.0.0", CONTENT_TYPE_OPENMETRICS, render_openmetrics)
 SUPPORTED_FORMATS = (TEXT_FORMAT, OPENMETRICS_FORMAT)
 
 
@@ -177,7 +178,7 @@ class SnapshotExporter:
             text = snapshot.rendered.get(cache_key)
             if text is None:
                 try:
-                    text = encoder(_Families(list(snapshot.families)))
+                    text = encoder(list(snapshot.families))
                 except Exception:
                     # One collector's bad family must not blank the whole scrape: leave that
                     # collector's families out and report it failed.
@@ -189,7 +190,7 @@ class SnapshotExporter:
                 continue
             parts.append(text)
         self._log_render_failures(failures)
-        parts.insert(0, encoder(_Families(list(self_metrics(views, failures)))))
+        parts.insert(0, encoder(list(self_metrics(views, failures))))
         if exposition_format is OPENMETRICS_FORMAT:
             # Each part ends with the format's "# EOF" line; the whole exposition has one.
             parts = [part.removesuffix(b"# EOF\n") for part in parts] + [b"# EOF\n"]
@@ -203,26 +204,16 @@ class SnapshotExporter:
         self._render_failures = failures
 
 
-def _render_problem(encoder: Callable[[_Families], bytes], families: Iterable[Metric]) -> str:
-    """Which family cannot be rendered, and why (prometheus_client wraps the cause with the
-    whole family in its arguments, far too long for a log line)."""
+def _render_problem(encoder: Callable[[list[Metric]], bytes], families: Iterable[Metric]) -> str:
+    """Which family cannot be rendered, and why (the renderers wrap the cause with the whole
+    family in its arguments, as prometheus_client's do: far too long for a log line)."""
     for family in families:
         try:
-            encoder(_Families([family]))
+            encoder([family])
         except Exception as exc:
             cause = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
             return f"metric {family.name} cannot be rendered: {type(exc).__name__}: {cause}"
     return "its metrics cannot be rendered together"
-
-
-class _Families:
-    """Just enough of a registry for prometheus_client's encoders."""
-
-    def __init__(self, families: list[Metric]) -> None:
-        self._families = families
-
-    def collect(self) -> list[Metric]:
-        return self._families
 
 
 def self_metrics(views: Iterable[WorkerView], render_failures: Mapping[str, str] = {}) -> Iterator[Metric]:

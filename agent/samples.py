@@ -35,7 +35,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from prometheus_client.core import Metric
+from lockstep.agent.families import Metric
 
 # Longer than any path (PATH_MAX is 4096) or identifier the built-in collectors put in a label.
 MAX_LABEL_VALUE_CHARS = 4096

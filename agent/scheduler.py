@@ -22,9 +22,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, NothingHere, describe_error
+from lockstep.agent.families import Metric
 from lockstep.agent.samples import Rejection, checked_families
 
 log = logging.getLogger("lockstep.agent")

@@ -43,7 +43,7 @@ import re
 import resource
 import selectors
 import socket
-import ssl
+import sys
 import threading
 import time
 from base64 import b64decode
@@ -402,6 +402,8 @@ class AgentHTTPServer:
             self._receive(conn)
 
     def _handshake(self, conn: _Connection) -> None:
+        import ssl  # (loaded already: only a TLS listener has connections that shake hands)
+
         assert isinstance(conn.sock, ssl.SSLSocket)
         try:
             conn.sock.do_handshake()
@@ -427,11 +429,10 @@ class AgentHTTPServer:
                 return
             try:
                 data = conn.sock.recv(65536)
-            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                return
-            except OSError:
-                self._stop_waiting(conn)
-                self._close(conn)
+            except OSError as exc:
+                if not _would_block(exc):
+                    self._stop_waiting(conn)
+                    self._close(conn)
                 return
             if conn.idle and data:
                 # A keep-alive connection starts its next request: the request deadline runs now.
@@ -728,3 +729,13 @@ def make_server(
     healthy: Callable[[], bool] = lambda: True,
 ) -> AgentHTTPServer:
     return AgentHTTPServer(parse_listen(listen), exporter, web_config, collector_names, limits, health_only, healthy)
+
+
+def _would_block(exc: OSError) -> bool:
+    """A read that would block: BlockingIOError (or a signal) on a plain socket, the ssl module's
+    want-read or want-write on a TLS one.  The ssl module is asked for only where it is loaded:
+    the agent loads it when its web config sets up TLS, not on a node without (5 MiB, issue 47)."""
+    if isinstance(exc, (BlockingIOError, InterruptedError)):
+        return True
+    ssl = sys.modules.get("ssl")
+    return ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))

@@ -22,26 +22,24 @@ import collections
 import enum
 import hashlib
 import re
-import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.agent.yamlfile import LineDict, YamlFileError, load_yaml_file
 
-_TLS_VERSIONS = {
-    "TLS10": ssl.TLSVersion.TLSv1,
-    "TLS11": ssl.TLSVersion.TLSv1_1,
-    "TLS12": ssl.TLSVersion.TLSv1_2,
-    "TLS13": ssl.TLSVersion.TLSv1_3,
-}
+if TYPE_CHECKING:
+    import ssl
+
+# (By the ssl module's names: the module is loaded only where a web config sets up TLS, issue 47.)
+_TLS_VERSIONS = {"TLS10": "TLSv1", "TLS11": "TLSv1_1", "TLS12": "TLSv1_2", "TLS13": "TLSv1_3"}
 # exporter-toolkit's client_auth_type values that Python's ssl module can honour.
 _CLIENT_AUTH = {
-    "NoClientCert": ssl.CERT_NONE,
-    "VerifyClientCertIfGiven": ssl.CERT_OPTIONAL,
-    "RequireAndVerifyClientCert": ssl.CERT_REQUIRED,
+    "NoClientCert": "CERT_NONE",
+    "VerifyClientCertIfGiven": "CERT_OPTIONAL",
+    "RequireAndVerifyClientCert": "CERT_REQUIRED",
 }
 # Go-specific knobs that sites' files may carry; accepted and ignored (Python's defaults apply).
 _IGNORED_TLS_KEYS = ("cipher_suites", "curve_preferences", "prefer_server_cipher_suites")
@@ -233,6 +231,8 @@ def _tls_context(
         file = Path(str(value))
         return file if file.is_absolute() else path.parent / file
 
+    import ssl  # only here: a web config without TLS never loads it (issue 47)
+
     cert, key = file_setting("cert_file"), file_setting("key_file")
     if cert is None or key is None:
         problems.append(f"{where(tls, 'cert_file', 'tls_server_config')}: both cert_file and key_file are required")
@@ -251,7 +251,7 @@ def _tls_context(
                 f"{where(tls, key_name, f'tls_server_config.{key_name}')}: expected one of {', '.join(_TLS_VERSIONS)}"
             )
         else:
-            setattr(context, attr, _TLS_VERSIONS[value])
+            setattr(context, attr, getattr(ssl.TLSVersion, _TLS_VERSIONS[value]))
     if "min_version" not in tls:
         context.minimum_version = ssl.TLSVersion.TLSv1_2
     auth_type = tls.get("client_auth_type", "NoClientCert")
@@ -262,7 +262,7 @@ def _tls_context(
             "accept unverified certificates, which Lockstep does not support)"
         )
         return context
-    context.verify_mode = _CLIENT_AUTH[auth_type]
+    context.verify_mode = getattr(ssl, _CLIENT_AUTH[auth_type])
     ca = file_setting("client_ca_file")
     if context.verify_mode != ssl.CERT_NONE:
         if ca is None:

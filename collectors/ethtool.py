@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.options import option, parse_bool, parse_string_list
 from lockstep.agent.seams import Seam
 from lockstep.collectors.toolkit.sysfs import rdma_netdevs, read_attribute

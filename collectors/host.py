@@ -13,9 +13,8 @@ import os
 import re
 from collections.abc import Iterator
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec
+from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
 
 CPU_SECONDS = MetricSpec(

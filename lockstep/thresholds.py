@@ -372,6 +372,13 @@ HEALTH_REASON_CHARACTERS = 80
 HEALTH_DRAIN_PREFIX = "lockstep: "
 
 
+# --- `lockstep report` (lockstep/report/prometheus.py, docs/report.md) --------------------------
+
+# The whole report's deadline (`--timeout`), and the largest answer it reads (`--max-answer`).
+REPORT_SECONDS = 60.0
+REPORT_MAX_ANSWER_MIB = 64
+
+
 # --- A node's record across jobs (alerts/nodes.py, docs/alerting.md) ---------------------------
 
 # The alerts that name a node as what hurt a job: they carry the job's job_id and the instance of

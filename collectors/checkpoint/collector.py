@@ -9,9 +9,8 @@ import re
 import time
 from collections.abc import Callable, Iterator
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
+from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
 from lockstep.agent.seams import WALL_CLOCK
 from lockstep.collectors.checkpoint.config import RESYNC_SECONDS, CheckpointOptions, RootSpec

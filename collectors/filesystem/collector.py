@@ -25,8 +25,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import (
     Collector,
     CollectorContext,
@@ -35,6 +33,7 @@ from lockstep.agent.collector import (
     NothingHere,
     describe_error,
 )
+from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
 from lockstep.agent.options import option, parse_duration, parse_positive_int
 from lockstep.collectors.filesystem.lustre import parse_lustre_stats

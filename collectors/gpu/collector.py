@@ -34,9 +34,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
 from lockstep.agent.gpus import GpuProcess, MigDevice, PublishedGpu
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK

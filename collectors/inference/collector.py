@@ -11,10 +11,9 @@ from concurrent.futures import wait as wait_for
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from prometheus_client.core import Metric
-from prometheus_client.utils import floatToGoString
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere, describe_error
+from lockstep.agent.exposition import go_float as floatToGoString
+from lockstep.agent.families import Metric
 from lockstep.agent.options import option, parse_bool, parse_duration
 from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.inference.discovery import (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import http.client
 import socket
 import threading
 from collections.abc import Callable
@@ -31,6 +30,8 @@ def fetch_http(url: str, timeout: float) -> str:
     that trickled its headers a byte at a time used to hold a thread for ever, one more each
     round, until the pool was full and shutdown hung).
     """
+    import http.client  # (with ssl: loaded on the first fetch, never on a node with no server)
+
     parts = urlsplit(url)
     connection_class = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     connection = connection_class(parts.hostname or "", parts.port, timeout=timeout)

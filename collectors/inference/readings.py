@@ -10,8 +10,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
-
 # Parsed, a body takes ~20 times its size in Python objects, so only the engine's own series
 # (its prefix) are parsed, at most MAX_SERIES of them (fetch.py caps the body).
 MAX_SERIES = 10_000
@@ -68,6 +66,10 @@ class Samples:
     """
 
     def __init__(self, text: str, prefix: str | tuple[str, ...] = "") -> None:
+        # prometheus_client's parser: loaded with the first answer read, never on a node with no
+        # inference server (the package loads HTTP servers, clients and ssl: 12 MiB, issue 47).
+        from prometheus_client.parser import text_string_to_metric_families
+
         self.by_name: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
         self.rejected = 0
         self.rejected_example = ""

@@ -34,9 +34,8 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.options import option, parse_string_list
 from lockstep.collectors.infiniband.metrics import (
     EXT_COUNTERS,

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
 from lockstep.agent.options import option, parse_duration, parse_path, parse_string_list
 from lockstep.agent.seams import Seam

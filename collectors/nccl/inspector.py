@@ -30,9 +30,8 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.options import option, parse_positive_int, parse_string
 from lockstep.agent.seams import MONOTONIC_CLOCK
 from lockstep.collectors.nccl.inspector_metrics import (

@@ -36,9 +36,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
 from lockstep.agent.options import (
     option,

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.collectors.pcie.metrics import (
     AER_ERRORS,
     AER_ERRORS_BY_TYPE,

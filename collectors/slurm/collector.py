@@ -28,9 +28,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
 from lockstep.agent.options import option, parse_duration, parse_string
 from lockstep.collectors.slurm.cgroups import LocalJob, cgroup_pids, cpu_seconds, job_dirs, memory_bytes, oom_kills

@@ -9,9 +9,8 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, CollectorContext, Families, NothingHere
+from lockstep.agent.families import Metric
 from lockstep.agent.options import option, parse_positive_int, parse_string
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK
 from lockstep.collectors.toolkit.follow import FileFollower, FileId, Line

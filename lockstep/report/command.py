@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.report import store
-from lockstep.report.prometheus import MAX_ANSWER_MIB, REPORT_SECONDS, ReportError
-from lockstep.thresholds import GRAFANA_URL, NODE_RECORD_WINDOW
+from lockstep.report.model import ReportError
+from lockstep.thresholds import GRAFANA_URL, NODE_RECORD_WINDOW, REPORT_SECONDS
+from lockstep.thresholds import REPORT_MAX_ANSWER_MIB as MAX_ANSWER_MIB
 
 if TYPE_CHECKING:
     from lockstep.report.model import Report

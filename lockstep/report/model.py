@@ -17,6 +17,12 @@ from typing import Any, Union
 SCHEMA = "lockstep.report/v1"
 
 
+class ReportError(Exception):
+    """A report cannot be made: the message is one line for the user.  (Here, with the data,
+    rather than beside the HTTP client: the agent's CLI reads the report's flags and store
+    without loading an HTTP client, issue 47.)"""
+
+
 @dataclass
 class Job:
     job_id: str

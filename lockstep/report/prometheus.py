@@ -28,17 +28,14 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
+from lockstep.report.model import ReportError
 from lockstep.report.transport import CutShort, Deadline, TooLarge, opener, read_bounded
+from lockstep.thresholds import REPORT_MAX_ANSWER_MIB as MAX_ANSWER_MIB
+from lockstep.thresholds import REPORT_SECONDS
 
-REPORT_SECONDS = 60.0  # the whole report's deadline (`--timeout`)
 READ_SECONDS = 30.0  # the most one read of the socket waits
-MAX_ANSWER_MIB = 64  # an answer's cap (`--max-answer`)
 ERROR_BYTES = 64 * 1024  # what is read of an error's body (its first line is shown)
 SHOWN = 160  # characters of a query or a series quoted in an error
-
-
-class ReportError(Exception):
-    """A report cannot be made: the message is one line for the user."""
 
 
 @dataclass(frozen=True)

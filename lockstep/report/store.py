@@ -17,8 +17,7 @@ import re
 import tempfile
 from pathlib import Path
 
-from lockstep.report.model import Report, from_json, to_json
-from lockstep.report.prometheus import ReportError
+from lockstep.report.model import Report, ReportError, from_json, to_json
 
 DEFAULT_STORE = "/var/lib/lockstep/reports"
 STORE_ENV = "LOCKSTEP_REPORT_STORE"

@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.core import Metric
 
 from lockstep.agent.cli import collect_once
 from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Setup
+from lockstep.agent.families import Metric
 from lockstep.agent.seams import Seams
 from tests.support import FIXTURES, REPO, lockstep, samples
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import bcrypt
 import pytest
-from prometheus_client.core import GaugeMetricFamily
 
 from lockstep.agent.exporter import SUPPORTED_FORMATS, SnapshotExporter, negotiate_format
+from lockstep.agent.families import GaugeMetricFamily
 from lockstep.agent.scheduler import Snapshot, State, WorkerView
 from lockstep.agent.server import AgentHTTPServer, ServerLimits, accepts_gzip, make_server
 from lockstep.agent.webconfig import AuthResult, WebConfig, WebConfigError, load_web_config

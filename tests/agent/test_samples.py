@@ -13,11 +13,11 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.exposition import generate_latest
 
 from lockstep.agent.collector import Collector, MetricSpec
 from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.exposition import render_text
+from lockstep.agent.families import CounterMetricFamily, GaugeMetricFamily, Metric
 from lockstep.agent.samples import MAX_LABEL_VALUE_CHARS, TRUNCATED_MARK, checked_families, safe_label_value
 from lockstep.agent.scheduler import Snapshot, State, Worker, WorkerView
 from tests.support import (
@@ -147,18 +147,10 @@ def test_any_sample_values_render_after_the_domain_check(rows: list[tuple[str, s
         family.add_metric([label], number)  # type: ignore[arg-type]
         families.append(family)
     checked, _ = checked_families(families)
-    text = generate_latest(_Registry(list(checked))).decode()  # never raises
+    text = render_text(list(checked)).decode()  # never raises
     for (name, _labels), value in samples(text).items():
         assert math.isfinite(value)
         assert value >= 0 or not name.endswith("_total")
-
-
-class _Registry:
-    def __init__(self, families: list[Metric]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Metric]:
-        return self.families
 
 
 # --- item 14: a label over the 4,096-character cap ---

@@ -8,10 +8,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, MetricSpec, NothingHere
 from lockstep.agent.exporter import SnapshotExporter
+from lockstep.agent.families import Metric
 from lockstep.agent.scheduler import Scheduler, State, Worker
 from tests.support import context, samples, wait_until
 

@@ -20,11 +20,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from prometheus_client.core import Metric
 
 from lockstep.agent.collector import Collector, CollectorContext, MetricSpec
 from lockstep.agent.config import Overrides, load_config
 from lockstep.agent.daemon import Agent, Setup
+from lockstep.agent.families import Metric
 from lockstep.agent.scheduler import State, Worker
 from lockstep.agent.seams import Seams
 from lockstep.agent.webconfig import WebConfig

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client.core import Metric
+from lockstep.agent.families import Metric
 
 from lockstep.agent.collector import Collector, Families, MetricSpec, NothingHere
 from lockstep.agent.options import option, parse_string

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
-from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from lockstep.agent.collector import CollectorContext, Paths
+from lockstep.agent.exposition import render_text
 from lockstep.agent.options import NoOptions
 from lockstep.agent.seams import Seams
 
@@ -58,17 +58,7 @@ def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
 
 def collected(collector: Any) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Every sample of one collection round of a collector, rendered as a scrape would be."""
-    return samples(generate_latest(_Families(list(collector.collect()))).decode())
-
-
-class _Families:
-    """Just enough of a registry for prometheus_client's generate_latest."""
-
-    def __init__(self, families: list[Any]) -> None:
-        self.families = families
-
-    def collect(self) -> list[Any]:
-        return self.families
+    return samples(render_text(list(collector.collect())).decode())
 
 
 def value(text_or_samples: str | dict, name: str, **labels: str) -> float:

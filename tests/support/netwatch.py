@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from prometheus_client.core import Metric
-
 from lockstep.agent.collector import Collector, MetricSpec
+from lockstep.agent.families import Metric
 
 SEEN = MetricSpec("lockstep_netwatch_runs", "gauge", "Runs so far.")
 
