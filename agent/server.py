@@ -31,7 +31,6 @@ certificates takes effect for the next connection without rebinding the port.
 from __future__ import annotations
 
 import collections
-import email.utils
 import errno
 import gzip
 import html
@@ -611,7 +610,7 @@ class AgentHTTPServer:
             if response.status != 204:  # RFC 9110 8.6: a 204 carries no Content-Length
                 headers.append(("Content-Length", str(len(body))))
             headers += [
-                ("Date", email.utils.formatdate(usegmt=True)),
+                ("Date", http_date()),
                 ("Server", f"lockstep/{__version__}"),
                 *response.headers,
                 *(() if self.health_only else self.web_config.headers.items()),
@@ -691,7 +690,7 @@ def _error_bytes(status: int, message: str, extra_headers: Mapping[str, str]) ->
         f"Content-Type: {_TEXT}",
         f"Content-Length: {len(body)}",
         "Connection: close",
-        f"Date: {email.utils.formatdate(usegmt=True)}",
+        f"Date: {http_date()}",
         f"Server: lockstep/{__version__}",
     ]
     lines += [f"{name}: {value}" for name, value in extra_headers.items()]
@@ -739,3 +738,18 @@ def _would_block(exc: OSError) -> bool:
         return True
     ssl = sys.modules.get("ssl")
     return ssl is not None and isinstance(exc, (ssl.SSLWantReadError, ssl.SSLWantWriteError))
+
+
+_DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def http_date(at: float | None = None) -> str:
+    """The Date header's value (RFC 9110 IMF-fixdate), as email.utils.formatdate(usegmt=True)
+    writes it: in English whatever the locale.  Not that module: it loads the email package,
+    calendar and datetime (2 MiB resident, issue 47) for this one line."""
+    t = time.gmtime(at)
+    return (
+        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year:04d} "
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+    )

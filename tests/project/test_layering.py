@@ -204,9 +204,12 @@ COLLECTORS = "lockstep.collectors"
 TOOLKIT = "lockstep.collectors.toolkit"
 # The agent's modules a collector may import: what it declares and gets (collector), its options
 # and their parsers (options), its replaceable dependencies and clocks (seams), bounded reads of
-# untrusted files (files), the GPU inventory (gpus).  The rest is the daemon's: a collector
+# untrusted files (files), the GPU inventory (gpus), the metric families it builds (families)
+# and how a value is written in them (exposition).  The rest is the daemon's: a collector
 # importing it would be tied to how the agent loads, schedules and serves (a plugin as well).
-COLLECTOR_API = frozenset(f"lockstep.agent.{name}" for name in ("collector", "options", "seams", "files", "gpus"))
+COLLECTOR_API = frozenset(
+    f"lockstep.agent.{name}" for name in ("collector", "options", "seams", "files", "gpus", "families", "exposition")
+)
 
 
 def collector_of(module: str) -> str | None:
