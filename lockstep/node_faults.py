@@ -13,8 +13,9 @@ edges miss nothing between them, but they cannot see through a reset: a series t
 (its driver reloaded, its node rebooted) counts what it holds now, the events since the reset;
 and a series first seen inside the window counts whole (a node whose agent is new, or a counter
 born at its first event).  The agent's XID counts are both (born at 1 at a GPU's first XID of a
-code, started again with the agent) and few (only GPUs that had one): they are read with
-increase(), which counts across resets, plus the first value of a series born in the window.
+code, started again with the agent) and few (only GPUs that had one): a series there when the
+window began is read with increase(), which counts across resets; one born in it counts what it
+holds (its events since its first: the window is read once, the job report's budget).
 
 In a template SEL stands for the matchers that pick the node's series (none in the rules, which
 judge every node) and WIN for the window, as in lockstep/suspects.py.
@@ -41,7 +42,7 @@ def edges(series: str, window: str = "WIN") -> str:
 def events(series: str, window: str = "WIN") -> str:
     """A rare-event counter's count over the window per series (the agent's XID counts; the job
     report's too)."""
-    return f"((increase({series}[{window}]) and {series} offset {window}) or max_over_time({series}[{window}]))"
+    return f"((increase({series}[{window}]) and {series} offset {window}) or {series})"
 
 
 @dataclass(frozen=True)
