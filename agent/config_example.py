@@ -23,8 +23,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lockstep.agent.collector import Collector
 from lockstep.agent.config import DEFAULT_STALENESS_INTERVALS
 from lockstep.agent.options import Option, declared_options
@@ -102,6 +100,8 @@ def _scalar(value: Any) -> str:
 
 
 def _reads_back(text: str) -> bool:
+    import yaml  # (only when the example is written: `lockstep config example`)
+
     try:
         return bool(yaml.safe_load(text) == text)
     except yaml.YAMLError:  # e.g. "*" alone: an alias

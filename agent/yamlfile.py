@@ -14,14 +14,15 @@ without blocking.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
-from typing import Any
-
-import yaml
-import yaml.composer
-import yaml.nodes
+from typing import TYPE_CHECKING, Any
 
 from lockstep.agent.files import read_regular_file
+
+if TYPE_CHECKING:
+    import yaml
+    import yaml.nodes
 
 MAX_FILE_BYTES = 128 * 1024
 MAX_DEPTH = 64
@@ -44,28 +45,40 @@ class YamlFileError(Exception):
         self.problems = problems
 
 
-class _LineLoader(yaml.SafeLoader):
-    def __init__(self, stream: str, filename: str) -> None:
-        super().__init__(stream)
-        self.filename = filename
-        self.problems: list[str] = []
-        self._depth = 0
+@functools.cache
+def _line_loader() -> Any:
+    """PyYAML's safe loader that bounds nesting and keeps lines: made, and PyYAML loaded, with the
+    first file read (a node configured by flags alone never loads it: 1.7 MiB, issue 47)."""
+    import yaml
+    import yaml.composer
 
-    def compose_node(self, parent: yaml.nodes.Node | None, index: int) -> yaml.nodes.Node | None:
-        self._depth += 1
-        try:
-            if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(
-                    None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark
-                )
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    class _LineLoader(yaml.SafeLoader):
+        def __init__(self, stream: str, filename: str) -> None:
+            super().__init__(stream)
+            self.filename = filename
+            self.problems: list[str] = []
+            self._depth = 0
+
+        def compose_node(self, parent: yaml.nodes.Node | None, index: int) -> yaml.nodes.Node | None:
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    raise yaml.composer.ComposerError(
+                        None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark
+                    )
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+    _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+    return _LineLoader
 
 
 def _expanded_values(root: yaml.nodes.Node, limit: int) -> int:
     """How many values the document holds with every alias expanded, counting no further
     than past ``limit``; -1 if an alias refers to a node that contains it."""
+    import yaml.nodes
+
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
     # Iterative post-order walk: expanded, aliases can nest far deeper than the stack allows.
@@ -96,7 +109,7 @@ def _expanded_values(root: yaml.nodes.Node, limit: int) -> int:
     return sizes[id(root)]
 
 
-def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
+def _construct_mapping(loader: Any, node: yaml.MappingNode) -> LineDict:
     loader.flatten_mapping(node)
     mapping = LineDict()
     mapping.line = node.start_mark.line + 1
@@ -117,9 +130,6 @@ def _construct_mapping(loader: _LineLoader, node: yaml.MappingNode) -> LineDict:
         mapping[key] = loader.construct_object(value_node, deep=True)
         mapping.key_lines[key] = line
     return mapping
-
-
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)  # type: ignore[arg-type]
 
 
 def read_yaml_bytes(path: Path) -> bytes:
@@ -143,9 +153,11 @@ def load_yaml_file(path: Path) -> Any:
 
 
 def load_yaml_text(text: str, filename: str) -> Any:
+    import yaml
+
     try:
         # The reader checks for control characters as it is made, so this is inside the try.
-        loader = _LineLoader(text, filename)
+        loader = _line_loader()(text, filename)
     except yaml.reader.ReaderError as exc:
         raise YamlFileError([_reader_problem(exc, text, filename)]) from None
     try:
