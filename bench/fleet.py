@@ -5,8 +5,9 @@ latency and TSDB memory at N nodes.
 
 For each N it:
 1. builds the fleet's history from the simulated node's expositions (lockstep.simulation.snapshot,
-   scenarios healthy, straggler, kv-pressure and nfs-server-down, each at simulated times 0 and
-   600 s), relabelled per node, not a second model of the metrics:
+   scenarios of SCENARIOS: healthy, straggler, kv-pressure, nfs-server-down and four nodes' own
+   faults, each at simulated times 0 and 600 s), relabelled per node, not a second model of the
+   metrics:
    - nodes gpu0001.. in two clusters (east, west), scrape labels job="lockstep", instance, cluster;
    - per cluster, the last sixteenth of the nodes serve inference (the kv-pressure node without its
      training job), the rest run up to four multi-node training jobs of contiguous nodes, 8 ranks a
@@ -14,6 +15,8 @@ For each N it:
    - east's first job has one straggler node (scenario straggler: rank 3 on GPU 3 computes slower);
      west's first job stalls a quarter into the history (its training counters stop);
    - one west node has a hung NFS mount (scenario nfs-server-down);
+   - four nodes have faults of their own (FAULTY: gpu-faults' XIDs, ECC errors and remapped rows,
+     link-flap, gpu-throttle, gpu-lost), in jobs of their own where a fleet has three or more;
    - every eighth training node, and the straggler's, named by its job's straggler alert all
      through the history (ALERTS series: the node record's inputs, alerts/nodes.py);
    - values: counters (and histogram samples) go on at the rate the two moments show, gauges
@@ -66,7 +69,25 @@ from lockstep.simulation.snapshot import expositions  # noqa: E402
 from lockstep.simulation.storage import EPOCH  # noqa: E402
 
 PROMETHEUS = "/usr/bin/prometheus"
-SCENARIOS = ("healthy", "straggler", "kv-pressure", "nfs-server-down")
+SCENARIOS = (
+    "healthy",
+    "straggler",
+    "kv-pressure",
+    "nfs-server-down",
+    "gpu-faults",
+    "link-flap",
+    "gpu-throttle",
+    "gpu-lost",
+)
+# Nodes with faults of their own (the node record's inputs, lockstep/node_faults.py): (cluster,
+# job, position in it) -> scenario, in jobs other than the straggler's, the stalled one and the
+# hung mount's.
+FAULTY = {
+    ("east", 2, 0): "gpu-faults",
+    ("east", 2, 1): "link-flap",
+    ("east", 1, 0): "gpu-throttle",
+    ("west", 2, 0): "gpu-lost",
+}
 MOMENTS = (0.0, 600.0)  # simulated seconds: a checkpoint interval apart, so every counter moves
 SIM_JOB = "4242"  # the simulated node's Slurm job
 RANKS_PER_NODE = 8
@@ -168,7 +189,7 @@ def plan(count: int) -> FleetPlan:
             job = min(position_in_cluster // size, jobs - 1)
             job_id = str(number * 10000 + job + 1)
             position = position_in_cluster - job * size
-            scenario = "healthy"
+            scenario = FAULTY.get((cluster, job, position), "healthy")
             if cluster == "east" and job == 0 and position == 1:
                 scenario = "straggler"
                 result.straggler = (job_id, f"{name}:12400")

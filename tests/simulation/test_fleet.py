@@ -139,12 +139,16 @@ def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Pr
 # ... and the straggler evidence verdict: it needs 15 minutes of the recorded 5-minute shares,
 # which a Prometheus started with the test has not (alerts/tests/stragglers.test.yml and
 # tests/alerts/test_straggler_real_timing.py feed it).
+# ... and a node's XIDs: the fleet is made of one round of each scenario's collectors, and the
+# GPU collector's listener thread has not handed it the simulated XIDs by then (a running demo
+# has: tests/alerts/test_alerts_e2e.py's gpu-faults and gpu-lost cases record them).
 NO_FLEET_INPUT = (
     "lockstep_nccl_",
     "lockstep_gpu_spinning",
     "lockstep_checkpoint_save:in_progress",
     "lockstep_framework_reports:stopped",
     "lockstep_training_straggler_evidence",
+    "lockstep_node_xid_errors",
 )
 
 
@@ -194,5 +198,9 @@ def test_every_fleet_dashboard_query_returns_data(small_fleet: tuple[fleet.Resul
     result, _ = small_fleet
     assert [panel for panel, *_ in result.queries] == [p for p, _ in [*fleet.dashboard_queries(), *fleet.RAW_QUERIES]]
     # Nothing fires within seconds of Prometheus' start (every alert of the fleet has a `for`).
-    empty = [(panel, expr) for panel, expr, _, _, count in result.queries if count == 0 and "firing" not in expr]
+    empty = [
+        (panel, expr)
+        for panel, expr, _, _, count in result.queries
+        if count == 0 and "firing" not in expr and not any(part in expr for part in NO_FLEET_INPUT)
+    ]
     assert empty == []
