@@ -47,8 +47,11 @@ UNITS = (
     "victoria-metrics",
 )
 # What the tests may leave in pytest's base temporary directory at the end (module-scoped
-# directories live until the session ends; a passed test's tmp_path is removed at once).
-BASETEMP_LIMIT = 50 * 1024 * 1024
+# directories live until the session ends; a passed test's tmp_path is removed at once).  The
+# e2e runs' Prometheus, VictoriaMetrics and demo logs are most of it: 53 MB in the full run at
+# 6a0ce6e (scale-out 26, alerts 21, pages 3), past the 50 MiB this was, once the scale-out run
+# watched gpu-faults and gpu-throttle too.
+BASETEMP_LIMIT = 64 * 1024 * 1024
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
