@@ -79,6 +79,8 @@ class _Labelled(Metric):
 
 
 class GaugeMetricFamily(_Labelled):
+    TYPE = "gauge"
+
     def __init__(
         self,
         name: str,
@@ -89,7 +91,7 @@ class GaugeMetricFamily(_Labelled):
     ) -> None:
         if labels is not None and value is not None:
             raise ValueError("Can only specify at most one of value and labels.")
-        super().__init__(name, documentation, "gauge", labels, unit)
+        super().__init__(name, documentation, self.TYPE, labels, unit)
         if value is not None:
             self.add_metric([], value)
 
@@ -98,18 +100,9 @@ class GaugeMetricFamily(_Labelled):
 
 
 class UnknownMetricFamily(GaugeMetricFamily):
-    """Values whose kind the agent cannot know (a NIC driver's statistics)."""
+    """Values whose kind the agent cannot know (a NIC driver's statistics): a gauge's interface."""
 
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        value: float | None = None,
-        labels: Sequence[str] | None = None,
-        unit: str = "",
-    ) -> None:
-        super().__init__(name, documentation, value, labels, unit)
-        self.type = "unknown"
+    TYPE = "unknown"
 
 
 class CounterMetricFamily(_Labelled):
