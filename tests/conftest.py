@@ -88,6 +88,7 @@ SHARED_RUNS = {
     "report_run": (
         "tests/report/test_report_e2e.py",
         "tests/project/test_new_report_section_recipe.py",
+        "tests/alerts/test_hangs_e2e.py",
     ),
     "written_replays": ("tests/alerts/test_straggler_real_timing.py", "tests/report/test_report_ddp_runs.py"),
 }
@@ -95,7 +96,6 @@ SCOPES = {
     **{module: DEMOS for run in ("alerts_run", "report_run") for module in SHARED_RUNS[run]},
     "tests/alerts/test_pages_e2e.py": DEMOS,
     "tests/simulation/test_scale_out_e2e.py": DEMOS,
-    "tests/alerts/test_hangs_e2e.py": DEMOS,
     **{module: "written_replays" for module in SHARED_RUNS["written_replays"]},
 }
 

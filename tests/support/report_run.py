@@ -1,6 +1,7 @@
 """The demo scenarios at their own timing on a real Prometheus, watched once for
-tests/report/test_report_e2e.py (`lockstep report` of each scenario's job) and the report-section
-recipe (tests/project/test_new_report_section_recipe.py, from the run's recorded data).
+tests/report/test_report_e2e.py (`lockstep report` of each scenario's job), the report-section
+recipe (tests/project/test_new_report_section_recipe.py, from the run's recorded data) and the
+hangs at their own timing (tests/alerts/test_hangs_e2e.py: the alerts seen firing, and when).
 
 One Prometheus (Debian `prometheus`, tests/support/prometheus.py Stack) scrapes one
 `lockstep demo --speed 10` per scenario (10 simulated seconds per real second), each target
@@ -14,10 +15,13 @@ runs ten times as fast as Prometheus'), and the agent's own health (on a loaded 
 scrape can time out, which is no part of the jobs' story; tests/alerts/test_alerts_e2e.py proves
 those alerts).  The collectors are those of a job's evidence, every second (10 simulated).
 
-At OBSERVE every report is made as Prometheus saw its job at that moment, the demos stopped from then
-on (the reports are made on a quiet machine, in any order, each from the same data): the
-collective straggler's twice (the recorded series deleted for the second), and the Slurm epilog
-stores the report of the job killed while hung, then read back with Prometheus gone.
+The hangs' twins (hang-save, hang-eval, hang-end) are watched too, for their alerts alone.  While
+the demos run, the alerts API is read every real second (10 simulated): each alert's first firing,
+in simulated seconds from its demo's start (Run.fired).  At OBSERVE every report is made as
+Prometheus saw its job at that moment, the demos stopped from then on (the reports are made on a
+quiet machine, in any order, each from the same data): the collective straggler's twice (the
+recorded series deleted for the second), and the Slurm epilog stores the report of the job killed
+while hung, then read back with Prometheus gone.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -44,7 +49,8 @@ from lockstep.report.prometheus import Prometheus
 from lockstep.report.stragglers import NCCL_PER_OP_RECORDED
 from lockstep.suspects import GPU_THROTTLE, NCCL_RANK_SUSPECT, NODE_SUSPECT, RANK_SUSPECT
 from tests.support import LOCKSTEP, REPO
-from tests.support.prometheus import Stack
+from tests.support.hang_cases import HANG_CASES
+from tests.support.prometheus import Stack, query_alerts
 from tests.support.reports import report_cli
 
 SPEED = 10
@@ -70,6 +76,8 @@ REPORTED = (
     "hang-killed",
     "checkpoint-stall",
 )
+# Watched besides, for their alerts alone (tests/alerts/test_hangs_e2e.py): the hangs' twins.
+WATCHED = (*REPORTED, *(scenario for scenario in HANG_CASES if scenario not in REPORTED))
 OBSERVE = 210  # real seconds: the straggler-* scenarios turn slow 25 simulated minutes (150 s) in
 AGENT_HEALTH = ("LockstepAgentDown", "LockstepCollectorFailing")
 EPILOG = REPO / "deploy" / "slurm" / "lockstep-report-epilog.sh"
@@ -81,6 +89,10 @@ RECORDED = "LOCKSTEP_TEST_REPORTS_FROM"
 @dataclass
 class Run:
     logs: dict[str, Path] = field(default_factory=dict)
+    # Every alert seen firing while the demos ran: scenario -> alertname -> (simulated seconds
+    # from the demo's start when first seen, its labels); and every alert (firing or pending) at OBSERVE.
+    fired: dict[str, dict[str, tuple[float, dict[str, str]]]] = field(default_factory=dict)
+    at_end: list[dict[str, Any]] = field(default_factory=list)
     # The reports, at OBSERVE.
     reports: dict[str, Report] = field(default_factory=dict)
     texts: dict[str, str] = field(default_factory=dict)
@@ -98,6 +110,17 @@ class Run:
     stored_text: subprocess.CompletedProcess[str] | None = None
     # The data the reports were made from and when (record()): recorded.json.
     recorded: Path = Path()
+
+
+def watch(url: str, served: dict[str, float], result: Run) -> None:
+    """The alerts firing now, each kept in result.fired with the simulated time it was first seen
+    (served: when each scenario's demo served, by time.monotonic(); its clock started then)."""
+    now = time.monotonic()
+    for alert in query_alerts(url):
+        scenario = alert["labels"].get("cluster", "")
+        if alert["state"] == "firing" and scenario in served:
+            seen = result.fired.setdefault(scenario, {})
+            seen.setdefault(alert["labels"]["alertname"], ((now - served[scenario]) * SPEED, alert["labels"]))
 
 
 def suspects_recorded_for(url: str, report: Report) -> dict[str, set[str]]:
@@ -217,7 +240,7 @@ def report_run(tmp: Path) -> Iterator[Run]:
             prometheus_args=("--web.enable-admin-api",),
         )
         demos = {}
-        for scenario in REPORTED:
+        for scenario in WATCHED:
             enabled = (*COLLECTORS, *EXTRA_COLLECTORS.get(scenario, ()))
             args = ["--scenario", scenario, "--speed", str(SPEED), "--config", str(config)]
             demos[scenario] = (
@@ -226,8 +249,11 @@ def report_run(tmp: Path) -> Iterator[Run]:
             )
         ready = stack.start_demos(demos, register="before", give_up=120)
         result = Run(store=tmp / "store", logs=stack.logs)
-        last_served = max(ready.values())
-        time.sleep(max(0.0, last_served + OBSERVE - time.monotonic()))
+        until = max(ready.values()) + OBSERVE
+        while time.monotonic() < until:
+            watch(stack.url, ready, result)
+            time.sleep(max(0.0, min(1.0, until - time.monotonic())))
+        result.at_end = query_alerts(stack.url)
         # Every report as Prometheus saw its job at one moment, the demos stopped from then on.
         at = time.time()
         stack.stop_demos()
