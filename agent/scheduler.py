@@ -24,6 +24,7 @@ from dataclasses import dataclass, field, replace
 
 from lockstep.agent.collector import Collector, NothingHere, describe_error
 from lockstep.agent.families import Metric
+from lockstep.agent.memory import release_freed_memory
 from lockstep.agent.samples import Rejection, checked_families
 
 log = logging.getLogger("lockstep.agent")
@@ -371,6 +372,8 @@ class _Runner:
                     done = not self._queue
                 if done:  # the rounds due are done: the scheduler looks at what is due next
                     self._scheduler.wake()
+                    # What the rounds freed goes back to the kernel before the agent sleeps.
+                    release_freed_memory()
 
 
 class Scheduler:
