@@ -85,28 +85,35 @@ def _evidence() -> tuple[Recording, ...]:
     )
 
 
-# The evidence test's verdicts (LockstepTrainingStragglerSustained), each valued at the rank's
-# mean ratio to its peers over the window.  The evidence: that ratio, at every evaluation of the
-# window, averaged above the ratio and held above the floor in all but the spare share; judged
-# since STRAGGLER_EVIDENCE_SINCE; and the rank the last to arrive at the collectives for at least
-# half the window, where its job reports comm wait.  The hold: what keeps a firing alert, the
-# mean over the shorter hold window above the hold ratio (the alert joins it to its own state).
+# The evidence test's verdicts, each valued at the rank's mean ratio to its peers over the
+# window.  Slower than its peers (LockstepTrainingSlowerThanPeers): that ratio, at every evaluation
+# of the window, averaged above the ratio and held above the floor in all but the spare share;
+# judged since STRAGGLER_EVIDENCE_SINCE.  Holds the job back (LockstepTrainingStragglerSustained):
+# slower than its peers, and the rank the last to arrive at the collectives for at least half the
+# window, where its job reports comm wait.  The hold: what keeps a firing alert of either, the mean
+# over the shorter hold window above the hold ratio (each alert joins it to its own state).
 EW = T.STRAGGLER_EVIDENCE_WINDOW
+SLOWER = f"job_rank:lockstep_training_slower_than_peers:ratio{EW}"
 EVIDENCE = f"job_rank:lockstep_training_straggler_evidence:ratio{EW}"
 HOLD = f"job_rank:lockstep_training_straggler_hold:ratio{EW}"
 
 
-def _verdicts() -> tuple[Recording, Recording]:
+def _verdicts() -> tuple[Recording, Recording, Recording]:
+    """The two verdicts in the order they are evaluated (the second reads the first, in the same
+    group and evaluation), and the hold."""
     mean_ratio = f"avg_over_time({PEERS_5M}[{EW}])"
     return (
         Recording(
-            EVIDENCE,
+            SLOWER,
             f"{mean_ratio} > {num(T.TRAINING_STRAGGLER_EVIDENCE_RATIO)}\n"
             f"and\nquantile_over_time({num(T.STRAGGLER_EVIDENCE_SPARE)}, {PEERS_5M}[{EW}])"
             f" > {num(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR)}\n"
-            f"and\n{PEERS_5M} offset {T.STRAGGLER_EVIDENCE_SINCE}\n"
-            f"and\n(\n  avg_over_time({LAST_TO_ARRIVE}[{EW}]) >= {num(T.STRAGGLER_LAST_TO_ARRIVE_SHARE)}\n"
-            f"  or {PEERS_5M} unless on (cluster, job_id, rank) {COMM_WAIT_5M}\n)",
+            f"and\n{PEERS_5M} offset {T.STRAGGLER_EVIDENCE_SINCE}",
+        ),
+        Recording(
+            EVIDENCE,
+            f"{SLOWER}\nand\n(\n  avg_over_time({LAST_TO_ARRIVE}[{EW}]) >= {num(T.STRAGGLER_LAST_TO_ARRIVE_SHARE)}\n"
+            f"  or {SLOWER} unless on (cluster, job_id, rank) {COMM_WAIT_5M}\n)",
         ),
         Recording(
             HOLD,
@@ -195,7 +202,7 @@ def _rank_suspects() -> tuple[Recording, ...]:
 # group of them all took 4.4 s; split, each takes about a second or less (docs/performance.md).
 # A record read across groups is up to one evaluation older than within one: the evidence path
 # (5m, peers, evidence, then the alert) is three such steps, 45 s at most.
-EVIDENCE_RULE, HOLD_RULE = _verdicts()
+SLOWER_RULE, EVIDENCE_RULE, HOLD_RULE = _verdicts()
 STRAGGLER_RECORDING_GROUPS = (
     # Each rank's 5-minute time per step, and over its job's median.
     Group(
@@ -212,9 +219,10 @@ STRAGGLER_RECORDING_GROUPS = (
     # Each rank's 5-minute time per step over its peers', and whether it arrives last at the
     # collectives: read at every evaluation by the evidence test.
     Group("lockstep-stragglers-peers.recording", _evidence()),
-    # The evidence test's verdicts, judged once for LockstepTrainingStragglerSustained: each
-    # reads 20 minutes of every rank's records, so each has a group of its own.
-    Group("lockstep-stragglers-evidence.recording", (EVIDENCE_RULE,)),
+    # The evidence test's verdicts, judged once for the two straggler alerts: each reads 20
+    # minutes of every rank's records, so the test and the hold have a group each (the second
+    # verdict reads the first's fresh result, in the same group).
+    Group("lockstep-stragglers-evidence.recording", (SLOWER_RULE, EVIDENCE_RULE)),
     Group("lockstep-stragglers-hold.recording", (HOLD_RULE,)),
     # Each rank's 30-minute time per step against its job's (the suspects' slow ranks, the
     # dashboards).

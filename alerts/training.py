@@ -14,6 +14,7 @@ from alerts.straggler_recording import (
     HOST_INFO,
     INSTANCE_SUSPECT,
     RANK_SUSPECT,
+    SLOWER,
     W,
 )
 from lockstep import thresholds as T
@@ -79,6 +80,7 @@ STEPPING = (
 
 EW_WORDS = f"{int(EW.removesuffix('m'))} minutes"  # the evidence window as the alert's text says it
 SUSTAINED = "LockstepTrainingStragglerSustained"
+SLOWER_THAN_PEERS = "LockstepTrainingSlowerThanPeers"
 RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
 GPU_ANNOTATIONS = (("suspects", GPU_SUSPECTS), ("dashboard_url", _dashboard_url(T.GPU_DEVIATION_PANEL_ID)))
 GPU_30M = f"job_gpu:lockstep_gpu_sm_clock_hertz:avg{W}"
@@ -119,6 +121,32 @@ STRAGGLER_ALERTS = (
         f"{percent(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR - 1)} in {percent(1 - T.STRAGGLER_EVIDENCE_SPARE)} of the "
         "window's 5-minute means; where its job reports waiting in collectives, it is the rank the others wait "
         "for. The whole job runs at its pace. Suspects on its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
+        RANK_ANNOTATIONS,
+    ),
+    # The second verdict (issue 44): the same evidence without the witness.  A rank slower than
+    # its peers that nothing waits for (a paced job, launch skew: another rank arrives last) costs
+    # its job nothing yet, and the next job on its node, unpaced, will wait for it.  It fires for
+    # the rank that holds its job back too (the node's record counts both); Alertmanager
+    # inhibits its notification by that rank's LockstepTrainingStragglerSustained.
+    Alert(
+        SLOWER_THAN_PEERS,
+        "warning",
+        T.STRAGGLER_EVIDENCE_FOR,
+        on_the_ranks_node(
+            f"(\n  {SLOWER}\n  or\n  (\n    {HOLD}\n"
+            f'    and on (cluster, job_id, rank) ALERTS{{alertname="{SLOWER_THAN_PEERS}", alertstate="firing"}}\n'
+            "  )\n)\n"
+            f"and {STEPPING}"
+        ),
+        f"Rank {label('rank')} of job {label('job_id')} computes slower than its peers",
+        f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its peers' "
+        f"time per step of its own work (compute and data wait) over the last {EW_WORDS}: more than "
+        f"{percent(T.TRAINING_STRAGGLER_EVIDENCE_RATIO - 1)} on average, and over "
+        f"{percent(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR - 1)} in {percent(1 - T.STRAGGLER_EVIDENCE_SPARE)} of the "
+        "window's 5-minute means. Where the others wait for it, LockstepTrainingStragglerSustained says so; "
+        "where nothing does (a paced job, or another rank starts its steps later), the job loses no time to "
+        "it, but its node is slower than its peers' and an unpaced job there will wait for it. Suspects on "
+        "its node in the last 30 minutes: " + RANK_SUSPECTS + ".",
         RANK_ANNOTATIONS,
     ),
     Alert(

@@ -70,6 +70,13 @@ class Case:
     onset_share: float | None = 0.5  # the straggler's onset, as a share of `seconds` (0: first step)
     fast_rank: int | None = None  # a healthy rank given a smaller batch (FAST_BATCH_SHARE): persistently fast
     batch: int = 64  # samples per step and rank
+    # Paced steps (issue 44): every rank starts step k at the job's start + k * pace + its rank *
+    # skew (both in units of the ranks' compute per step, measured before the first step), and
+    # waits for that moment in no phase (not data wait: the job is paced, its ranks are not
+    # starved).  With skew > the straggler's extra compute, the last rank to start is the one
+    # the others wait for, not the slow one.  None: each step starts when the last one ended.
+    pace: float | None = None
+    skew: float = 0.0
 
 
 FAST_BATCH_SHARE = 0.92  # the fast healthy rank's batch, as a share of BATCH
@@ -86,6 +93,10 @@ CASES = {
     "slow-from-start-2": Case(2, "explicit", 50 * 60.0, "straggler", onset_share=0.0, batch=1024),
     # The same, a smaller slowdown (run with --extra 0.06): the detection's margin.
     "slight-from-start-4": Case(4, "explicit", 45 * 60.0, "straggler", onset_share=0.0, batch=1024),
+    # Issue 44: rank 2 slow from the first step (run with --extra 0.12), the steps paced on a
+    # fixed tick and each rank starting half a step's compute after the one before: rank
+    # 3, which computes least, arrives last at every all-reduce; nobody waits for rank 2.
+    "paced-skewed-4": Case(4, "explicit", 40 * 60.0, "straggler", onset_share=0.0, batch=1024, pace=4.0, skew=0.5),
 }
 
 
@@ -153,6 +164,7 @@ def rank_main(rank: int, case: Case, directory: str, job_id: str, port: int, sha
     if straggler and onset_seconds == 0:
         # Slow from the first step: size the extra work from a few untimed passes first.
         extra.calibrate(measure_compute(model, batch))
+    ticks = paced_start(model, batch, case) if case.pace is not None else None
     timer = StepTimer()
     started = time.perf_counter()
     compute: list[float] = []  # this rank's logged compute time per step
@@ -160,6 +172,9 @@ def rank_main(rank: int, case: Case, directory: str, job_id: str, port: int, sha
     onset_step = 0 if onset_seconds == 0 else None
     step = 0
     while True:
+        if ticks is not None:  # wait, in no phase, for this rank's start of the step (late: none)
+            epoch, tick, offset = ticks
+            time.sleep(max(0.0, epoch + step * tick + rank * offset - time.time()))
         with timer.phase("data"):
             inputs, targets = torch.randn(batch, HIDDEN), torch.randn(batch, 1)
         if mode == "explicit":
@@ -223,6 +238,17 @@ def rank_main(rank: int, case: Case, directory: str, job_id: str, port: int, sha
     if straggler:
         Path(directory, "extra.json").write_text(json.dumps({"matmuls_per_step_at_end": extra.count}))
     dist.destroy_process_group()
+
+
+def paced_start(model: torch.nn.Module, batch: int, case: Case) -> tuple[float, float, float]:
+    """The paced job's clock, agreed by every rank: when step 0 starts (wall time, a second from
+    now), the tick between steps and the skew between ranks, in seconds (the case's pace and
+    skew times the slowest rank's measured compute per step before the first step)."""
+    assert case.pace is not None
+    measured = torch.tensor([measure_compute(model, batch), time.time() + 1.0])
+    dist.all_reduce(measured, op=dist.ReduceOp.MAX)
+    compute, epoch = float(measured[0]), float(measured[1])
+    return epoch, case.pace * compute, case.skew * compute
 
 
 def measure_compute(model: torch.nn.Module, batch: int) -> float:
@@ -319,6 +345,8 @@ def run_case(name: str, out: Path, seconds_override: float | None = None, extra:
         meta["extra_compute_target"] = extra
         meta.update(json.loads((directory / "extra.json").read_text()))
         (directory / "extra.json").unlink()
+    if case.pace is not None:
+        meta["pace"], meta["skew"] = case.pace, case.skew
     if case.fast_rank is not None:
         meta["fast_rank"] = case.fast_rank
         meta["fast_rank_batch"] = round(case.batch * FAST_BATCH_SHARE)

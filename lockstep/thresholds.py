@@ -386,6 +386,7 @@ REPORT_MAX_ANSWER_MIB = 64
 NODE_RECORD_ALERTS = (
     "LockstepTrainingStraggler",
     "LockstepTrainingStragglerSustained",
+    "LockstepTrainingSlowerThanPeers",
     "LockstepGPUStraggler",
     "LockstepGPUStragglerSustained",
     "LockstepNCCLStraggler",

@@ -10,7 +10,19 @@ from __future__ import annotations
 
 SLOW_ONSET = 1500.0
 SLOW_FACTOR = 1.10
-SLOW_SCENARIOS = ("slow-rank", "straggler-thermal", "straggler-pfc", "straggler-data", "straggler-nfs")
+SLOW_SCENARIOS = (
+    "slow-rank",
+    "slow-rank-skewed",
+    "straggler-thermal",
+    "straggler-pfc",
+    "straggler-data",
+    "straggler-nfs",
+)
+# Issue 44: node001's ranks start each step SKEW seconds after the one before (launch skew, an
+# input pipeline that hands out batches in turn), so its last rank (7) arrives last at every
+# all-reduce and the slow rank 3 is waited for by no one: slower than its peers, holding no one back.
+SKEWED_SCENARIOS = ("slow-rank-skewed",)
+SKEW = 0.7
 # In these the rank's data loader is what is slow: its data wait grows by as much time.
 DATA_SCENARIOS = ("straggler-data", "straggler-nfs")
 # The vLLM server's faults (workloads area); the GPU area gives its GPU the matching load.

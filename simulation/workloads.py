@@ -56,6 +56,8 @@ from lockstep.simulation.timeline import (
     HANG_STEP_LOGS,
     INFERENCE_SCENARIOS,
     PAUSE,
+    SKEW,
+    SKEWED_SCENARIOS,
     SLOW_FACTOR,
     hang_phase,
     slow,
@@ -90,6 +92,12 @@ SCENARIOS = (
         "Sustained names no suspect); the healthy job jitters, has per-rank biases, evaluation passes and "
         "checkpoint pauses.",
         starts_healthy=True,
+    ),
+    Scenario(
+        "slow-rank-skewed",
+        "As slow-rank, but node001's ranks start each step 0.7 s after the one before (launch skew): rank 7 "
+        "arrives last at every all-reduce and nothing waits for rank 3. LockstepTrainingSlowerThanPeers names "
+        "rank 3; LockstepTrainingStragglerSustained (the rank the job waits for) names no one.",
     ),
     Scenario(
         "straggler-thermal",
@@ -274,6 +282,20 @@ def rank_times(scenario: str, rank: int, step: int, start: float) -> tuple[float
     return data, compute
 
 
+def start_offset(scenario: str, rank: int) -> float:
+    """How long after the step's start the rank starts it: SKEW per rank on node001 in the skewed
+    scenarios (node002's ranks log no compute time, so a wait of theirs outside every phase would
+    read as compute), 0 elsewhere."""
+    if scenario in SKEWED_SCENARIOS and rank < RANKS_PER_NODE:
+        return rank * SKEW
+    return 0.0
+
+
+def arrival(scenario: str, rank: int, step: int, start: float) -> float:
+    """When, after the step's start, the rank is at the step's all-reduce."""
+    return start_offset(scenario, rank) + sum(rank_times(scenario, rank, step, start))
+
+
 def timeline(scenario: str, t: float) -> list[tuple[float, float]]:
     """The job's finished steps by time t: (start, end) each.  Every rank's step ends when the
     slowest rank's data and compute are done and the transfer after them."""
@@ -284,11 +306,11 @@ def timeline(scenario: str, t: float) -> list[tuple[float, float]]:
         if scenario == "gpu-lost" and start >= 0.0:
             break  # GPU 5 fell off the bus at t=0: rank 5 never finishes a step, every rank waits in NCCL
         index = len(steps)
-        slowest = max(sum(rank_times(scenario, rank, index, start)) for rank in range(RANKS))
+        slowest = max(arrival(scenario, rank, index, start) for rank in range(RANKS))
         end = round(start + slowest + TRANSFER, 6)
         if scenario in HANG_PAUSES and end > HANG_AT and start < HANG_AT + PAUSE:
             start = HANG_AT + PAUSE  # a save or an evaluation: the next step begins after it
-            slowest = max(sum(rank_times(scenario, rank, index, start)) for rank in range(RANKS))
+            slowest = max(arrival(scenario, rank, index, start) for rank in range(RANKS))
             end = round(start + slowest + TRANSFER, 6)
         if end > t or (stopped and end > STOP_AT) or (scenario in HANG_STOPS and end > HANG_AT):
             break
@@ -304,7 +326,7 @@ HANG_PAUSES = ("hang-save", "hang-eval")
 def rank_step_text(scenario: str, rank: int, step: int, start: float, end: float) -> str:
     data_wait, compute = rank_times(scenario, rank, step, start)
     wall = end - start
-    comm_wait = wall - data_wait - compute
+    comm_wait = wall - start_offset(scenario, rank) - data_wait - compute
     host = HOSTS[rank // RANKS_PER_NODE]
     if host == HOSTS[0]:
         return step_lines(

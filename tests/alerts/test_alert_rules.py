@@ -29,6 +29,7 @@ from tests.support.queries import WORKLOAD_CONTRACT, declared_metrics, metrics_i
 PRODUCT_ALERTS = {
     "LockstepTrainingStraggler",
     "LockstepTrainingStragglerSustained",
+    "LockstepTrainingSlowerThanPeers",
     "LockstepGPUStraggler",
     "LockstepGPUStragglerSustained",
     "LockstepTrainingStalled",
@@ -77,6 +78,7 @@ STRAGGLER_ALERTS = {
     "LockstepFrameworkSlowdown",
     "LockstepTrainingStraggler",
     "LockstepTrainingStragglerSustained",
+    "LockstepTrainingSlowerThanPeers",
     "LockstepGPUStraggler",
     "LockstepGPUStragglerSustained",
     "LockstepNCCLStraggler",

@@ -9,6 +9,7 @@ labelled cluster=<case>:
 - healthy: job 4242 with per-step jitter, per-rank bias, evaluation passes and checkpoint
   pauses (simulation/workloads.py);
 - slow-rank: 25 simulated minutes in, rank 3 turns 10 % slower with nothing else wrong;
+- slow-rank-skewed: the same, but rank 7 starts its steps last and is the one the others wait for;
 - straggler-thermal, -pfc, -data, -nfs: the same, caused by a thermal throttle on its GPU, a PFC
   storm on its NIC, a starved data loader, a hung NFS mount;
 - gpu-lost: GPU 5 falls off the bus and job 4242 stalls;
@@ -46,7 +47,7 @@ from alerts.compression import Compression
 from lockstep.simulation.timeline import SLOW_ONSET
 from lockstep.simulation.workloads import DEMO_EPOCH
 from tests.support import REPO, free_port, http_get, require_real, wait_until
-from tests.support.page_cases import ALL_CASES, SPEED, SUSTAINED
+from tests.support.page_cases import ALL_CASES, SLOWER, SPEED, SUSTAINED
 from tests.support.prometheus import PROMETHEUS, Stack, is_ready, query_alerts, start_logged, stop_all
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
@@ -214,7 +215,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
                     continue
                 cluster, name = alert["labels"].get("cluster", ""), alert["labels"]["alertname"]
                 if name not in result.fired.setdefault(cluster, {}):
-                    simulated = result.simulated_now(cluster) if name == SUSTAINED else None
+                    simulated = result.simulated_now(cluster) if name in (SUSTAINED, SLOWER) else None
                     result.fired[cluster][name] = (round(now - began, 1), simulated, alert["annotations"])
             for cluster in CASES:
                 if cluster not in result.first_sample and (t := result.simulated_now(cluster)) is not None:
@@ -270,6 +271,22 @@ def test_a_ten_percent_straggler_is_caught_within_35_simulated_minutes(run: Run)
     seconds, simulated, _ = run.fired["slow-rank"][SUSTAINED]
     assert simulated is not None, f"slow-rank served no training step in the 15 s before {SUSTAINED} fired"
     assert 0 < simulated - SLOW_ONSET <= DETECTION_LIMIT, (simulated, seconds)
+
+
+@pytest.mark.skipif(not LONG, reason="LOCKSTEP_E2E_SHORT=1 leaves out the hour of simulated time at 60x")
+@pytest.mark.e2e
+def test_a_slow_rank_nothing_waits_for_is_named_slower_than_its_peers_and_holds_no_one_back(run: Run) -> None:
+    """Issue 44's second verdict: in slow-rank-skewed rank 7 starts its steps last and arrives last
+    at every all-reduce (the witness names it, not rank 3), so LockstepTrainingStragglerSustained
+    stays silent (the case test: nothing else fired) and LockstepTrainingSlowerThanPeers names rank
+    3 within the same 35 simulated minutes."""
+    seconds, simulated, _ = run.fired["slow-rank-skewed"][SLOWER]
+    assert simulated is not None, f"slow-rank-skewed served no training step in the 15 s before {SLOWER} fired"
+    assert 0 < simulated - SLOW_ONSET <= DETECTION_LIMIT, (simulated, seconds)
+    last = run.query('job_rank:lockstep_training_last_to_arrive:bool5m{cluster="slow-rank-skewed"} == 1')
+    assert [r["metric"]["rank"] for r in last] == ["7"]
+    (named,) = run.query(f'ALERTS{{cluster="slow-rank-skewed", alertname="{SLOWER}", alertstate="firing"}}')
+    assert named["metric"]["rank"] == "3"
 
 
 @pytest.mark.parametrize("cluster", list(CASES))

@@ -33,6 +33,7 @@ from tests.support.training_replay import SCRAPE, Segment, input_series, load_ca
 pytestmark = pytest.mark.real
 
 STRAGGLER = "LockstepTrainingStragglerSustained"
+SLOWER = "LockstepTrainingSlowerThanPeers"
 HEALTHY_MINUTES = 75  # an hour of history for the change test, and a healthy half hour judged
 FAULT_MINUTES = 35
 AFTER_MINUTES = 10
@@ -66,7 +67,8 @@ def firing(alerts: str, until: int, since: int = 0) -> dict[str, Any]:
 
 
 def straggler_labels(job_id: str, rank: int) -> str:
-    return f'{{alertname="{STRAGGLER}", job_id="{job_id}", rank="{rank}"}}'
+    """The slow rank's two verdicts: it holds its job back, and it is slower than its peers."""
+    return ";".join(f'{{alertname="{name}", job_id="{job_id}", rank="{rank}"}}' for name in (SLOWER, STRAGGLER))
 
 
 @pytest.mark.parametrize("name", ["straggler-2", "straggler-4", "straggler-8", "overlap-4"])

@@ -103,6 +103,7 @@ CASES: dict[str, Case] = {
         "straggler",
         expect("LockstepTrainingStraggler"),
         expect("LockstepTrainingStragglerSustained"),
+        expect("LockstepTrainingSlowerThanPeers"),
         expect("LockstepGPUStraggler", gpu="3"),
         expect("LockstepGPUStragglerSustained", gpu="3"),
     ),

@@ -33,26 +33,37 @@ def page(*alertnames: str) -> tuple[str, frozenset[str]]:
 
 
 SUSTAINED = "LockstepTrainingStragglerSustained"
+SLOWER = "LockstepTrainingSlowerThanPeers"
 GPU_SUSTAINED = "LockstepGPUStragglerSustained"
+
+
+def slow_rank(suspects: str) -> dict[str, str | None]:
+    """A rank that holds its job back is slower than its peers too: both verdicts, one suspect
+    (Alertmanager inhibits the second's notification by the first)."""
+    return {SUSTAINED: suspects, SLOWER: suspects}
+
+
 ALL_CASES: dict[str, Case] = {
     "healthy": Case("healthy", {}, collectors=("training", "gpu", "slurm")),
-    "slow-rank": Case("slow-rank", {SUSTAINED: "none found"}, notified=ticket(SUSTAINED)),
+    "slow-rank": Case("slow-rank", slow_rank("none found"), notified=ticket(SUSTAINED)),
+    # Issue 44: the same slow rank, which no one waits for (rank 7 starts its steps last).
+    "slow-rank-skewed": Case("slow-rank-skewed", {SLOWER: "none found"}, notified=ticket(SLOWER)),
     "straggler-thermal": Case(
         "straggler-thermal",
         {
-            SUSTAINED: "gpu_throttle",
+            **slow_rank("gpu_throttle"),
             GPU_SUSTAINED: "gpu_throttle (sw_thermal_slowdown)",
             "LockstepGPUThermalSlowdown": None,
         },
         notified=ticket("LockstepGPUThermalSlowdown"),
     ),
     "straggler-pfc": Case(
-        "straggler-pfc", {SUSTAINED: "pfc_pause", "LockstepPFCStorm": None}, notified=page("LockstepPFCStorm")
+        "straggler-pfc", {**slow_rank("pfc_pause"), "LockstepPFCStorm": None}, notified=page("LockstepPFCStorm")
     ),
-    "straggler-data": Case("straggler-data", {SUSTAINED: "data_wait"}, notified=ticket(SUSTAINED)),
+    "straggler-data": Case("straggler-data", slow_rank("data_wait"), notified=ticket(SUSTAINED)),
     "straggler-nfs": Case(
         "straggler-nfs",
-        {SUSTAINED: "data_wait, hung_mount", "LockstepFilesystemHung": None},
+        {**slow_rank("data_wait, hung_mount"), "LockstepFilesystemHung": None},
         collectors=(*STRAGGLER_COLLECTORS, "filesystem"),
         notified=page("LockstepFilesystemHung"),
     ),
