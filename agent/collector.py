@@ -16,7 +16,9 @@ Rules a collector follows:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Literal, TypeVar, cast
@@ -244,6 +246,38 @@ class Collector(Generic[OptionsT]):
 
     def close(self) -> None:
         """Release what the collector holds (threads, handles).  Called when it is removed."""
+
+
+# --- Reads shared by the rounds run together ---
+# The collectors due at the same moment run one after another on the scheduler's runner thread
+# (agent/scheduler.py), milliseconds apart.  What several of them read of the node (the process
+# table: inference, slurm and host each scanned every process) is read once for all of them:
+# the runner opens a batch for the rounds due together, and shared_read() keeps each answer for
+# the batch.  Outside a batch (a collector's test, `lockstep once` before its rounds are
+# batched, a thread of the collector's own) every call reads afresh.
+_batch = threading.local()
+T = TypeVar("T")
+
+
+@contextmanager
+def shared_reads() -> Iterator[None]:
+    """The scope of one batch of rounds on this thread: shared_read() answers once per key."""
+    _batch.reads = {}
+    try:
+        yield
+    finally:
+        _batch.reads = None
+
+
+def shared_read(key: tuple[object, ...], read: Callable[[], T]) -> T:
+    """read()'s answer, taken once per batch of rounds for this key (every call outside one).
+    The answer is shared: callers must not change it."""
+    reads: dict[tuple[object, ...], Any] | None = getattr(_batch, "reads", None)
+    if reads is None:
+        return read()
+    if key not in reads:
+        reads[key] = read()
+    return cast(T, reads[key])
 
 
 def describe_error(exc: BaseException) -> str:

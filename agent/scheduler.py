@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
-from lockstep.agent.collector import Collector, NothingHere, describe_error
+from lockstep.agent.collector import Collector, NothingHere, describe_error, shared_reads
 from lockstep.agent.families import Metric
 from lockstep.agent.memory import release_freed_memory
 from lockstep.agent.samples import Rejection, checked_families
@@ -360,6 +360,19 @@ class _Runner:
                     self._ready.wait()
                 if self.retired:
                     return
+            # The rounds due together are one batch: what they read of the node in common (the
+            # process table) is read once (agent/collector.py shared_read).
+            with shared_reads():
+                self._run_due()
+            # What the rounds freed goes back to the kernel before the agent sleeps.
+            release_freed_memory()
+
+    def _run_due(self) -> None:
+        """Run the queued rounds until none is left (or the runner is retired)."""
+        while True:
+            with self._ready:
+                if not self._queue or self.retired:
+                    return
                 job = self._queue.popleft()
                 self.running_since = self._scheduler.clock()
             try:
@@ -372,8 +385,6 @@ class _Runner:
                     done = not self._queue
                 if done:  # the rounds due are done: the scheduler looks at what is due next
                     self._scheduler.wake()
-                    # What the rounds freed goes back to the kernel before the agent sleeps.
-                    release_freed_memory()
 
 
 class Scheduler:

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from lockstep.agent.collector import Collector, CollectorContext, Families, MetricSpec
 from lockstep.agent.families import Metric
 from lockstep.agent.files import read_text
+from lockstep.collectors.toolkit.procs import process_table
 
 CPU_SECONDS = MetricSpec(
     "lockstep_host_cpu_seconds_total",
@@ -227,13 +228,15 @@ class HostCollector(Collector):
 
     def _blocked_tasks(self, families: Families) -> None:
         """Count threads in state D.  A thread of a training job stuck on a hung mount is not
-        the process's main thread, so per-task stat files are read, not per-process ones."""
+        the process's main thread, so a process with more than one thread has its per-task stat
+        files read; a single-threaded one (most of a node's: kernel threads, shells, daemons) is
+        judged by the process table's state, which the round's other collectors read too
+        (collectors/toolkit/procs.py process_table)."""
         blocked = 0
-        try:
-            pids = [entry for entry in os.listdir(self.proc) if entry.isdigit()]
-        except OSError:
-            pids = []
-        for pid in pids:
+        for pid, process in process_table(self.proc).items():
+            if process.threads == 1:
+                blocked += process.state == "D"
+                continue
             # String paths: every thread of the node every round, and pathlib's joins cost more
             # than the reads (docs/performance.md).
             task_dir = f"{self.proc}/{pid}/task"

@@ -58,6 +58,7 @@ from lockstep.collectors.slurm.scontrol import (
     run_scontrol,
     why,
 )
+from lockstep.collectors.toolkit.procs import process_table
 
 
 @dataclass(frozen=True)
@@ -131,19 +132,9 @@ class SlurmCollector(Collector[SlurmOptions]):
             candidates.append(Path(os.environ["SLURM_CONF"]))
         if any(path.exists() for path in candidates):
             return True
-        try:
-            entries = os.listdir(self.proc)
-        except OSError:
-            return False
-        for entry in entries:
-            if entry.isdigit():
-                try:
-                    # A string path: every process of the node, every round on a node without Slurm.
-                    if read_text(f"{self.proc}/{entry}/comm").strip() == "slurmd":
-                        return True
-                except OSError:
-                    continue  # exited meanwhile
-        return False
+        # Every process of the node, every round on a node without Slurm: from the process table
+        # the round's other collectors read too (its command name is /proc/PID/comm's).
+        return any(process.comm == "slurmd" for process in process_table(self.proc).values())
 
     def job_cgroup_parents(self) -> tuple[list[Path], list[Path]]:
         """Where slurmd puts job cgroups on this node: v2 stepd scopes, v1 slurm* dirs."""

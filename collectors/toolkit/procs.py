@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockstep.agent.collector import shared_read
 from lockstep.agent.files import read_text
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
@@ -33,6 +34,8 @@ class Process:
     pid: int
     ppid: int
     comm: str  # the kernel's 15-character command name
+    state: str = ""  # R, S, D, ... (of its main thread)
+    threads: int = 1
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,13 @@ class ListeningSocket:
     inode: int
 
 
-def process_table(procfs: Path) -> dict[int, Process]:
-    """Every process, from /proc/PID/stat (no cmdline reads)."""
+def process_table(procfs: Path | str) -> dict[int, Process]:
+    """Every process, from /proc/PID/stat (no cmdline reads): read once for the collectors'
+    rounds run together (agent/collector.py shared_read), so the table is shared: never change it."""
+    return shared_read(("process_table", str(procfs)), lambda: _read_process_table(procfs))
+
+
+def _read_process_table(procfs: Path | str) -> dict[int, Process]:
     table = {}
     try:
         entries = os.listdir(procfs)
@@ -63,7 +71,9 @@ def process_table(procfs: Path) -> dict[int, Process]:
         fields = stat[close_paren + 2 :].split()
         if len(fields) < 2 or not (fields[1].isascii() and fields[1].lstrip("-").isdigit()):  # str.isdigit: "²" too
             continue
-        table[int(name)] = Process(int(name), int(fields[1]), stat[open_paren + 1 : close_paren])
+        # num_threads is the stat file's 20th field, the 18th after the command name.
+        threads = int(fields[17]) if len(fields) > 17 and fields[17].isascii() and fields[17].isdigit() else 0
+        table[int(name)] = Process(int(name), int(fields[1]), stat[open_paren + 1 : close_paren], fields[0], threads)
     return table
 
 
