@@ -35,7 +35,7 @@ from typing import Any
 from lockstep.agent.collector import Paths
 from lockstep.agent.gpus import GpuInventory
 from lockstep.collectors.toolkit.pods import pod_log_directories, pod_uid_of_process
-from lockstep.collectors.toolkit.procs import slurm_job_of_cgroup, slurm_job_of_environ
+from lockstep.collectors.toolkit.procs import process_table, slurm_job_of_cgroup, slurm_job_of_environ
 from lockstep.collectors.toolkit.scontrol import parse_scontrol_record, why
 
 # scontrol calls per discovery round at most (one per new job): a node that sees many new
@@ -271,10 +271,9 @@ class Discovery:
         """The Slurm jobs with a process here -> whether a cgroup (slurmd's) says so, not only
         an environment (its user's)."""
         jobs: dict[str, bool] = {}
-        try:
-            pids = [int(entry) for entry in os.listdir(self.paths.procfs) if entry.isdigit()]
-        except OSError:
-            return jobs
+        # Kernel threads (half of an idle node's processes) belong to no job: their cgroup and
+        # environment are not read.  The table is the one the round's other collectors read.
+        pids = [pid for pid, process in process_table(self.paths.procfs).items() if not process.kernel_thread]
         for pid in pids:
             job = slurm_job_of_cgroup(self.paths.procfs, pid)
             if job:

@@ -22,6 +22,7 @@ from pathlib import Path
 from lockstep.agent.collector import shared_read
 from lockstep.agent.files import read_text
 
+_PF_KTHREAD = 0x00200000  # a kernel thread (include/linux/sched.h)
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's st column
 _SLURM_JOB_IN_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
 # The fd link the kernel writes for a socket: "socket:[<inode>]", the inode in decimal ASCII.
@@ -36,6 +37,7 @@ class Process:
     comm: str  # the kernel's 15-character command name
     state: str = ""  # R, S, D, ... (of its main thread)
     threads: int = 1
+    kernel_thread: bool = False  # PF_KTHREAD in its flags: no user's process (no cgroup of a job, no environment)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,11 @@ def _read_process_table(procfs: Path | str) -> dict[int, Process]:
             continue
         # num_threads is the stat file's 20th field, the 18th after the command name.
         threads = int(fields[17]) if len(fields) > 17 and fields[17].isascii() and fields[17].isdigit() else 0
-        table[int(name)] = Process(int(name), int(fields[1]), stat[open_paren + 1 : close_paren], fields[0], threads)
+        # flags is the 9th field, the 7th after the command name.
+        kernel = len(fields) > 6 and fields[6].isascii() and fields[6].isdigit() and bool(int(fields[6]) & _PF_KTHREAD)
+        table[int(name)] = Process(
+            int(name), int(fields[1]), stat[open_paren + 1 : close_paren], fields[0], threads, kernel
+        )
     return table
 
 

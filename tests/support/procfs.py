@@ -20,6 +20,15 @@ def tcp_listen(address: str, port: int, uid: int, inode: int) -> str:
     )
 
 
+def stat(proc: Path, pid: int, comm: str = "python", *, ppid: int = 1, state: str = "S", threads: int = 1) -> None:
+    """The process's /proc/PID/stat, as the kernel writes it (a user process: no PF_KTHREAD in
+    its flags; the fields after num_threads cut short)."""
+    (proc / str(pid)).mkdir(parents=True, exist_ok=True)
+    (proc / str(pid) / "stat").write_text(
+        f"{pid} ({comm}) {state} {ppid} {pid} {pid} 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 {threads} 0 100\n"
+    )
+
+
 def process(
     proc: Path,
     pid: int,
@@ -29,8 +38,9 @@ def process(
     sockets: tuple[int, ...] = (),
     nspid: tuple[int, ...] = (),
 ) -> None:
-    """A process in the fixture procfs: its cgroup, its status (uid, NSpid), its socket descriptors."""
+    """A process in the fixture procfs: its stat, cgroup, status (uid, NSpid), socket descriptors."""
     (proc / str(pid) / "fd").mkdir(parents=True, exist_ok=True)
+    stat(proc, pid)
     (proc / str(pid) / "cgroup").write_text(JOB_CGROUP.format(job=job) if job else "0::/user.slice/session-3.scope\n")
     pids = "\t".join(str(p) for p in (nspid or (pid,)))
     (proc / str(pid) / "status").write_text(

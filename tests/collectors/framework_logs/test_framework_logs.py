@@ -17,7 +17,7 @@ from lockstep.agent.gpus import GpuInventory, GpuProcess, PublishedGpu
 from lockstep.agent.seams import MONOTONIC_CLOCK, WALL_CLOCK, Seams
 from lockstep.collectors.framework_logs import FrameworkLogsCollector, FrameworkLogsOptions
 from lockstep.collectors.toolkit.scontrol import SCONTROL
-from tests.support import FIXTURES, collected, wait_until
+from tests.support import FIXTURES, collected, procfs, wait_until
 
 LOGS = FIXTURES / "framework_logs"
 NOW = 1_787_400_000.0
@@ -54,7 +54,7 @@ class World:
         raise OSError(f"scontrol: no answer for {args}")
 
     def process(self, pid: int, cgroup: str) -> None:
-        (self.proc / str(pid)).mkdir(parents=True, exist_ok=True)
+        procfs.stat(self.proc, pid)
         (self.proc / str(pid) / "cgroup").write_text(f"0::{cgroup}\n")
 
     def file(self, host_path: str, text: str | bytes = "") -> Path:
@@ -474,12 +474,29 @@ def test_empty_and_idle_files_hold_no_slot_a_live_job_needs(world: World) -> Non
     assert s[("lockstep_framework_skipped_log_files", frozenset())] == 0
 
 
+def test_a_kernel_threads_cgroup_and_environment_are_not_read(world: World) -> None:
+    """Kernel threads (PF_KTHREAD in their stat's flags; half of an idle node's processes) belong
+    to no job: their files are not read (here they would name job 77, which is never asked)."""
+    (world.proc / "2").mkdir()
+    (world.proc / "2" / "stat").write_text("2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 30\n")
+    (world.proc / "2" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_77/step_0/user/task_0\n")
+    (world.proc / "2" / "environ").write_bytes(b"SLURM_JOB_ID=77\0")
+    world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")
+    world.answers["4242"] = job_record("4242", "vm", "/out/4242.out", "/out/4242.out")
+    world.file("/out/4242.out", fixture("nemo"))
+    collector = world.collector(slurm=True)
+    s = run(collector)
+    collector.close()
+    assert world.calls == ["-o show job 4242"]
+    assert jobs(s) == [("4242", "nemo")]
+
+
 def test_job_ids_slurm_does_not_answer_for_cannot_starve_a_real_jobs_discovery(world: World) -> None:
     """Issue 46: 8 processes with SLURM_JOB_ID=1..8 (anyone can start them) took every scontrol
     call of every discovery, and the real job was never asked.  A job of a cgroup is asked
     first, and a failed id is asked again after 60 s, 120 s, ..., after the new ones."""
     for fake in range(1, 9):
-        (world.proc / str(6000 + fake)).mkdir()
+        procfs.stat(world.proc, 6000 + fake)
         (world.proc / str(6000 + fake) / "cgroup").write_text("0::/user.slice/user-1001.slice/session-1.scope\n")
         (world.proc / str(6000 + fake) / "environ").write_bytes(f"HOME=/x\0SLURM_JOB_ID={fake}\0".encode())
     world.process(4001, "/system.slice/slurmstepd.scope/job_4242/step_batch/user/task_0")

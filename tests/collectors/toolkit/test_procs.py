@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lockstep.collectors.toolkit.procs import ListeningSocket, listening_sockets, socket_inodes
+from lockstep.collectors.toolkit.procs import ListeningSocket, Process, listening_sockets, process_table, socket_inodes
 
 _TCP_HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
 
@@ -31,3 +31,21 @@ def test_a_socket_link_or_port_the_kernel_never_writes_loses_that_socket_only(tm
     (pid_dir / "net" / "tcp6").write_text(_TCP_HEADER)
     assert socket_inodes(tmp_path / "proc", 4242) == {123, 124}
     assert listening_sockets(tmp_path / "proc", 4242) == [ListeningSocket("127.0.0.1", 8080, 123)]
+
+
+def test_the_table_reads_each_processs_state_threads_and_whether_it_is_a_kernel_thread(tmp_path: Path) -> None:
+    # Lines as this machine's kernel wrote them: kthreadd (flags 2129984 has PF_KTHREAD, 0x200000),
+    # a 3-thread user process, and one whose command name holds ") D (".
+    lines = {
+        2: "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 1 0 0 20 0 1 0 30 0 0 18446744073709551615 0 0 0",
+        300: "300 (python) R 1 300 300 0 -1 4194560 120 0 0 0 5 3 0 0 20 0 3 0 100 1000 10",
+        77: "77 (evil ) D (x) S 1 77 77 0 -1 4194560 120 0 0 0 5 3 0 0 20 0 1 0 100 1000 10",
+    }
+    for pid, line in lines.items():
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "stat").write_text(line + "\n")
+    assert process_table(tmp_path) == {
+        2: Process(2, 0, "kthreadd", "S", 1, kernel_thread=True),
+        300: Process(300, 1, "python", "R", 3),
+        77: Process(77, 1, "evil ) D (x", "S", 1),
+    }
