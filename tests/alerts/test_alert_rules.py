@@ -311,7 +311,7 @@ def test_the_alertmanager_configuration_is_valid() -> None:
         [amtool, "check-config", str(REPO / "alerts" / "alertmanager.yml")], capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "5 inhibit rules" in result.stdout and "2 receivers" in result.stdout, result.stdout
+    assert "6 inhibit rules" in result.stdout and "2 receivers" in result.stdout, result.stdout
 
 
 def _matches(matcher: str, alertname: str) -> bool:

@@ -79,6 +79,56 @@ def test_the_slow_rank_is_named_within_30_minutes_held_until_the_end_and_nothing
     assert last < end + QUIET_AFTER_END
 
 
+PACED = "paced-skewed-4"
+
+
+@pytest.mark.real
+def test_a_slow_rank_nothing_waits_for_is_slower_than_its_peers_and_holds_no_one_back(
+    tmp_path: Path, written_replays: WrittenReplays
+) -> None:
+    """Issue 44, on a real run at its own timestamps: paced-skewed-4's rank 2 computes 12 % more
+    than its peers from its first step, but the job paces its steps and rank 3 starts each one
+    last, so rank 3 arrives last at the all-reduce and nothing waits for rank 2.  Only the second
+    verdict names it (LockstepTrainingSlowerThanPeers), within 30 minutes of the first step, held
+    to the job's end; the paging one (LockstepTrainingStragglerSustained) names no one."""
+    meta, _ = load_written(PACED)
+    replayed = written_replays.get(PACED)
+    series, ended = replayed.series, replayed.ended
+    points = max(max(values) for values in series.values()) + 1
+    rule_files = [str(REPO / path) for path in render.RULE_FILES.values()]
+    timeline = firing_timeline(series, points, SCRAPE, rule_files, SCRAPE, tmp_path)
+    end = ended * SCRAPE
+    slower = f"{SLOWER} {meta['job_id']} {meta['straggler_rank']}"
+    assert {alert for alerts in timeline.values() for alert in alerts} == {slower}
+    named = [t for t, alerts in timeline.items() if slower in alerts]
+    first, last = min(named), max(named)
+    print(f"{PACED}: {slower} fires {first / 60:.2f} min after the first step")
+    assert first <= DEADLINE
+    assert [t for t in range(first, end, SCRAPE) if slower not in timeline[t]] == []
+    assert last < end + QUIET_AFTER_END
+
+
+# In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
+def test_the_paced_runs_slow_rank_computes_more_and_another_arrives_last() -> None:
+    """What paced-skewed-4 is, from its own logs: rank 2's own work per step (compute and data
+    wait) at least 8 % over its peers' median, and rank 3 the one that waits least at the
+    all-reduce (the last to arrive) in most steps, rank 2 in few."""
+    meta, ranks = load_written(PACED)
+    slow, last = int(meta["straggler_rank"]), 3
+    steps = range(len(ranks[0]))
+
+    def work(rank: int) -> float:
+        return statistics.fmean(
+            ranks[rank][k].values["compute_time_sec"] + ranks[rank][k].values["data_time_sec"] for k in steps
+        )
+
+    peers = statistics.median(work(r) for r in range(4) if r != slow)
+    assert work(slow) / peers > 1.08
+    arrived_last = [min(range(4), key=lambda r: ranks[r][k].values["comm_wait_time_sec"]) for k in steps]
+    assert arrived_last.count(last) / len(arrived_last) > 0.6
+    assert arrived_last.count(slow) / len(arrived_last) < 0.25
+
+
 # In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
 def test_the_8_rank_run_has_a_persistently_fast_healthy_rank_and_a_slow_one_after_an_hour() -> None:
     """What the 8-rank run is, from its own logs: rank 2 (a smaller batch) computes at least 3 %
