@@ -136,9 +136,9 @@ def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Pr
 # checks their cluster label reaches the alerts, tests/alerts/test_hangs_e2e.py feeds them from
 # the real agent).
 # ... and a job whose framework stopped printing (issue 37; proven in alerts/tests/framework.test.yml).
-# ... and the straggler evidence verdict: it needs 15 minutes of the recorded 5-minute shares,
-# which a Prometheus started with the test has not (alerts/tests/stragglers.test.yml and
-# tests/alerts/test_straggler_real_timing.py feed it).
+# ... and the straggler evidence verdicts (slower than its peers, holding its job back): they need
+# 15 minutes of the recorded 5-minute shares, which a Prometheus started with the test has not
+# (alerts/tests/stragglers.test.yml and tests/alerts/test_straggler_real_timing.py feed them).
 # ... and a node's XIDs: the fleet is made of one round of each scenario's collectors, and the
 # GPU collector's listener thread has not handed it the simulated XIDs by then (a running demo
 # has: tests/alerts/test_alerts_e2e.py's gpu-faults and gpu-lost cases record them).
@@ -148,6 +148,7 @@ NO_FLEET_INPUT = (
     "lockstep_checkpoint_save:in_progress",
     "lockstep_framework_reports:stopped",
     "lockstep_training_straggler_evidence",
+    "lockstep_training_slower_than_peers",
     "lockstep_node_xid_errors",
 )
 
