@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lockstep.collectors.ethtool import ETHTOOL
-from lockstep.simulation import Scenario, Writer, changed_only
+from lockstep.simulation import Scenario, Writer
 from lockstep.simulation.pcie import link_device, pci_function
 from lockstep.simulation.timeline import SLOW_ONSET
 
@@ -319,7 +319,7 @@ def build_infiniband(write: Writer, sysfs: Path, scenario: str, t: float, *, ib_
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    write = changed_only(node.write)
+    write = node.write_if_changed
     build_infiniband(write, node.paths.sysfs, node.scenario, t, ib_hcas=IB_HCAS, roce_ports=len(ROCE_NETDEVS))
     node.seams.replace(ETHTOOL.replaced_by(SimulatedEthtool(node)))
     # Show a few more ethtool statistics as generic series (the collector's 'statistics' option).

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lockstep.simulation import Scenario, changed_only
+from lockstep.simulation import Scenario
 
 if TYPE_CHECKING:
     from lockstep.simulation import SimulatedNode
@@ -95,7 +95,7 @@ def aer_files(correctable: dict[str, int]) -> dict[str, str]:
 
 
 def build(node: SimulatedNode, t: float) -> None:
-    write = changed_only(node.write)
+    write = node.write_if_changed
     sysfs = node.paths.sysfs
     degraded = node.scenario == "pcie-degraded"
     for device, (_, _, max_generation, max_width) in FUNCTIONS.items():

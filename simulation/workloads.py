@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from lockstep.collectors.inference.fetch import INFERENCE_HTTP
 from lockstep.emitter import format_timestamp, step_lines
-from lockstep.simulation import Scenario, changed_only, kubernetes
+from lockstep.simulation import Scenario, kubernetes
 from lockstep.simulation.host import BOOT_TIME
 from lockstep.simulation.slurm import TRAINING_PID
 from lockstep.simulation.timeline import (
@@ -403,7 +403,7 @@ def _rank_processes(node: SimulatedNode, t: float) -> None:
     job has ended its descriptors are gone: the kernel closed them when its processes exited."""
     process = node.paths.procfs / str(TRAINING_PID)
     ended = node.scenario == "training-finished" or hang_phase(node.scenario, t) == "ended"
-    write = changed_only(node.write)
+    write = node.write_if_changed
     for rank in range(RANKS_PER_NODE):
         fd = process / "fd" / str(FIRST_LOG_FD + rank)
         info = process / "fdinfo" / str(FIRST_LOG_FD + rank)

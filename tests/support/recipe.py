@@ -168,11 +168,20 @@ def write(copy: Path, files: dict[str, str]) -> None:
         (copy / name).write_text(text)
 
 
-def follow(copy: Path, tmp_path: Path, commands: list[list[str]], checks: list[str], env: dict[str, str]) -> set[str]:
+def follow(
+    copy: Path,
+    tmp_path: Path,
+    commands: list[list[str]],
+    checks: list[str],
+    env: dict[str, str],
+    pytest_narrowed: tuple[str, ...] = (),
+) -> set[str]:
     """Run the recipe's commands in the copy, as the page gives them.  `./dev/test` is narrowed to
     the checks the recipe's steps answer to (the whole unit tier is about 90 s on an idle 2-core
-    machine, on top of the rest), which dev/test passes on to pytest.  Returns the tests that
-    passed in the commands that run pytest (module::name, as JUnit names them)."""
+    machine, on top of the rest), which dev/test passes on to pytest; a `python -m pytest`
+    command gets pytest_narrowed (e.g. a -k leaving out the tests of files the recipe does not
+    touch: the suite itself runs those).  Returns the tests that passed in the commands that run
+    pytest (module::name, as JUnit names them)."""
     passed: set[str] = set()
     for number, command in enumerate(commands):
         pytest_run = command[0] == "./dev/test" or command[1:3] == ["-m", "pytest"]
@@ -182,7 +191,7 @@ def follow(copy: Path, tmp_path: Path, commands: list[list[str]], checks: list[s
             junit = tmp_path / f"command-{number}.xml"
             command = [
                 *command,
-                *(checks if command[0] == "./dev/test" else []),
+                *(checks if command[0] == "./dev/test" else pytest_narrowed),
                 "--no-machine-check",
                 "-p",
                 "no:cacheprovider",
