@@ -5,6 +5,8 @@ a hang: lockstep/thresholds.py NODE_RECORD_ALERTS) leaves its ALERTS series in P
 the job's job_id and the node's instance.  Counted over NODE_RECORD_WINDOW, the distinct jobs a
 node hurt are its record, and a node that hurt NODE_JOBS_HURT or more is a repeat offender:
 LockstepNodeHurtsJobs.  Each job is counted once however many of its alerts named the node.
+A node whose hardware needs a repair (T.NODE_REPAIR_ALERTS) pages once, with that record:
+LockstepNodeNeedsRepair.
 """
 
 from __future__ import annotations
@@ -22,6 +24,22 @@ JOBS_LIST = (
     # A raw string (backquotes) for the query: it holds double quotes.
     f'{{{{ range $i, $j := printf `{NODE_JOBS}` $labels.cluster $labels.instance | query | sortByLabel "job_id" }}}}'
     "{{ if $i }}, {{ end }}{{ $j.Labels.job_id }}{{ end }}"
+)
+
+
+# A node whose hardware needs a repair: an alert of T.NODE_REPAIR_ALERTS fires on it.
+REPAIR = f'ALERTS{{alertstate="firing", alertname=~"{regex(T.NODE_REPAIR_ALERTS)}"}}'
+# What the node shows: each of those alerts, with the GPU and the XID or action it names.
+REPAIR_SHOWN = (
+    f"{{{{ range printf `{REPAIR[:-1]}, cluster=%q, instance=%q}}` $labels.cluster $labels.instance | query"
+    ' | sortByLabel "gpu" }}'
+    "{{ .Labels.alertname }}{{ with .Labels.gpu }} GPU {{ . }}{{ end }}{{ with .Labels.xid }} XID {{ . }}{{ end }}"
+    "{{ with .Labels.action }} ({{ . }}){{ end }}; {{ end }}"
+)
+# The Slurm jobs on it now: draining it ends them or waits for them.
+RUNNING_JOBS = (
+    "{{ range $i, $j := printf `lockstep_slurm_job_info{cluster=%q, instance=%q}` $labels.cluster $labels.instance"
+    ' | query | sortByLabel "job_id" }}{{ if $i }}, {{ end }}{{ $j.Labels.job_id }}{{ end }}'
 )
 
 
@@ -69,6 +87,20 @@ NODE_ALERTS = Group(
             f"passes the checks between jobs. Its own faults in that time, where it had any: {_own_faults()}"
             "`lockstep report --node {{ $labels.instance }}` tells its story. Confirm it, drain it and return it "
             "as the runbook says.",
+        ),
+        # Issue 45: a node whose hardware needs a repair pages once, with what it shows, the jobs
+        # on it and the jobs it hurt; Alertmanager groups it with those alerts by node, one page.
+        Alert(
+            "LockstepNodeNeedsRepair",
+            "critical",
+            "0m",
+            f"count {by()} ({REPAIR})",
+            f"{WHERE} needs a repair before it runs jobs again",
+            f"{WHERE} shows {{{{ $value }}}} hardware fault(s) that need a repair or a reset: {REPAIR_SHOWN}"
+            f"Slurm jobs on it now: [{RUNNING_JOBS}]. Jobs whose straggler or hang alerts named it in the last "
+            f"{T.NODE_RECORD_WINDOW}: [{JOBS_LIST}]. Its own faults in that time: {_own_faults()}"
+            "Drain it (`lockstep health-check --drain` on the node, or scontrol), repair it and return it as "
+            "the runbook says; `lockstep report --node {{ $labels.instance }}` tells its story.",
         ),
     ),
 )

@@ -405,3 +405,16 @@ NODE_JOBS_HURT_RECORD = "instance:lockstep_jobs_hurt:count7d"
 # nodes flagged a week by chance.  A fleet with r near 0.5 flags 1.4 % of its nodes by chance:
 # raise it (docs/alerting.md).
 NODE_JOBS_HURT = 3
+# The alerts that say a node's hardware needs a repair or a reset before it runs jobs again: the
+# health check's GPU verdicts as alerts (lockstep/health/verdicts.py: a GPU lost, NVML's recovery
+# action, an XID that needs a reset, a failed row remapping).  Any of them firing on a node fires
+# LockstepNodeNeedsRepair, and Alertmanager sends them and it as one page per node
+# (alerts/alertmanager.yml).  A port down is not among them: behind a leaf switch it is down on
+# every node at once, and the fabric's one page per cluster says so (the health check still
+# drains for it, node by node).
+NODE_REPAIR_ALERTS = (
+    "LockstepGPUFellOffBus",
+    "LockstepGPURecoveryActionRequired",
+    "LockstepGPUXidCritical",
+    "LockstepGPURowRemapFailure",
+)

@@ -71,6 +71,7 @@ PRODUCT_ALERTS = {
     "LockstepCollectorFailing",
     "LockstepAgentDown",
     "LockstepNodeHurtsJobs",
+    "LockstepNodeNeedsRepair",
 }
 
 STRAGGLER_ALERTS = {
@@ -320,6 +321,22 @@ def _matches(matcher: str, alertname: str) -> bool:
     assert match, matcher
     operator, value = match.groups()
     return alertname == value if operator == "=" else re.fullmatch(value, alertname) is not None
+
+
+def test_a_node_that_needs_a_repair_is_one_page_per_node() -> None:
+    """Issue 45: the alerts that say a node's hardware needs a repair (thresholds.py
+    NODE_REPAIR_ALERTS, each critical) and LockstepNodeNeedsRepair, which fires on any of them, go
+    to the pager grouped by node, before the routes that group by job: exactly those alerts."""
+    config = yaml.safe_load((REPO / "alerts" / "alertmanager.yml").read_text())
+    first = config["route"]["routes"][0]
+    assert (first["receiver"], first["group_by"]) == ("lockstep-page", ["cluster", "instance"])
+    (matcher,) = first["matchers"]
+    routed = {name for name in PRODUCT_ALERTS if _matches(matcher, name)}
+    assert routed == {*T.NODE_REPAIR_ALERTS, "LockstepNodeNeedsRepair"}
+    severities = {alert.name: alert.severity for alert in rules.alerts()}
+    assert {severities[name] for name in routed} == {"critical"}
+    (node_alert,) = [alert for alert in rules.alerts() if alert.name == "LockstepNodeNeedsRepair"]
+    assert all(name in node_alert.expr for name in T.NODE_REPAIR_ALERTS)
 
 
 def test_a_lost_gpu_inhibits_its_jobs_hang_alerts() -> None:

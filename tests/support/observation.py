@@ -128,7 +128,12 @@ CASES: dict[str, Case] = {
         "checkpoint-stall", expect("LockstepCheckpointStalled", root="/lustre/ckpt/job=4242"), expect("LockstepIOStall")
     ),
     # The lost GPU's rank never finishes a step: job 4242 stalls.
-    "gpu-lost": case("gpu-lost", expect("LockstepGPUFellOffBus", gpu="5"), expect("LockstepTrainingStalled")),
+    "gpu-lost": case(
+        "gpu-lost",
+        expect("LockstepGPUFellOffBus", gpu="5"),
+        expect("LockstepTrainingStalled"),
+        expect("LockstepNodeNeedsRepair"),
+    ),
     "pfc-storm": case("pfc-storm", expect("LockstepPFCStorm", interface="ens3f0np0")),
     "link-flap": case(
         "link-flap",
@@ -139,7 +144,12 @@ CASES: dict[str, Case] = {
     # Issue 17's five faults, each with a near miss that must stay silent.
     "training-hang": case("training-hang", expect("LockstepTrainingStalled", job_id="4242")),
     "training-finished": case("training-finished"),
-    "gpu-nvml-hang": case("gpu-nvml-hang", expect("LockstepGPUFellOffBus", collector="gpu"), onset=10),
+    "gpu-nvml-hang": case(
+        "gpu-nvml-hang",
+        expect("LockstepGPUFellOffBus", collector="gpu"),
+        expect("LockstepNodeNeedsRepair"),
+        onset=10,
+    ),
     "gpu-throttle": case(
         "gpu-throttle",
         expect("LockstepGPUThermalSlowdown", gpu="2"),
@@ -157,6 +167,7 @@ CASES: dict[str, Case] = {
         expect("LockstepGPURowRemapFailure", gpu="4"),
         expect("LockstepNVLinkDown", gpu="6", link="3"),
         expect("LockstepNVLinkErrors", gpu="7"),
+        expect("LockstepNodeNeedsRepair"),
     ),
     "fabric-faults": case(
         "fabric-faults",
@@ -172,7 +183,9 @@ CASES: dict[str, Case] = {
     ),
     "idle-gpu-free": case("idle-gpu-free"),
     "gpu-recovery": case(
-        "gpu-recovery", expect("LockstepGPURecoveryActionRequired", gpu="4", action="drain_and_reset")
+        "gpu-recovery",
+        expect("LockstepGPURecoveryActionRequired", gpu="4", action="drain_and_reset"),
+        expect("LockstepNodeNeedsRepair"),
     ),
     # GPU 5's route recovery in progress is the near miss.
     "gpu-fabric-degraded": case(

@@ -69,10 +69,11 @@ ALL_CASES: dict[str, Case] = {
     ),
     "gpu-lost": Case(
         "gpu-lost",
-        {"LockstepGPUFellOffBus": None, "LockstepTrainingStalled": None},
+        {"LockstepGPUFellOffBus": None, "LockstepTrainingStalled": None, "LockstepNodeNeedsRepair": None},
         collectors=("training", "gpu", "slurm"),
         speed=1,
-        notified=page("LockstepGPUFellOffBus"),
+        # One page, by node: the lost GPU and the node that needs a repair (alerts/alertmanager.yml).
+        notified=page("LockstepGPUFellOffBus", "LockstepNodeNeedsRepair"),
     ),
     "leaf-switch": Case(
         "leaf-switch-down",
