@@ -85,36 +85,59 @@ def _evidence() -> tuple[Recording, ...]:
     )
 
 
-# The evidence test's verdicts, each valued at the rank's mean ratio to its peers over the
-# window.  Slower than its peers (LockstepTrainingSlowerThanPeers): that ratio, at every evaluation
-# of the window, averaged above the ratio and held above the floor in all but the spare share;
-# judged since STRAGGLER_EVIDENCE_SINCE.  Holds the job back (LockstepTrainingStragglerSustained):
-# slower than its peers, and the rank the last to arrive at the collectives for at least half the
-# window, where its job reports comm wait.  The hold: what keeps a firing alert of either, the mean
-# over the shorter hold window above the hold ratio (each alert joins it to its own state).
+# The verdicts, each valued at the rank's mean ratio to its peers over a window.  Slower than its
+# peers (LockstepTrainingSlowerThanPeers, a ticket): the sequential test of thresholds.py, the
+# mean over 5, 10 or 20 minutes past a threshold that falls as the window grows.  Holds the job
+# back (LockstepTrainingStragglerSustained): the persistent test, that ratio at every evaluation
+# of the 20-minute window averaged above the ratio and held above the floor in all but the spare
+# share, judged since STRAGGLER_EVIDENCE_SINCE, and the rank the last to arrive at the collectives
+# for at least half the window, where its job reports comm wait.  The hold: what keeps a firing
+# alert of either, the mean over the shorter hold window above the hold ratio (each alert joins it
+# to its own state).
 EW = T.STRAGGLER_EVIDENCE_WINDOW
 SLOWER = f"job_rank:lockstep_training_slower_than_peers:ratio{EW}"
 EVIDENCE = f"job_rank:lockstep_training_straggler_evidence:ratio{EW}"
 HOLD = f"job_rank:lockstep_training_straggler_hold:ratio{EW}"
 
 
+def sequential_threshold(window: str) -> float:
+    """The sequential test's threshold for a window's mean ratio (thresholds.py): the reference
+    plus the evidence (ratio-minutes) spread over the window's minutes."""
+    minutes = int(window.removesuffix("m"))
+    return round(T.TRAINING_SLOWER_REFERENCE_RATIO + T.TRAINING_SLOWER_EVIDENCE_RATIO_MINUTES / minutes, 6)
+
+
+def _sequential() -> str:
+    """LockstepTrainingSlowerThanPeers' test: the mean ratio over some window past its threshold
+    and above the floor in all but the spare share of it, the longest window first (its mean is
+    the value), with the window's history there, and the rank still above the reference now."""
+    windows = "\nor\n".join(
+        f"avg_over_time({PEERS_5M}[{w}]) > {num(sequential_threshold(w))}\n"
+        f"and quantile_over_time({num(T.STRAGGLER_EVIDENCE_SPARE)}, {PEERS_5M}[{w}])"
+        f" > {num(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR)}\n"
+        f"and {PEERS_5M} offset {w}"
+        for w in reversed(T.STRAGGLER_SEQUENTIAL_WINDOWS)
+    )
+    return f"(\n{windows}\n)\nand {PEERS_5M} > {num(T.TRAINING_SLOWER_REFERENCE_RATIO)}"
+
+
 def _verdicts() -> tuple[Recording, Recording, Recording]:
-    """The two verdicts and the hold.  Each verdict judges the window itself: the second reading
+    """The two verdicts and the hold.  Each verdict judges its windows itself: the second reading
     the first's record would see it only once written, which vmalert does through
     VictoriaMetrics' remote write, seconds later (tests/simulation/test_scale_out_e2e.py: the
     paging verdict missed its deadline there when it read the first)."""
     mean_ratio = f"avg_over_time({PEERS_5M}[{EW}])"
-    slower_than_peers = (
+    persistently_slower = (
         f"{mean_ratio} > {num(T.TRAINING_STRAGGLER_EVIDENCE_RATIO)}\n"
         f"and\nquantile_over_time({num(T.STRAGGLER_EVIDENCE_SPARE)}, {PEERS_5M}[{EW}])"
         f" > {num(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR)}\n"
         f"and\n{PEERS_5M} offset {T.STRAGGLER_EVIDENCE_SINCE}"
     )
     return (
-        Recording(SLOWER, slower_than_peers),
+        Recording(SLOWER, _sequential()),
         Recording(
             EVIDENCE,
-            f"{slower_than_peers}\n"
+            f"{persistently_slower}\n"
             f"and\n(\n  avg_over_time({LAST_TO_ARRIVE}[{EW}]) >= {num(T.STRAGGLER_LAST_TO_ARRIVE_SHARE)}\n"
             f"  or {PEERS_5M} unless on (cluster, job_id, rank) {COMM_WAIT_5M}\n)",
         ),
@@ -163,8 +186,10 @@ def _node_suspect(suspect: NodeSuspect) -> Recording:
     return _suspect(INSTANCE_SUSPECT, suspect.name, f"group {by()} (\n  {suspect.rule()}\n)")
 
 
-# Ranks slow enough by the relative margin to be given suspects.
-SLOW_RANKS = f"job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}"
+# Ranks slow enough by the relative margin to be given suspects, and the ranks the sequential
+# ticket names: it fires in minutes, before a 30-minute mean is past the margin, and names its
+# rank's suspects as the page does (tests/alerts/test_pages_e2e.py: "none found" otherwise).
+SLOW_RANKS = f"job_rank:{WORK}:ratio_to_median{W} > {num(T.TRAINING_STRAGGLER_SUSTAINED_RATIO)}\nor {SLOWER}"
 
 
 def _rank_suspects() -> tuple[Recording, ...]:

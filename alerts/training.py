@@ -16,6 +16,7 @@ from alerts.straggler_recording import (
     RANK_SUSPECT,
     SLOWER,
     W,
+    sequential_threshold,
 )
 from lockstep import thresholds as T
 
@@ -79,6 +80,20 @@ STEPPING = (
 )
 
 EW_WORDS = f"{int(EW.removesuffix('m'))} minutes"  # the evidence window as the alert's text says it
+
+
+def _sequential_words() -> str:
+    """The sequential test's windows and thresholds as the slower-than-peers alert says them:
+    "20 minutes (more than 3.25 %), 10 (more than 4.5 %) or 5 (more than 7 %)"."""
+    parts = [
+        f"{w.removesuffix('m')} (more than {percent(sequential_threshold(w) - 1)})"
+        for w in reversed(T.STRAGGLER_SEQUENTIAL_WINDOWS)
+    ]
+    parts[0] = parts[0].replace(" (", " minutes (", 1)
+    return ", ".join(parts[:-1]) + " or " + parts[-1]
+
+
+SEQUENTIAL_WORDS = _sequential_words()
 SUSTAINED = "LockstepTrainingStragglerSustained"
 SLOWER_THAN_PEERS = "LockstepTrainingSlowerThanPeers"
 RANK_ANNOTATIONS = (("suspects", RANK_SUSPECTS), ("dashboard_url", _dashboard_url(T.RANK_SUSPECTS_PANEL_ID)))
@@ -131,7 +146,7 @@ STRAGGLER_ALERTS = (
     Alert(
         SLOWER_THAN_PEERS,
         "warning",
-        T.STRAGGLER_EVIDENCE_FOR,
+        T.STRAGGLER_SLOWER_FOR,
         on_the_ranks_node(
             f"(\n  {SLOWER}\n  or\n  (\n    {HOLD}\n"
             f'    and on (cluster, job_id, rank) ALERTS{{alertname="{SLOWER_THAN_PEERS}", alertstate="firing"}}\n'
@@ -140,10 +155,9 @@ STRAGGLER_ALERTS = (
         ),
         f"Rank {label('rank')} of job {label('job_id')} computes slower than its peers",
         f"Rank {label('rank')} of job {label('job_id')} (host {label('host')}) has taken {VALUE_2F}x its peers' "
-        f"time per step of its own work (compute and data wait) over the last {EW_WORDS}: more than "
-        f"{percent(T.TRAINING_STRAGGLER_EVIDENCE_RATIO - 1)} on average, and over "
-        f"{percent(T.TRAINING_STRAGGLER_EVIDENCE_FLOOR - 1)} in {percent(1 - T.STRAGGLER_EVIDENCE_SPARE)} of the "
-        "window's 5-minute means. Where the others wait for it, LockstepTrainingStragglerSustained says so; "
+        "time per step of its own work (compute and data wait) on average over the last "
+        f"{SEQUENTIAL_WORDS}, and more than {percent(T.TRAINING_SLOWER_REFERENCE_RATIO - 1)} now. "
+        "Where the others wait for it, LockstepTrainingStragglerSustained says so; "
         "where nothing does (a paced job, or another rank starts its steps later), the job loses no time to "
         "it, but its node is slower than its peers' and an unpaced job there will wait for it. Suspects on "
         "its node in the last 30 minutes: " + RANK_SUSPECTS + ".",

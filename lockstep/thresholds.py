@@ -85,6 +85,26 @@ STRAGGLER_EVIDENCE_SINCE = "15m"
 # holding the job back (a second straggler behind a worse one is named once the first is fixed).
 STRAGGLER_LAST_TO_ARRIVE_SHARE = 0.5
 STRAGGLER_EVIDENCE_FOR = "3m"
+# LockstepTrainingSlowerThanPeers' own test (issue 44), sequential: the same 5-minute ratio to the
+# peers, its mean over each window of STRAGGLER_SEQUENTIAL_WINDOWS against a threshold that falls
+# as the window grows, TRAINING_SLOWER_REFERENCE_RATIO + TRAINING_SLOWER_EVIDENCE_RATIO_MINUTES /
+# (the window in minutes): 1.07 over 5 minutes, 1.055 over 10, 1.0475 over 20; in each window the
+# ratio also stays above TRAINING_STRAGGLER_EVIDENCE_FLOOR in all but STRAGGLER_EVIDENCE_SPARE of
+# it, the window's history is there (a job's first minutes are judged on the 5-minute window
+# only), and the rank is above the reference now.  A CUSUM (the ratio's excess over the reference,
+# summed in ratio-minutes, past a decision interval) judged at three onsets instead of every one:
+# a large excess is certain after a short window, a small one after a long window.  Each window's
+# threshold is 5.8 or more standard deviations of a healthy rank's mean over it (the real runs of
+# tests/fixtures/training at their own timestamps: a healthy rank's 5-minute ratio has a standard
+# deviation of 0.007-0.022, 0.012 typically, and read 1.040 at most, never above the reference):
+# with windows taken as independent and normal, one false ticket in about 22 weeks at 1,024
+# nodes x 8 ranks training all week (docs/alerting.md, "How a straggler is found").  The paging
+# verdict (LockstepTrainingStragglerSustained) keeps its 20-minute persistence: a rank slowed for
+# 5 minutes (a transient) is named by this ticket, never paged.
+TRAINING_SLOWER_REFERENCE_RATIO = 1.04
+TRAINING_SLOWER_EVIDENCE_RATIO_MINUTES = 0.15
+STRAGGLER_SEQUENTIAL_WINDOWS = ("5m", "10m", "20m")
+STRAGGLER_SLOWER_FOR = "1m"
 # Once firing, the alert holds while the rank's ratio averaged over this window stays above this
 # (a slow rank that the machine's noise pulls under the floor for a few minutes is still slow:
 # no resolve and fire again).

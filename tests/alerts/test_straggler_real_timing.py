@@ -8,10 +8,11 @@ exited) and the scrapes go on for 10 minutes.
 
 What a user relies on, for each run:
 - before the onset, nothing fires;
-- the slow rank is named by LockstepTrainingStragglerSustained (it holds its job back) and by
-  LockstepTrainingSlowerThanPeers (issue 44: it is slower than its peers) within 30 minutes of its
-  onset (of the job's first step, for a rank slow from the start), and no other rank ever is (the
-  8-rank run's rank 2 runs persistently fast);
+- the slow rank is named by LockstepTrainingStragglerSustained (it holds its job back) within 30
+  minutes of its onset (of the job's first step, for a rank slow from the start), and by
+  LockstepTrainingSlowerThanPeers (issue 44's sequential test: it is slower than its peers) within
+  10 minutes for the runs slowed by 10 % or more, 25 for the slighter one; no other rank ever is
+  (the 8-rank run's rank 2 runs persistently fast);
 - once named, it stays named at every evaluation until the job ends (no resolve and fire again);
 - nothing fires about the job once its last step is 2 minutes old.
 """
@@ -35,7 +36,12 @@ from tests.support.training_replay import (
 
 SCRAPE = 15  # seconds between scrapes and between rule evaluations, as in production
 AFTER_MINUTES = 10
-DEADLINE = 30 * 60  # the issue's: named within 30 minutes of the onset
+DEADLINE = 30 * 60  # issue 34's: named within 30 minutes of the onset
+# Issue 44's, for the sequential test: a 10 % straggler within 10 minutes of its onset, a 5 % one
+# within 25.  slight-from-start-4's rank computes 8.9 % more than its peers (case.json), its own
+# work (compute and data wait) 7.4 % more: held to the slighter bound.
+SLOWER_DEADLINES = {"slow-from-start-2": 10 * 60, "slow-from-start-4": 10 * 60, "slight-from-start-4": 25 * 60,
+                    "hour-then-slow-8": 10 * 60, "paced-skewed-4": 10 * 60}  # fmt: skip
 # Nothing may fire about a job once its last step is this old (TRAINING_STEPPED_WITHIN, 2
 # minutes, plus one evaluation).
 QUIET_AFTER_END = 120 + SCRAPE
@@ -72,8 +78,8 @@ def test_the_slow_rank_is_named_within_30_minutes_held_until_the_end_and_nothing
         print(f"{name}: {verdict} fires {(first - onset) / 60:.2f} min after the onset, "
               f"last firing evaluation {(last - end) / 60:.2f} min after the job's end")  # fmt: skip
         assert first >= onset
-        # Within 30 minutes of the onset, then at every evaluation until the job's end.
-        assert first <= onset + DEADLINE
+        # Within its deadline after the onset, then at every evaluation until the job's end.
+        assert first <= onset + (SLOWER_DEADLINES[name] if verdict.startswith(SLOWER) else DEADLINE)
         assert [t for t in range(first, end, SCRAPE) if verdict not in timeline[t]] == []
     # Silent once the job's last step is 2 minutes old.
     assert last < end + QUIET_AFTER_END
@@ -89,7 +95,7 @@ def test_a_slow_rank_nothing_waits_for_is_slower_than_its_peers_and_holds_no_one
     """Issue 44, on a real run at its own timestamps: paced-skewed-4's rank 2 computes 12 % more
     than its peers from its first step, but the job paces its steps and rank 3 starts each one
     last, so rank 3 arrives last at the all-reduce and nothing waits for rank 2.  Only the second
-    verdict names it (LockstepTrainingSlowerThanPeers), within 30 minutes of the first step, held
+    verdict names it (LockstepTrainingSlowerThanPeers), within 10 minutes of the first step, held
     to the job's end; the paging one (LockstepTrainingStragglerSustained) names no one."""
     meta, _ = load_written(PACED)
     replayed = written_replays.get(PACED)
@@ -103,7 +109,7 @@ def test_a_slow_rank_nothing_waits_for_is_slower_than_its_peers_and_holds_no_one
     named = [t for t, alerts in timeline.items() if slower in alerts]
     first, last = min(named), max(named)
     print(f"{PACED}: {slower} fires {first / 60:.2f} min after the first step")
-    assert first <= DEADLINE
+    assert first <= SLOWER_DEADLINES[PACED]
     assert [t for t in range(first, end, SCRAPE) if slower not in timeline[t]] == []
     assert last < end + QUIET_AFTER_END
 

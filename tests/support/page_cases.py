@@ -45,7 +45,9 @@ def slow_rank(suspects: str) -> dict[str, str | None]:
 
 ALL_CASES: dict[str, Case] = {
     "healthy": Case("healthy", {}, collectors=("training", "gpu", "slurm")),
-    "slow-rank": Case("slow-rank", slow_rank("none found"), notified=ticket(SUSTAINED)),
+    # The ticket (LockstepTrainingSlowerThanPeers, sequential) is sent first; the same rank's
+    # LockstepTrainingStragglerSustained follows in the job's group and inhibits it from then on.
+    "slow-rank": Case("slow-rank", slow_rank("none found"), notified=ticket(SLOWER, SUSTAINED)),
     # Issue 44: the same slow rank, which no one waits for (rank 7 starts its steps last).
     "slow-rank-skewed": Case("slow-rank-skewed", {SLOWER: "none found"}, notified=ticket(SLOWER)),
     "straggler-thermal": Case(
@@ -60,7 +62,7 @@ ALL_CASES: dict[str, Case] = {
     "straggler-pfc": Case(
         "straggler-pfc", {**slow_rank("pfc_pause"), "LockstepPFCStorm": None}, notified=page("LockstepPFCStorm")
     ),
-    "straggler-data": Case("straggler-data", slow_rank("data_wait"), notified=ticket(SUSTAINED)),
+    "straggler-data": Case("straggler-data", slow_rank("data_wait"), notified=ticket(SLOWER, SUSTAINED)),
     "straggler-nfs": Case(
         "straggler-nfs",
         {**slow_rank("data_wait, hung_mount"), "LockstepFilesystemHung": None},
