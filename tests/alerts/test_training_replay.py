@@ -17,7 +17,7 @@ rank process's are when it exits) and the scrapes go on.  The issue's requiremen
   its peers for 5 minutes, and these runs' steps (tens of milliseconds on a loaded machine) are
   stretched 10 to 40 times, so a few seconds in which another process took a rank's core become
   minutes of a slower rank.  Its healthy ranks are judged at their own timestamps
-  (tests/alerts/test_straggler_real_timing.py: 19 healthy ranks in five runs, none named).
+  (tests/alerts/test_straggler_real_timing.py: 17 healthy ranks in five runs, none named).
 - nothing fires about a job after it ended (once its last steps are 2 minutes old);
 - a frozen job (one rank stopped) is stalled, known by its ranks' processes (no Slurm here).
 """
