@@ -83,14 +83,12 @@ EW_WORDS = f"{int(EW.removesuffix('m'))} minutes"  # the evidence window as the 
 
 
 def _sequential_words() -> str:
-    """The sequential test's windows and thresholds as the slower-than-peers alert says them:
-    "20 minutes (more than 3.25 %), 10 (more than 4.5 %) or 5 (more than 7 %)"."""
-    parts = [
-        f"{w.removesuffix('m')} (more than {percent(sequential_threshold(w) - 1)})"
-        for w in reversed(T.STRAGGLER_SEQUENTIAL_WINDOWS)
-    ]
-    parts[0] = parts[0].replace(" (", " minutes (", 1)
-    return ", ".join(parts[:-1]) + " or " + parts[-1]
+    """The sequential test's windows and thresholds as the slower-than-peers alert says them,
+    longest first: "20 minutes (more than 4.75 %), 10 (more than 5.5 %) or 5 (more than 7 %)"."""
+    longest, *shorter = reversed(T.STRAGGLER_SEQUENTIAL_WINDOWS)
+    parts = [f"{w.removesuffix('m')} (more than {percent(sequential_threshold(w) - 1)})" for w in shorter]
+    first = f"{longest.removesuffix('m')} minutes (more than {percent(sequential_threshold(longest) - 1)})"
+    return ", ".join([first, *parts[:-1]]) + " or " + parts[-1]
 
 
 SEQUENTIAL_WORDS = _sequential_words()
