@@ -89,8 +89,8 @@ STRAGGLER_EVIDENCE_FOR = "3m"
 # peers, its mean over each window of STRAGGLER_SEQUENTIAL_WINDOWS against a threshold that falls
 # as the window grows, TRAINING_SLOWER_REFERENCE_RATIO + TRAINING_SLOWER_EVIDENCE_RATIO_MINUTES /
 # (the window in minutes): 1.07 over 5 minutes, 1.055 over 10, 1.0475 over 20; in each window the
-# ratio also stays above TRAINING_STRAGGLER_EVIDENCE_FLOOR in all but STRAGGLER_EVIDENCE_SPARE of
-# it, the window's history is there (a job's first minutes are judged on the 5-minute window
+# ratio's mean over every 5 minutes of it also stays above TRAINING_STRAGGLER_EVIDENCE_FLOOR (no
+# stretch of it at the peers' pace), the window's history is there (a job's first minutes are judged on the 5-minute window
 # only), and the rank is above the reference now.  A CUSUM (the ratio's excess over the reference,
 # summed in ratio-minutes, past a decision interval) judged at three onsets instead of every one:
 # a large excess is certain after a short window, a small one after a long window.  Each window's
@@ -104,6 +104,9 @@ STRAGGLER_EVIDENCE_FOR = "3m"
 TRAINING_SLOWER_REFERENCE_RATIO = 1.04
 TRAINING_SLOWER_EVIDENCE_RATIO_MINUTES = 0.15
 STRAGGLER_SEQUENTIAL_WINDOWS = ("5m", "10m", "20m")
+# Each window is read as consecutive blocks of this length (whole numbers of them), its mean the
+# mean of the blocks' means, and the floor held by every block's mean (alerts/straggler_recording.py).
+STRAGGLER_SEQUENTIAL_BLOCK = "5m"
 STRAGGLER_SLOWER_FOR = "1m"
 # Once firing, the alert holds while the rank's ratio averaged over this window stays above this
 # (a slow rank that the machine's noise pulls under the floor for a few minutes is still slow:
