@@ -2,7 +2,9 @@
 
 Every per-job alert that names a node (a straggling rank's, the rank or GPU that stopped first in
 a hang: lockstep/thresholds.py NODE_RECORD_ALERTS) leaves its ALERTS series in Prometheus, with
-the job's job_id and the node's instance.  Counted over NODE_RECORD_WINDOW, the distinct jobs a
+the job's job_id and the node's instance; a checkpoint save that stalled leaves the record of its
+slow writer (the node whose agent alone saw it stall, or whose storage showed a suspect then:
+thresholds.py NODE_CHECKPOINT_WRITER_*).  Counted over NODE_RECORD_WINDOW, the distinct jobs a
 node hurt are its record, and a node that hurt NODE_JOBS_HURT or more is a repeat offender:
 LockstepNodeHurtsJobs.  Each job is counted once however many of its alerts named the node.
 A node whose hardware needs a repair (T.NODE_REPAIR_ALERTS) pages once, with that record:
@@ -15,14 +17,39 @@ from alerts.model import Alert, Group, Recording
 from alerts.promql import WHERE, by, regex
 from lockstep import thresholds as T
 from lockstep.node_faults import GPU_LOST, GPUS_LOST, GPUS_LOST_RECORD, NODE_FAULTS
+from lockstep.suspects import NODE_SUSPECT
 
 JOBS_HURT = T.NODE_JOBS_HURT_RECORD
 NAMED = f'ALERTS{{alertstate="firing", alertname=~"{regex(T.NODE_RECORD_ALERTS)}", job_id!=""}}'
+# A checkpoint stall's slow writer (thresholds.py NODE_CHECKPOINT_WRITER_*): the stalled saves seen
+# by one agent alone, or by an agent whose node's storage shows a suspect, with their root's job.
+WRITER = T.NODE_CHECKPOINT_WRITER_RECORD
+STALLED = 'ALERTS{alertstate="firing", alertname="LockstepCheckpointStalled"}'
+WRITER_EXPR = (
+    f"group {by('job_id')} (\n"
+    f"  (\n    {STALLED}\n    and on (cluster, root) count by (cluster, root) ({STALLED}) == 1\n"
+    f"    or\n    {STALLED}\n"
+    f'    and on (cluster, instance) {NODE_SUSPECT}{{suspect=~"{regex(T.NODE_CHECKPOINT_WRITER_SUSPECTS)}"}}\n  )\n'
+    '  * on (cluster, instance, root) group_left (job_id) lockstep_checkpoint_info{job_id!=""}\n)'
+)
+
+
+def _jobs_named(node: str = "", sep: str = "\n    ") -> str:
+    """Each (node, job) of the window: the alerts that named the node in the job, and the job's
+    stalled saves it wrote (node: a selector's extra matchers, for one node's)."""
+    writer = f"{WRITER}{{{node.removeprefix(', ')}}}" if node else WRITER
+    return (
+        f"max_over_time({NAMED[:-1]}{node}}}[{T.NODE_RECORD_WINDOW}])"
+        f"{sep}or max_over_time({writer}[{T.NODE_RECORD_WINDOW}])"
+    )
+
+
 # The node's jobs, each once: what the alert lists (a query of its annotation).
-NODE_JOBS = f"count by (job_id) (max_over_time({NAMED[:-1]}, cluster=%q, instance=%q}}[{T.NODE_RECORD_WINDOW}]))"
+NODE_JOBS = f"count by (job_id) ({_jobs_named(', cluster=%q, instance=%q', sep=' ')})"
+THE_NODE = "$labels.cluster $labels.instance"  # printf's arguments for one node's selector
 JOBS_LIST = (
     # A raw string (backquotes) for the query: it holds double quotes.
-    f'{{{{ range $i, $j := printf `{NODE_JOBS}` $labels.cluster $labels.instance | query | sortByLabel "job_id" }}}}'
+    f'{{{{ range $i, $j := printf `{NODE_JOBS}` {THE_NODE} {THE_NODE} | query | sortByLabel "job_id" }}}}'
     "{{ if $i }}, {{ end }}{{ $j.Labels.job_id }}{{ end }}"
 )
 
@@ -60,9 +87,11 @@ def _own_faults() -> str:
 NODE_RECORDING = Group(
     "lockstep-nodes.recording",
     (
+        # First: the record below reads it (on vmalert, one evaluation later).
+        Recording(WRITER, WRITER_EXPR),
         Recording(
             JOBS_HURT,
-            f"count {by()} (\n  count {by('job_id')} (max_over_time({NAMED}[{T.NODE_RECORD_WINDOW}]))\n)",
+            f"count {by()} (\n  count {by('job_id')} (\n    {_jobs_named()}\n  )\n)",
         ),
         # The node's own faults (lockstep/node_faults.py): one series a node that had one.
         *(Recording(fault.record, f"sum {by(*fault.by)} (\n  {fault.per_series()}\n) > 0") for fault in NODE_FAULTS),
@@ -81,7 +110,8 @@ NODE_ALERTS = Group(
             "0m",
             f"{JOBS_HURT} >= {T.NODE_JOBS_HURT}",
             f"{WHERE} hurt {{{{ $value }}}} jobs in {T.NODE_RECORD_WINDOW}",
-            f"{WHERE} was named by the straggler or hang alerts of {{{{ $value }}}} distinct jobs in the last "
+            f"{WHERE} was named by the straggler or hang alerts of, or stalled the checkpoint saves of, "
+            f"{{{{ $value }}}} distinct jobs in the last "
             f"{T.NODE_RECORD_WINDOW} (jobs {JOBS_LIST}): more than chance puts on one node. A node that "
             "throttles now and then, flaps a link or loses a GPU's pace hurts a different job each day and "
             f"passes the checks between jobs. Its own faults in that time, where it had any: {_own_faults()}"
@@ -97,7 +127,8 @@ NODE_ALERTS = Group(
             f"count {by()} ({REPAIR})",
             f"{WHERE} needs a repair before it runs jobs again",
             f"{WHERE} shows {{{{ $value }}}} hardware fault(s) that need a repair or a reset: {REPAIR_SHOWN}"
-            f"Slurm jobs on it now: [{RUNNING_JOBS}]. Jobs whose straggler or hang alerts named it in the last "
+            f"Slurm jobs on it now: [{RUNNING_JOBS}]. Jobs whose straggler or hang alerts named it, or whose "
+            "checkpoint saves it stalled, in the last "
             f"{T.NODE_RECORD_WINDOW}: [{JOBS_LIST}]. Its own faults in that time: {_own_faults()}"
             "Drain it (`lockstep health-check --drain` on the node, or scontrol), repair it and return it as "
             "the runbook says; `lockstep report --node {{ $labels.instance }}` tells its story.",

@@ -84,7 +84,7 @@ EW_WORDS = f"{int(EW.removesuffix('m'))} minutes"  # the evidence window as the 
 
 def _sequential_words() -> str:
     """The sequential test's windows and thresholds as the slower-than-peers alert says them,
-    longest first: "20 minutes (more than 4.75 %), 10 (more than 5.5 %) or 5 (more than 7 %)"."""
+    longest first: "20 minutes (more than 4.75 %) or 5 (more than 7 %)"."""
     longest, *shorter = reversed(T.STRAGGLER_SEQUENTIAL_WINDOWS)
     parts = [f"{w.removesuffix('m')} (more than {percent(sequential_threshold(w) - 1)})" for w in shorter]
     first = f"{longest.removesuffix('m')} minutes (more than {percent(sequential_threshold(longest) - 1)})"

@@ -3,6 +3,7 @@ files on a fleet's backfilled history, at the real 15-s sample interval, with as
 the straggler rules read.
 
     .venv/bin/python bench/straggler_rules.py [--nodes 1024] [--jobs 512 256 128 ...] [--hours H]
+        [--extra-rules FILE ...]
 
 Which groups: every group whose name contains "straggler", and the alert group that holds the
 LockstepTrainingStraggler* and LockstepGPUStraggler* alerts.  What it writes follows the rules,
@@ -664,7 +665,17 @@ def main() -> int:
     parser.add_argument("--evaluation-interval", default="15s")
     parser.add_argument("--rounds", type=int, default=4, help="evaluations of every group to wait for (4)")
     parser.add_argument("--estimate", action="store_true", help="print the series and sample counts and stop")
+    parser.add_argument(
+        "--extra-rules",
+        type=Path,
+        nargs="+",
+        default=[],
+        help="rule files evaluated beside the shipped ones (variants of a rule to compare in one run: "
+        "their groups are measured when their names contain 'straggler')",
+    )
     args = parser.parse_args()
+    # Appended to the list every reader of the rule files uses (this module's and bench/fleet.py's).
+    fleet.RULE_FILES.extend(path.resolve() for path in args.extra_rules)
     jobs = args.jobs or default_jobs(args.nodes)
     if args.estimate:
         print(prepare(args.nodes, jobs, args.hours, args.ahead).describe())

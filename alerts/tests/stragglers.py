@@ -323,8 +323,8 @@ def slower_alert(job: str, rank: int, host: str, ratio: str) -> dict[str, object
             "summary": f"Rank {rank} of job {job} computes slower than its peers",
             "description": (
                 f"Rank {rank} of job {job} (host {host}) has taken {ratio}x its peers' time per step of its own "
-                "work (compute and data wait) on average over the last 20 minutes (more than 4.75 %), 10 (more than "
-                "5.5 %) or 5 (more than 7 %), and more than 4 % now. Where the others wait for it, "
+                "work (compute and data wait) on average over the last 20 minutes (more than 4.75 %) or 5 (more "
+                "than 7 %), and more than 4 % now. Where the others wait for it, "
                 "LockstepTrainingStragglerSustained "
                 "says so; where nothing does (a paced job, or another rank starts its steps later), the job loses "
                 "no time to it, but its node is slower than its peers' and an unpaced job there will wait for it. "

@@ -110,7 +110,8 @@ def nodes_that_hurt_jobs() -> list[Cell]:
             "Nodes that hurt jobs",
             [(f"topk(20, instance:lockstep_jobs_hurt:count7d{{{CL}}})", "")],
             "none",
-            f"Nodes by the distinct jobs whose straggler or hang alerts named them in the last "
+            f"Nodes by the distinct jobs whose straggler or hang alerts named them, or whose checkpoint saves "
+            "they stalled, in the last "
             f"{T.NODE_RECORD_WINDOW}. LockstepNodeHurtsJobs fires at {T.NODE_JOBS_HURT}: a node that keeps "
             "hurting jobs while passing the checks between them. `lockstep health-check` on the node says "
             "whether it needs a repair now (docs/health-check.md).",

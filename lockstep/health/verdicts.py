@@ -41,7 +41,11 @@ VERDICTS = (
     Verdict("hca_pcie_degraded", "pcie", "an HCA's PCIe link trained below its maximum width or generation"),
     Verdict("filesystem_hung", "filesystem", "a mount's statfs does not answer (its NFS/Lustre server or FUSE daemon)"),
     # From Prometheus (--prometheus), not the agent: the node's record across jobs (alerts/nodes.py).
-    Verdict("repeat_offender", "", "the straggler or hang alerts of NODE_JOBS_HURT or more jobs named it in 7 days"),
+    Verdict(
+        "repeat_offender",
+        "",
+        "the straggler or hang alerts (or stalled saves) of NODE_JOBS_HURT or more jobs named it in 7 days",
+    ),
 )  # fmt: skip
 JUDGED_COLLECTORS = tuple(dict.fromkeys(v.collector for v in VERDICTS if v.collector))
 IB_STATES = {0: "NOP", 1: "DOWN", 2: "INIT", 3: "ARMED", 5: "ACTIVE_DEFER"}

@@ -2,12 +2,13 @@
 its own faults over a window, in text, JSON and HTML like the job report.
 
 The jobs are what the node record counts (alerts/nodes.py): every firing alert of
-NODE_RECORD_ALERTS that named one of the node's agents with a job_id, each job once, with the
-alerts that named the node and when.  The faults are the node's own counters over the window,
-read for its agents only (a node's 8 GPUs, never the fleet's): XIDs by code, uncorrectable ECC
-errors, memory rows remapped and remappings failed or pending, GPUs that fell off the bus, links
-that went down, and the time its GPUs' clocks were held down for the causes that slow a job
-(SUSPECT_GPU_THROTTLE_REASONS).
+NODE_RECORD_ALERTS that named one of the node's agents with a job_id, and every job whose
+checkpoint save stalled with the node its slow writer (NODE_CHECKPOINT_WRITER_RECORD, listed as
+LockstepCheckpointStalled), each job once, with the alerts that named the node and when.  The
+faults are the node's own counters over the window, read for its agents only (a node's 8 GPUs,
+never the fleet's): XIDs by code, uncorrectable ECC errors, memory rows remapped and remappings
+failed or pending, GPUs that fell off the bus, links that went down, and the time its GPUs'
+clocks were held down for the causes that slow a job (SUSPECT_GPU_THROTTLE_REASONS).
 
 NAME is the node as the operator knows it: its Slurm node name, its host name, or an agent's
 instance label (`host:port`).  Every query names the node's agents (`instance=~...`).
@@ -31,7 +32,13 @@ from lockstep.report.text import WIDTH, stamp, visible
 
 NODE_SCHEMA = "lockstep.node-report/v1"
 # The series that say which agents a node has (the series API reads no sample).
-NODE_SERIES = ("lockstep_collector_up", "lockstep_gpu_up", "lockstep_slurm_node_info", "ALERTS")
+NODE_SERIES = (
+    "lockstep_collector_up",
+    "lockstep_gpu_up",
+    "lockstep_slurm_node_info",
+    "ALERTS",
+    T.NODE_CHECKPOINT_WRITER_RECORD,
+)
 # A subquery's step when asking for the first and last time an alert fired: the alerts are
 # evaluated every 15-60 s; a step of a minute sees each firing sample's own timestamp.
 FIRING_STEP = "1m"
@@ -148,16 +155,20 @@ def find_node(prom: Prometheus, name: str, cluster: str | None, now: float, sinc
 def jobs_hurt(
     prom: Prometheus, on_node: str, now: float, since: float, grafana_url: str, cluster: str
 ) -> list[HurtJob]:
-    """The distinct jobs whose straggler or hang alerts named the node, with the time they did."""
+    """The distinct jobs whose straggler or hang alerts named the node, or whose checkpoint saves
+    it stalled (the record of the stall's slow writer, alerts/nodes.py), with the time they did."""
     named = f'ALERTS{{alertstate="firing",alertname=~{quote("|".join(T.NODE_RECORD_ALERTS))},job_id!="",{on_node}}}'
+    wrote = f"{T.NODE_CHECKPOINT_WRITER_RECORD}{{{on_node}}}"
     span = f"{window(since)}:{FIRING_STEP}"
-    first = prom.query(f"min_over_time(timestamp({named})[{span}])", now)
-    last = prom.query(f"max_over_time(timestamp({named})[{span}])", now)
+    seen = []
+    for selector, named_by in ((named, ""), (wrote, "LockstepCheckpointStalled")):
+        seen += [(s, False, named_by) for s in prom.query(f"min_over_time(timestamp({selector})[{span}])", now)]
+        seen += [(s, True, named_by) for s in prom.query(f"max_over_time(timestamp({selector})[{span}])", now)]
     jobs: dict[str, HurtJob] = {}
-    for sample, end in [(s, False) for s in first] + [(s, True) for s in last]:
+    for sample, end, named_by in seen:
         job_id = sample.labels.get("job_id", "")
         job = jobs.setdefault(job_id, HurtJob(job_id, [], sample.value, sample.value, f"lockstep report {job_id}", ""))
-        alertname = sample.labels.get("alertname", "?")
+        alertname = named_by or sample.labels.get("alertname", "?")
         if alertname not in job.alerts:
             job.alerts.append(alertname)
         if end:
@@ -218,7 +229,10 @@ def verdict_of(report: NodeReport) -> str:
     w = window(report.since_seconds)
     hurt = len(report.jobs)
     jobs = "job" if hurt == 1 else "jobs"
-    said = f"{report.node} was named by the straggler or hang alerts of {hurt} {jobs} in the last {w}"
+    said = (
+        f"{report.node} was named by the straggler or hang alerts of, or stalled the checkpoint saves of, "
+        f"{hurt} {jobs} in the last {w}"
+    )
     if hurt >= T.NODE_JOBS_HURT:
         said += f": a repeat offender (LockstepNodeHurtsJobs at {T.NODE_JOBS_HURT})"
     kinds = sorted({f.kind for f in report.faults})

@@ -36,6 +36,7 @@ import pytest
 
 from alerts import rules
 from alerts.compression import Compression
+from lockstep import thresholds as T
 from lockstep.node_faults import GPUS_LOST_RECORD, NODE_FAULTS, THROTTLE_REASONS
 from tests.support.observation import (
     CASES,
@@ -161,6 +162,20 @@ def test_the_node_record_counts_each_nodes_own_faults(run: Run) -> None:
             _recorded(run, counter, at).get((cluster, "", labels), 0.0) for at in (evaluated - 2 * SCRAPE, evaluated)
         ]
         assert held[0] <= value <= held[1], f"{record} {labels} of {cluster}: {value}, its counter {held}"
+
+
+@pytest.mark.e2e
+def test_a_stalled_save_names_its_writer_in_the_node_record(run: Run) -> None:
+    """Issue 45: the checkpoint-stall case's save, stalled under its job's root on its one agent,
+    names that node as the job's slow writer (alerts/nodes.py), and the node's record counts the
+    job; no other case names a writer."""
+    if ONLY:
+        pytest.skip("LOCKSTEP_E2E_CASES runs only some cases")
+    seconds = int(run.duration + 120)
+    wrote = _recorded(run, f"max_over_time({T.NODE_CHECKPOINT_WRITER_RECORD}[{seconds}s])", run.observed_at)
+    assert {(cluster, dict(labels).get("job_id")) for cluster, _, labels in wrote} == {("checkpoint-stall", "4242")}
+    hurt = _recorded(run, f'{T.NODE_JOBS_HURT_RECORD}{{cluster="checkpoint-stall"}}', run.observed_at)
+    assert list(hurt.values()) == [1.0]
 
 
 @pytest.mark.parametrize("title", sorted(checked_in()))

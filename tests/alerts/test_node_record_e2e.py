@@ -53,6 +53,9 @@ HISTORY: dict[str, list[tuple[str, str, float, float]]] = {
     "n33": [("LockstepTrainingStragglerSustained", "", 2.0, 2)],
 }
 PENDING = {"n61": ("LockstepNCCLRankStuck", "6101", 4.5, 1)}  # never fired
+# node -> [(job_id, day, hours)]: a job's checkpoint save stalled with the node its slow writer, as
+# the rules record it (alerts/nodes.py, T.NODE_CHECKPOINT_WRITER_RECORD): n62 hurt job 6201 so.
+WRITERS = {"n62": [("6201", 2.5, 1)]}
 # The lemon n07's own faults, as its agent exports them: (metric, labels, [(day, value from then)]),
 # from a day before the alerts' history (7.5 days ago: the series were there when the week began).
 # GPU 3 fell off the bus at day 3.5 (XID 79, its first: the agent's XID series is born at 1) for
@@ -107,6 +110,14 @@ def openmetrics(now: float) -> str:
             at = first + k * STEP
             if at < now - STEP:
                 lines.append(f"ALERTS{{{shown}}} 1 {at:.0f}")
+    lines.append(f"# TYPE {T.NODE_CHECKPOINT_WRITER_RECORD} gauge")
+    for node, stalls in WRITERS.items():
+        for job_id, day, hours in stalls:
+            shown = f'cluster="fleet",instance="{node}:12400",job_id="{job_id}"'
+            lines += [
+                f"{T.NODE_CHECKPOINT_WRITER_RECORD}{{{shown}}} 1 {start + day * DAY + k * STEP:.0f}"
+                for k in range(int(hours * 3600 / STEP))
+            ]
     for (name, labels, steps), node in [*((fault, "n07") for fault in FAULTS), (NODE_INFO, "n42")]:
         shown = ",".join(f'{k}="{v}"' for k, v in {**labels, **agent_labels(node)}.items())
         if f"# TYPE {name} gauge" not in lines:  # (a family's series follow each other in FAULTS)
@@ -130,6 +141,8 @@ def expected_counts() -> dict[str, int]:
         jobs = {job for name, job, _, _ in entries if job and name in T.NODE_RECORD_ALERTS}
         if jobs:
             counts[f"{node}:12400"] = len(jobs)
+    for node, stalls in WRITERS.items():
+        counts[f"{node}:12400"] = counts.get(f"{node}:12400", 0) + len({job for job, _, _ in stalls})
     return counts
 
 
@@ -182,8 +195,8 @@ def test_the_alert_names_the_two_lemons_with_their_jobs_and_no_other_node(promet
 
     wait_until(lambda: set(firing()) == {"n07:12400", "n42:12400"}, timeout=60, step=0.5, what="the lemons' alert")
     described = firing()
-    assert "of 4 distinct jobs in the last 7d (jobs 7001, 7002, 7003, 7004)" in described["n07:12400"]
-    assert "of 3 distinct jobs in the last 7d (jobs 4201, 4202, 4203)" in described["n42:12400"]
+    assert " 4 distinct jobs in the last 7d (jobs 7001, 7002, 7003, 7004)" in described["n07:12400"]
+    assert " 3 distinct jobs in the last 7d (jobs 4201, 4202, 4203)" in described["n42:12400"]
 
 
 def test_the_health_check_reads_the_record_and_names_a_lemon_unhealthy(prometheus: str) -> None:
@@ -247,7 +260,8 @@ def test_report_node_tells_a_lemons_story(prometheus: str, now: float) -> None:
         {"kind": "xid_errors", "where": "GPU 3", "what": "XID errors (xid 79)", "count": 1, "unit": ""},
     ]
     assert story["verdict"] == (
-        "n07 was named by the straggler or hang alerts of 4 jobs in the last 7d: a repeat offender "
+        "n07 was named by the straggler or hang alerts of, or stalled the checkpoint saves of, 4 jobs in the last "
+        "7d: a repeat offender "
         "(LockstepNodeHurtsJobs at 3); its own faults: gpu_lost, gpu_throttled_seconds, link_downs, remapped_rows, "
         "row_remapping_pending, xid_errors."
     )
@@ -267,12 +281,27 @@ def test_report_node_finds_a_node_by_its_slurm_name_and_says_it_has_no_fault(pro
     assert lines[0] == "Node gpu-n42 (cluster fleet)"
     assert lines[1].endswith("UTC; agents: n42:12400")
     assert lines[3:5] == [
-        "gpu-n42 was named by the straggler or hang alerts of 3 jobs in the last 7d: a repeat offender",
-        "(LockstepNodeHurtsJobs at 3); no fault of its own recorded.",
+        "gpu-n42 was named by the straggler or hang alerts of, or stalled the checkpoint saves of, 3 jobs in",
+        "the last 7d: a repeat offender (LockstepNodeHurtsJobs at 3); no fault of its own recorded.",
     ]
     assert [line.split()[0] for line in lines if line.startswith("  42")] == ["4201", "4202", "4203"]
     assert lines[-2:] == ["Its own faults (0)", "  none"]
     assert all(len(line) <= 100 for line in lines)
+
+
+def test_report_node_lists_the_jobs_whose_saves_it_stalled(prometheus: str, now: float) -> None:
+    """The record of a checkpoint stall's slow writer is one of the jobs the node hurt."""
+    result = lockstep("report", "--node", "n62", "--prometheus", prometheus, "--format", "json", "--at", f"{now:.3f}")
+    assert result.returncode == 0, result.stderr
+    story = json.loads(result.stdout)
+    first = float(f"{now - 6.5 * DAY + 2.5 * DAY:.0f}")
+    assert [(j["job_id"], j["alerts"], j["first"], j["last"]) for j in story["jobs"]] == [
+        ("6201", ["LockstepCheckpointStalled"], first, first + 3600 - STEP)
+    ]
+    assert story["verdict"] == (
+        "n62 was named by the straggler or hang alerts of, or stalled the checkpoint saves of, 1 job in the "
+        "last 7d; no fault of its own recorded."
+    )
 
 
 def test_report_node_of_an_unknown_node_is_one_line(prometheus: str, now: float) -> None:

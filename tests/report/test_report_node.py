@@ -60,7 +60,9 @@ def test_what_its_labels_hold_reaches_the_terminal_visibly(capsys: pytest.Captur
     with serving(fake):
         code, out, err = run(capsys, "--node", "n07", "--prometheus", fake.url, "--at", "5000")
         assert (code, err) == (0, "")
-        assert out.splitlines()[6:8] == [
+        lines = out.splitlines()
+        jobs = lines.index("Jobs it hurt (1)")
+        assert lines[jobs + 1 : jobs + 3] == [
             "  7\\x1b]0;owned\\x07 1970-01-01 00:16:40 to 1970-01-01 00:33:20 UTC",
             "               lockstep report 7\\x1b]0;owned\\x07: LockstepTrainingStraggler",
         ]

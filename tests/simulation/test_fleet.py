@@ -142,6 +142,8 @@ def test_every_rule_group_is_evaluated(small_fleet: tuple[fleet.Result, fleet.Pr
 # ... and a node's XIDs: the fleet is made of one round of each scenario's collectors, and the
 # GPU collector's listener thread has not handed it the simulated XIDs by then (a running demo
 # has: tests/alerts/test_alerts_e2e.py's gpu-faults and gpu-lost cases record them).
+# ... and a checkpoint stall's slow writer (no fleet save stalls for 5 minutes while the fleet runs;
+# alerts/tests/nodes.test.yml and test_alerts_e2e.py's checkpoint-stall case feed it).
 NO_FLEET_INPUT = (
     "lockstep_nccl_",
     "lockstep_gpu_spinning",
@@ -150,6 +152,7 @@ NO_FLEET_INPUT = (
     "lockstep_training_straggler_evidence",
     "lockstep_training_slower_than_peers",
     "lockstep_node_xid_errors",
+    "lockstep_checkpoint_stall_writer",
 )
 
 
