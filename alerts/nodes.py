@@ -34,18 +34,16 @@ WRITER_EXPR = (
 )
 
 
-def _jobs_named(node: str = "", sep: str = "\n    ") -> str:
+def _jobs_named(matchers: str = "", sep: str = "\n    ") -> str:
     """Each (node, job) of the window: the alerts that named the node in the job, and the job's
-    stalled saves it wrote (node: a selector's extra matchers, for one node's)."""
-    writer = f"{WRITER}{{{node.removeprefix(', ')}}}" if node else WRITER
-    return (
-        f"max_over_time({NAMED[:-1]}{node}}}[{T.NODE_RECORD_WINDOW}])"
-        f"{sep}or max_over_time({writer}[{T.NODE_RECORD_WINDOW}])"
-    )
+    stalled saves it wrote (matchers: a selector's, for one node's)."""
+    named = f"{NAMED[:-1]}, {matchers}}}" if matchers else NAMED
+    writer = f"{WRITER}{{{matchers}}}" if matchers else WRITER
+    return f"max_over_time({named}[{T.NODE_RECORD_WINDOW}]){sep}or max_over_time({writer}[{T.NODE_RECORD_WINDOW}])"
 
 
 # The node's jobs, each once: what the alert lists (a query of its annotation).
-NODE_JOBS = f"count by (job_id) ({_jobs_named(', cluster=%q, instance=%q', sep=' ')})"
+NODE_JOBS = f"count by (job_id) ({_jobs_named('cluster=%q, instance=%q', sep=' ')})"
 THE_NODE = "$labels.cluster $labels.instance"  # printf's arguments for one node's selector
 JOBS_LIST = (
     # A raw string (backquotes) for the query: it holds double quotes.

@@ -96,9 +96,9 @@ STRAGGLER_EVIDENCE_FOR = "3m"
 # a large excess (10 %) is certain after 5 minutes, a small one (5 %) after 20.  Two windows, not
 # three: at fleet scale each selector costs about the same, a range or an offset (a 10-minute
 # window named the real 7 % rank in 11.5 minutes instead of 14.25, and made the group cost 1.7
-# times this one: docs/performance.md).  Each window's threshold is 5.8 or more standard deviations of
-# a healthy rank's mean over it (the real runs of tests/fixtures/training at their own
-# timestamps: a healthy rank's 5-minute ratio has a standard deviation of 0.007-0.022, 0.012
+# times this one: docs/performance.md).  Each window's threshold is 5.8 or more standard
+# deviations of a healthy rank's mean over it (the real runs of tests/fixtures/training at their
+# own timestamps: a healthy rank's 5-minute ratio has a standard deviation of 0.007-0.022, 0.012
 # typically, and read 1.040 at most, never above the reference): with windows taken as
 # independent and normal, one false ticket in about 22 weeks at 1,024 nodes x 8 ranks training
 # all week (docs/alerting.md, "How a straggler is found").  The paging verdict

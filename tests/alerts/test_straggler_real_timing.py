@@ -30,6 +30,7 @@ from tests.support import REPO
 from tests.support.training_replay import (
     WRITTEN_AFTER_MINUTES,
     WrittenReplays,
+    WrittenStep,
     firing_timeline,
     load_written,
     onset_seconds,
@@ -52,20 +53,33 @@ SLOWER = "LockstepTrainingSlowerThanPeers"
 RUNS = ["slow-from-start-2", "slow-from-start-4", "slight-from-start-4", "hour-then-slow-8"]
 
 
+def judged(name: str, tmp_path: Path, written_replays: WrittenReplays) -> tuple[dict[int, set[str]], int]:
+    """The production rules' firing alerts at each evaluation of the run's one replay (the
+    session's), and the first evaluation after the job's last step (seconds from the replay's
+    start)."""
+    replayed = written_replays.get(name)
+    series = replayed.series
+    points = max(max(values) for values in series.values()) + 1
+    rule_files = [str(REPO / path) for path in render.RULE_FILES.values()]
+    return firing_timeline(series, points, SCRAPE, rule_files, SCRAPE, tmp_path), replayed.ended * SCRAPE
+
+
+def own_work(ranks: list[list[WrittenStep]], rank: int, steps: range) -> float:
+    """A rank's own time per step (compute and data wait), averaged over the steps."""
+    return statistics.fmean(
+        ranks[rank][k].values["compute_time_sec"] + ranks[rank][k].values["data_time_sec"] for k in steps
+    )
+
+
 @pytest.mark.parametrize("name", RUNS)
 @pytest.mark.real
 def test_the_slow_rank_is_named_within_30_minutes_held_until_the_end_and_nothing_else_fires(
     name: str, tmp_path: Path, written_replays: WrittenReplays
 ) -> None:
     meta, ranks = load_written(name)
-    replayed = written_replays.get(name)  # the session's one replay of the run
-    assert (replayed.scrape, WRITTEN_AFTER_MINUTES) == (SCRAPE, AFTER_MINUTES)
-    series, ended = replayed.series, replayed.ended
-    points = max(max(values) for values in series.values()) + 1
-    rule_files = [str(REPO / path) for path in render.RULE_FILES.values()]
-    timeline = firing_timeline(series, points, SCRAPE, rule_files, SCRAPE, tmp_path)
+    assert (written_replays.get(name).scrape, WRITTEN_AFTER_MINUTES) == (SCRAPE, AFTER_MINUTES)
+    timeline, end = judged(name, tmp_path, written_replays)
     onset = onset_seconds(meta, ranks)
-    end = ended * SCRAPE  # the first evaluation after the job's last step
     # The slow rank's two verdicts: it holds its job back (each of these jobs waits for it), and
     # it is slower than its peers.
     verdicts = [f"{alert} {meta['job_id']} {meta['straggler_rank']}" for alert in (SUSTAINED, SLOWER)]
@@ -100,12 +114,7 @@ def test_a_slow_rank_nothing_waits_for_is_slower_than_its_peers_and_holds_no_one
     verdict names it (LockstepTrainingSlowerThanPeers), within 10 minutes of the first step, held
     to the job's end; the paging one (LockstepTrainingStragglerSustained) names no one."""
     meta, _ = load_written(PACED)
-    replayed = written_replays.get(PACED)
-    series, ended = replayed.series, replayed.ended
-    points = max(max(values) for values in series.values()) + 1
-    rule_files = [str(REPO / path) for path in render.RULE_FILES.values()]
-    timeline = firing_timeline(series, points, SCRAPE, rule_files, SCRAPE, tmp_path)
-    end = ended * SCRAPE
+    timeline, end = judged(PACED, tmp_path, written_replays)
     slower = f"{SLOWER} {meta['job_id']} {meta['straggler_rank']}"
     assert {alert for alerts in timeline.values() for alert in alerts} == {slower}
     named = [t for t, alerts in timeline.items() if slower in alerts]
@@ -130,12 +139,7 @@ def test_a_five_percent_slow_rank_is_slower_than_its_peers_within_25_minutes(
     page (LockstepTrainingStragglerSustained, 5 % over 20 minutes) is at its margin here: it may
     name the same rank, never another."""
     meta, _ = load_written(FIVE)
-    replayed = written_replays.get(FIVE)
-    series, ended = replayed.series, replayed.ended
-    points = max(max(values) for values in series.values()) + 1
-    rule_files = [str(REPO / path) for path in render.RULE_FILES.values()]
-    timeline = firing_timeline(series, points, SCRAPE, rule_files, SCRAPE, tmp_path)
-    end = ended * SCRAPE
+    timeline, end = judged(FIVE, tmp_path, written_replays)
     slower, page = (f"{alert} {meta['job_id']} {meta['straggler_rank']}" for alert in (SLOWER, SUSTAINED))
     assert {alert for alerts in timeline.values() for alert in alerts} <= {slower, page}
     for verdict in (slower, page):
@@ -154,16 +158,9 @@ def test_the_five_percent_runs_slow_rank_does_about_5_percent_more_of_its_own_wo
     """What five-percent-from-start-4 is, from its own logs: rank 2's own work per step (compute
     and data wait) 4-6.5 % over its peers' median over the whole run."""
     meta, ranks = load_written(FIVE)
-    slow = int(meta["straggler_rank"])
-    steps = range(len(ranks[0]))
-
-    def work(rank: int) -> float:
-        return statistics.fmean(
-            ranks[rank][k].values["compute_time_sec"] + ranks[rank][k].values["data_time_sec"] for k in steps
-        )
-
-    peers = statistics.median(work(r) for r in range(4) if r != slow)
-    assert 1.04 <= work(slow) / peers <= 1.065
+    slow, steps = int(meta["straggler_rank"]), range(len(ranks[0]))
+    peers = statistics.median(own_work(ranks, r, steps) for r in range(4) if r != slow)
+    assert 1.04 <= own_work(ranks, slow, steps) / peers <= 1.065
 
 
 # In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
@@ -174,14 +171,8 @@ def test_the_paced_runs_slow_rank_computes_more_and_another_arrives_last() -> No
     meta, ranks = load_written(PACED)
     slow, last = int(meta["straggler_rank"]), 3
     steps = range(len(ranks[0]))
-
-    def work(rank: int) -> float:
-        return statistics.fmean(
-            ranks[rank][k].values["compute_time_sec"] + ranks[rank][k].values["data_time_sec"] for k in steps
-        )
-
-    peers = statistics.median(work(r) for r in range(4) if r != slow)
-    assert work(slow) / peers > 1.08
+    peers = statistics.median(own_work(ranks, r, steps) for r in range(4) if r != slow)
+    assert own_work(ranks, slow, steps) / peers > 1.08
     arrived_last = [min(range(4), key=lambda r: ranks[r][k].values["comm_wait_time_sec"]) for k in steps]
     assert arrived_last.count(last) / len(arrived_last) > 0.6
     assert arrived_last.count(slow) / len(arrived_last) < 0.25
@@ -196,13 +187,8 @@ def test_the_8_rank_run_has_a_persistently_fast_healthy_rank_and_a_slow_one_afte
     onset = int(meta["onset_step"])
     assert float(meta["onset_seconds"]) >= 3600
 
-    def work(rank: int, steps: range) -> float:
-        return statistics.fmean(
-            ranks[rank][k].values["compute_time_sec"] + ranks[rank][k].values["data_time_sec"] for k in steps
-        )
-
     whole, after = range(len(ranks[0])), range(onset, len(ranks[0]))
-    median_whole = statistics.median(work(r, whole) for r in range(8))
-    median_after = statistics.median(work(r, after) for r in range(8))
-    assert work(int(meta["fast_rank"]), whole) / median_whole < 0.97
-    assert work(int(meta["straggler_rank"]), after) / median_after > 1.05
+    median_whole = statistics.median(own_work(ranks, r, whole) for r in range(8))
+    median_after = statistics.median(own_work(ranks, r, after) for r in range(8))
+    assert own_work(ranks, int(meta["fast_rank"]), whole) / median_whole < 0.97
+    assert own_work(ranks, int(meta["straggler_rank"]), after) / median_after > 1.05
