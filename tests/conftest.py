@@ -22,8 +22,11 @@ from __future__ import annotations
 import os
 import secrets
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Generic, TypeVar
 
 import pytest
 
@@ -84,7 +87,7 @@ def pytest_configure(config: pytest.Config) -> None:
 # pytest_collection_modifyitems fails a test that reads a shared run from a module not listed here.
 DEMOS = "demos on a real Prometheus"
 SHARED_RUNS = {
-    "alerts_run": ("tests/alerts/test_alerts_e2e.py",),
+    "alerts_run": ("tests/alerts/test_alerts_e2e.py", "tests/simulation/test_scale_out_e2e.py"),
     "report_run": (
         "tests/report/test_report_e2e.py",
         "tests/project/test_new_report_section_recipe.py",
@@ -95,7 +98,6 @@ SHARED_RUNS = {
 SCOPES = {
     **{module: DEMOS for run in ("alerts_run", "report_run") for module in SHARED_RUNS[run]},
     "tests/alerts/test_pages_e2e.py": DEMOS,
-    "tests/simulation/test_scale_out_e2e.py": DEMOS,
     **{module: "written_replays" for module in SHARED_RUNS["written_replays"]},
 }
 
@@ -201,19 +203,102 @@ def written_replays(tmp_path_factory: pytest.TempPathFactory) -> WrittenReplays:
 
 @pytest.fixture(scope="session")
 def alerts_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[observation.Run]:
-    """The simulated node's alert cases on a real Prometheus, observed once for
-    tests/alerts/test_alerts_e2e.py (tests/support/observation.py)."""
+    """The simulated node's alert cases on a real Prometheus, and a subset on the scale-out path
+    beside it, observed once for tests/alerts/test_alerts_e2e.py and
+    tests/simulation/test_scale_out_e2e.py (tests/support/observation.py)."""
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
     yield from observation.alerts_run(tmp_path_factory.mktemp("e2e"))
 
 
 @pytest.fixture(scope="session")
-def report_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[scenarios_at_own_timing.Run]:
+def report_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[scenarios_at_own_timing.Run]:
     """The demo scenarios at their own timing on a real Prometheus, watched once for the reports'
-    tests (tests/support/report_run.py)."""
+    tests (tests/support/report_run.py); in the run of the `alone` tests, made while the machine
+    tier runs (pytest_collection_finish)."""
     require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+    ahead = request.config.stash.get(_REPORT_RUN_AHEAD, None)
+    if ahead is not None:
+        yield ahead.result()
+        ahead.close()
+        return
     with scenarios_at_own_timing.report_run(tmp_path_factory.mktemp("report")) as run:
         yield run
+
+
+T = TypeVar("T")
+
+
+class MadeAhead(Generic[T]):
+    """A shared run made in a thread of its own from the moment it is started, for the tests that
+    read it later: a context manager entered in the thread, its value handed over (or the error
+    it raised, re-raised in the test that asks), and left when closed."""
+
+    def __init__(self, name: str, make: Callable[[], AbstractContextManager[T]]) -> None:
+        self._made = threading.Event()
+        self._release = threading.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(make,), name=name, daemon=True)
+        self._thread.start()
+
+    def _run(self, make: Callable[[], AbstractContextManager[T]]) -> None:
+        try:
+            with make() as value:
+                self._value = value
+                self._made.set()
+                self._release.wait()
+        except BaseException as error:  # handed to the test that asks for the run
+            self._error = error
+        finally:
+            self._made.set()
+
+    def result(self) -> T:
+        self._made.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._value is not None
+        return self._value
+
+    def close(self) -> None:
+        """Leave the run's context (its processes stopped, its files removed) and wait for it; a
+        run still being made is waited for first."""
+        self._release.set()
+        self._thread.join()
+
+
+# The report's shared run, when made ahead (pytest_collection_finish).
+_REPORT_RUN_AHEAD = pytest.StashKey[MadeAhead[scenarios_at_own_timing.Run]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """In a run of one process that holds both the machine tier and tests that read report_run
+    (./dev/test's second run, `-m alone`): the machine tier first, and report_run made meanwhile
+    in a thread of its own, then its readers, then the rest.  The machine tier's ~75 s take
+    little of the 2 cores (its tests wait on Slurm, mounts and the kernel), and the report's
+    run is 3.5 minutes of watching 14 demos at their own timing on ~45 % of them (measured
+    2026-11-29); one after the other they were ~75 s longer.  A machine test sees the run's
+    demos and Prometheus as it sees any process of the host: none of them asserts on processes
+    it did not start."""
+    config = session.config
+    if _is_xdist_worker(config) or config.getoption("numprocesses", None) or config.getoption("collectonly"):
+        return
+    items = session.items
+
+    def reads_report_run(item: pytest.Item) -> bool:
+        return "report_run" in getattr(item, "fixturenames", ())
+
+    def is_machine(item: pytest.Item) -> bool:
+        return item.get_closest_marker("machine") is not None
+
+    if not any(map(reads_report_run, items)) or not any(map(is_machine, items)):
+        return
+    if not os.access(PROMETHEUS, os.X_OK):
+        return  # the readers skip (or fail under CI) in the fixture, as without a run ahead
+    items.sort(key=lambda item: 0 if is_machine(item) else 1 if reads_report_run(item) else 2)
+    tmp = config._tmp_path_factory.mktemp("report")  # type: ignore[attr-defined]
+    config.stash[_REPORT_RUN_AHEAD] = MadeAhead("report-run", lambda: scenarios_at_own_timing.report_run(tmp))
 
 
 # --- the machine as found ---
@@ -355,6 +440,9 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     interface, enabled service, cgroup or process of its own, and little in pytest's base
     temporary directory.  Otherwise the run fails (exit status 1) and the summary says what is left."""
     config = session.config
+    ahead = config.stash.get(_REPORT_RUN_AHEAD, None)
+    if ahead is not None:  # made and never read (a run stopped early, -x): its processes stopped now
+        ahead.close()
     if _INOTIFY_FOUND in config.stash:
         INOTIFY_INSTANCES.write_text(config.stash[_INOTIFY_FOUND] + "\n")
     if _BEFORE not in config.stash:

@@ -22,9 +22,9 @@ scenario that `lockstep demo --help` does not list yet (the workload collectors'
 `kv-pressure`) is skipped, not failed.  The demo advances simulated time 5 s every 5 s, and the
 collectors run every 5 s here, once per step of the clock.
 
-The scale-out path (VictoriaMetrics, vmagent, vmalert) is proven on a subset of these cases by
-tests/simulation/test_scale_out_e2e.py, in a run of its own (tests/support/observation.py
-scale_out_run): beside this run's 35 demos it was more than the 2 cores answer on time.
+The scale-out path (VictoriaMetrics, vmagent, vmalert) watches a subset of these cases in the
+same run, from the same demos, for tests/simulation/test_scale_out_e2e.py (tests/support/observation.py
+alerts_run).
 """
 
 from __future__ import annotations
@@ -251,4 +251,7 @@ def report(run: Run) -> None:
     for name, alertname, detected, bound in time_to_detect(run):
         note = "" if detected <= bound else "  (over)"
         print(f"e2e-ttd: | {name} | {alertname} | {detected:.1f} | {bound:.0f} |{note}")
+    for cluster, seen in sorted(run.vm_fired.items()):
+        for labels, seconds in sorted(seen.items(), key=lambda item: item[1]):
+            print(f"e2e: scale-out: {cluster}: {dict(labels)['alertname']} firing after {seconds} s")
     print(f"e2e: {len(run.scenarios)} targets observed for {run.duration:.0f} s")

@@ -4,8 +4,8 @@ as on a single Prometheus scraping the same agents, and every dashboard query re
 VictoriaMetrics.
 
 A subset of tests/alerts/test_alerts_e2e.py's cases (SCALE_OUT_CASES, one of each kind of rule)
-is observed once on both paths (tests/support/observation.py scale_out_run): the vmagents and a
-Prometheus scrape the same demos.
+is observed on both paths in the alert cases' run (the conftest's alerts_run,
+tests/support/observation.py): the vmagents and the Prometheus scrape the same demos.
 
 Needs the Debian package victoria-metrics (installed by ./dev/test as root); skips without it,
 and fails under CI=true.
@@ -13,23 +13,18 @@ and fails under CI=true.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 
-from tests.support import observation, require_real, scale_out
+from tests.support import require_real, scale_out
 from tests.support.observation import CASES, SCALE_OUT_CASES, Run, dashboard_problems
-from tests.support.prometheus import PROMETHEUS
 from tests.support.queries import checked_in
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
-    """One observation of SCALE_OUT_CASES on both paths (tests/support/observation.py)."""
-    require_real("Prometheus server (Debian package prometheus)", os.access(PROMETHEUS, os.X_OK))
+def run(alerts_run: Run) -> Run:
+    """The alert cases' run, which watched SCALE_OUT_CASES on both paths (tests/support/observation.py)."""
     require_real("vmagent, vmalert and victoria-metrics (Debian package victoria-metrics)", scale_out.available())
-    yield from observation.scale_out_run(tmp_path_factory.mktemp("scale-out"))
+    return alerts_run
 
 
 # In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
