@@ -10,8 +10,10 @@ a test's tier is what it needs, said by its marker (tests/support/__init__.py TI
     e2e      a Prometheus, Alertmanager or VictoriaMetrics server, or the soak.  Implies `real`.
     machine  changes or reads machine-wide state (mounts, users, network namespaces, cgroups,
              the host's process table).  Implies `real`; never runs beside another test.
-./dev/test --quick runs the unit tier (-m unit) on two workers; ./dev/test runs everything in
-one process, one test at a time, so no test sees another's mounts, users or processes.
+./dev/test --quick runs the unit tier (-m unit) on two workers; ./dev/test runs the machine tier
+and the e2e runs that watch demos (marked `alone` here) in one process, one test at a time, so no
+machine test sees another's mounts, users or processes, and beside it, at the lowest priority,
+every other test on two workers (MachineTier keeps the two runs' machine checks apart).
 
 Shared helpers live in tests/support/ (`from tests.support import samples`); no test module
 imports another (tests/project/test_suite.py checks).
@@ -19,14 +21,16 @@ imports another (tests/project/test_suite.py checks).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import secrets
 import subprocess
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import IO, Generic, TypeVar
 
 import pytest
 
@@ -72,7 +76,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
         "alone: given by tests/conftest.py to the machine tier and the e2e runs that watch demos (DEMOS): "
-        "./dev/test runs them after the two workers, one at a time",
+        "./dev/test runs them one at a time, beside the others' run on two workers at the lowest priority",
     )
 
 
@@ -80,10 +84,11 @@ def pytest_configure(config: pytest.Config) -> None:
 # (./dev/test: pytest-xdist, --dist loadscope) each module's tests go to one worker, so that its
 # module-scoped fixtures (a Prometheus, a backfilled fleet) are made once; the modules that read
 # one shared run go together, so that it is made once.  The runs that watch demos on a real
-# Prometheus (DEMOS) are marked `alone`, as the machine tier is: ./dev/test runs them after the
-# two workers, one test at a time (each takes most of the 2 cores, their alerts' timing is what
-# they prove, and the alerts' 35 demos hold most of the machine's 128 inotify instances: beside
-# the other worker's tests a demo failed to start, "inotify instance limit reached").
+# Prometheus (DEMOS) are marked `alone`, as the machine tier is: ./dev/test runs them one test at
+# a time in a run of their own, at the normal priority, beside the other tests' two workers at the
+# lowest (their alerts' timing is what they prove; and the alerts' 35 demos hold most of the
+# machine's default 128 inotify instances: on a worker beside other tests a demo failed to
+# start, "inotify instance limit reached", before the run raised the limit).
 # pytest_collection_modifyitems fails a test that reads a shared run from a module not listed here.
 DEMOS = "demos on a real Prometheus"
 SHARED_RUNS = {
@@ -116,12 +121,18 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return SharedRunScheduling(config, log)  # type: ignore[arg-type]
 
 
+def _module(item: pytest.Item) -> str:
+    """The test's module as SCOPES and SHARED_RUNS name it (tests/...), or "" outside tests/."""
+    path = item.path.resolve()
+    return path.relative_to(TESTS.parent).as_posix() if path.is_relative_to(TESTS) else ""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test's tier from its markers: e2e and machine imply real; a test with none is unit."""
     for item in items:
-        if not item.path.resolve().is_relative_to(TESTS):
+        module = _module(item)
+        if not module:
             continue
-        module = item.path.resolve().relative_to(TESTS.parent).as_posix()
         for run, modules in SHARED_RUNS.items():
             if run in getattr(item, "fixturenames", ()) and module not in modules:
                 raise pytest.UsageError(f"{item.nodeid} reads {run}: add {module} to tests/conftest.py SHARED_RUNS")
@@ -147,9 +158,56 @@ def _refuse_process(*args: object, **kwargs: object) -> None:
     )
 
 
+class MachineTier:
+    """A lock on the machine tier: held by a run from the setup of its first machine test to the
+    teardown of the last one in a row (a module's fixtures with it), and taken by every run to
+    note the machine as found and as left.  ./dev/test runs the machine tier beside the other
+    tests' run: this way that run never counts the machine tier's users, mounts or cgroups,
+    made and removed while it ran, as its own.  One lock for the machine, as the state it
+    guards is the machine's."""
+
+    PATH = Path(tempfile.gettempdir()) / "lockstep-tests-machine-tier.lock"
+
+    def __init__(self) -> None:
+        self._held: IO[bytes] | None = None
+
+    def hold(self) -> None:
+        if self._held is None:
+            self._held = open(self.PATH, "ab")  # noqa: SIM115 (held across hook calls)
+            fcntl.flock(self._held, fcntl.LOCK_EX)
+
+    def release(self) -> None:
+        if self._held is not None:
+            self._held.close()  # (closing releases the lock)
+            self._held = None
+
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        """The machine as no machine test of any run is changing it (this run's own included)."""
+        held = self._held is not None
+        self.hold()
+        try:
+            yield
+        finally:
+            if not held:
+                self.release()
+
+
+MACHINE_TIER = MachineTier()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    """A unit test, its fixtures included, starts no process: subprocess and fork refuse while it runs."""
+    """A machine test holds the machine tier's lock (MachineTier), from its first in a row to the
+    last.  A unit test, its fixtures included, starts no process: subprocess and fork refuse
+    while it runs."""
+    if item.get_closest_marker("machine") is not None:
+        MACHINE_TIER.hold()
+        try:
+            return (yield)
+        finally:
+            if nextitem is None or nextitem.get_closest_marker("machine") is None:
+                MACHINE_TIER.release()
     if item.get_closest_marker("unit") is None:
         return (yield)
     saved = subprocess.Popen._execute_child, os.fork  # type: ignore[attr-defined]
@@ -282,9 +340,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     demos and Prometheus as it sees any process of the host: none of them asserts on processes
     it did not start."""
     config = session.config
-    if _is_xdist_worker(config) or config.getoption("numprocesses", None) or config.getoption("collectonly"):
+    if _is_xdist_worker(config):
         return
     items = session.items
+    if any(SCOPES.get(_module(item)) == DEMOS for item in items):
+        _raise_inotify_instances(config)
+    if config.getoption("numprocesses", None) or config.getoption("collectonly"):
+        return
 
     def reads_report_run(item: pytest.Item) -> bool:
         return "report_run" in getattr(item, "fixturenames", ())
@@ -406,8 +468,10 @@ def _is_xdist_worker(config: pytest.Config) -> bool:
 # inotify instances a user may hold.  A node runs one agent, which holds up to 3 (the watchers of
 # the training and framework logs, and framework_logs' watch for new job cgroups); the alert
 # cases' e2e runs 35 demos on this one machine, past the kernel's default of 128 instances a
-# user (their demos failed with "inotify instance limit reached").  As root, the run raises the
-# limit for its own time and puts the value found back at its end.
+# user (their demos failed with "inotify instance limit reached").  As root, a run that selects
+# those runs (DEMOS) raises the limit for its own time and puts the value found back at its end;
+# a run without them leaves it alone, so that ./dev/test's first run, ending while the second
+# still watches its demos, puts back nothing under them.
 INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
 INOTIFY_INSTANCES_NEEDED = 1024
 _INOTIFY_FOUND = pytest.StashKey[str]()
@@ -429,10 +493,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     if _is_xdist_worker(config):
         return
-    _raise_inotify_instances(config)
     if config.getoption("--no-machine-check"):
         return
-    config.stash[_BEFORE] = machine_state()
+    with MACHINE_TIER.quiet():
+        config.stash[_BEFORE] = machine_state()
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -449,7 +513,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     # pytest keeps its TempPathFactory only on the config (the tmp_path_factory fixture's source).
     basetemp = config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
-    problems = machine_changes(config.stash[_BEFORE], basetemp)
+    with MACHINE_TIER.quiet():
+        problems = machine_changes(config.stash[_BEFORE], basetemp)
     if problems:
         config.stash[_PROBLEMS] = problems
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
