@@ -21,22 +21,18 @@ imports another (tests/project/test_suite.py checks).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import secrets
 import subprocess
-import tempfile
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Generic, TypeVar
 
 import pytest
 
 from tests.support import GOLDEN, TESTS, UNIT_TEST_RUNNING, AgentProcess, observation, require_real
 from tests.support import report_run as scenarios_at_own_timing
 from tests.support.prometheus import PROMETHEUS
+from tests.support.session import MachineTier, MadeAhead, machine_tier_first
 from tests.support.training_replay import WrittenReplays
 
 # The environment variable every process the tests start inherits: what is still running at the
@@ -158,42 +154,7 @@ def _refuse_process(*args: object, **kwargs: object) -> None:
     )
 
 
-class MachineTier:
-    """A lock on the machine tier: held by a run from the setup of its first machine test to the
-    teardown of the last one in a row (a module's fixtures with it), and taken by every run to
-    note the machine as found and as left.  ./dev/test runs the machine tier beside the other
-    tests' run: this way that run never counts the machine tier's users, mounts or cgroups,
-    made and removed while it ran, as its own.  One lock for the machine, as the state it
-    guards is the machine's."""
-
-    PATH = Path(tempfile.gettempdir()) / "lockstep-tests-machine-tier.lock"
-
-    def __init__(self) -> None:
-        self._held: IO[bytes] | None = None
-
-    def hold(self) -> None:
-        if self._held is None:
-            self._held = open(self.PATH, "ab")  # noqa: SIM115 (held across hook calls)
-            fcntl.flock(self._held, fcntl.LOCK_EX)
-
-    def release(self) -> None:
-        if self._held is not None:
-            self._held.close()  # (closing releases the lock)
-            self._held = None
-
-    @contextmanager
-    def quiet(self) -> Iterator[None]:
-        """The machine as no machine test of any run is changing it (this run's own included)."""
-        held = self._held is not None
-        self.hold()
-        try:
-            yield
-        finally:
-            if not held:
-                self.release()
-
-
-MACHINE_TIER = MachineTier()
+MACHINE_TIER = MachineTier(MachineTier.PATH)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -285,47 +246,6 @@ def report_run(
         yield run
 
 
-T = TypeVar("T")
-
-
-class MadeAhead(Generic[T]):
-    """A shared run made in a thread of its own from the moment it is started, for the tests that
-    read it later: a context manager entered in the thread, its value handed over (or the error
-    it raised, re-raised in the test that asks), and left when closed."""
-
-    def __init__(self, name: str, make: Callable[[], AbstractContextManager[T]]) -> None:
-        self._made = threading.Event()
-        self._release = threading.Event()
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(make,), name=name, daemon=True)
-        self._thread.start()
-
-    def _run(self, make: Callable[[], AbstractContextManager[T]]) -> None:
-        try:
-            with make() as value:
-                self._value = value
-                self._made.set()
-                self._release.wait()
-        except BaseException as error:  # handed to the test that asks for the run
-            self._error = error
-        finally:
-            self._made.set()
-
-    def result(self) -> T:
-        self._made.wait()
-        if self._error is not None:
-            raise self._error
-        assert self._value is not None
-        return self._value
-
-    def close(self) -> None:
-        """Leave the run's context (its processes stopped, its files removed) and wait for it; a
-        run still being made is waited for first."""
-        self._release.set()
-        self._thread.join()
-
-
 # The report's shared run, when made ahead (pytest_collection_finish).
 _REPORT_RUN_AHEAD = pytest.StashKey[MadeAhead[scenarios_at_own_timing.Run]]()
 
@@ -348,17 +268,10 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     if config.getoption("numprocesses", None) or config.getoption("collectonly"):
         return
 
-    def reads_report_run(item: pytest.Item) -> bool:
-        return "report_run" in getattr(item, "fixturenames", ())
-
-    def is_machine(item: pytest.Item) -> bool:
-        return item.get_closest_marker("machine") is not None
-
-    if not any(map(reads_report_run, items)) or not any(map(is_machine, items)):
-        return
     if not os.access(PROMETHEUS, os.X_OK):
         return  # the readers skip (or fail under CI) in the fixture, as without a run ahead
-    items.sort(key=lambda item: 0 if is_machine(item) else 1 if reads_report_run(item) else 2)
+    if not machine_tier_first(items, "report_run"):
+        return
     tmp = config._tmp_path_factory.mktemp("report")  # type: ignore[attr-defined]
     config.stash[_REPORT_RUN_AHEAD] = MadeAhead("report-run", lambda: scenarios_at_own_timing.report_run(tmp))
 

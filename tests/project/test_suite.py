@@ -1,18 +1,24 @@
 """The test suite's own structure: every test module beside the tests of the code it tests (a
 collector's in tests/collectors/<collector>/), none importing another (shared code is in
-tests/support/, fixtures in tests/conftest.py), no test that asserts nothing, and the unit tier
-held to what it may use."""
+tests/support/, fixtures in tests/conftest.py), no test that asserts nothing, the unit tier
+held to what it may use, and what a session shares with its tests and with ./dev/test's other
+run (tests/support/session.py)."""
 
 from __future__ import annotations
 
 import ast
+import fcntl
 import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import tomllib
 
 from tests.support import REPO, TESTS, require_real
+from tests.support.session import MachineTier, MadeAhead, machine_tier_first
 
 SKIPPED_DIRS = {"fixtures", "golden", "__pycache__"}
 # Calls that check something: pytest's, the wait that raises when its condition never holds, and
@@ -150,3 +156,87 @@ def test_every_test_checks_something() -> None:
             if name.startswith("test") and not checks(function, module)
         ]
     assert unchecked == []
+
+
+# --- what a session shares (tests/support/session.py) ---
+
+
+def test_a_run_made_ahead_is_handed_over_and_left_only_when_closed() -> None:
+    steps: list[str] = []
+
+    @contextmanager
+    def make() -> Iterator[str]:
+        steps.append("entered")
+        try:
+            yield "the run"
+        finally:
+            steps.append("left")
+
+    ahead = MadeAhead("test-run", make)
+    assert ahead.result() == "the run"
+    assert ahead.result() == "the run"  # every reader gets the same run
+    assert steps == ["entered"]
+    ahead.close()
+    assert steps == ["entered", "left"]
+    ahead.close()  # (the session's end closes it again)
+    assert steps == ["entered", "left"]
+
+
+def test_a_run_made_ahead_that_failed_raises_its_error_in_each_test_that_asks() -> None:
+    @contextmanager
+    def make() -> Iterator[str]:
+        raise RuntimeError("prometheus exited with 1")
+        yield "never"
+
+    ahead = MadeAhead("test-run", make)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="prometheus exited with 1"):
+            ahead.result()
+    ahead.close()
+
+
+class _Item:
+    def __init__(self, name: str, fixtures: tuple[str, ...] = (), machine: bool = False) -> None:
+        self.name, self.fixturenames, self.machine = name, list(fixtures), machine
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return object() if name == "machine" and self.machine else None
+
+
+def test_a_run_that_holds_the_machine_tier_and_a_shared_runs_readers_puts_them_first() -> None:
+    items = [
+        _Item("alerts", ("alerts_run",)),
+        _Item("hangs", ("report_run",)),
+        _Item("slurm", machine=True),
+        _Item("pages"),
+        _Item("report", ("tmp_path", "report_run")),
+        _Item("fuse", machine=True),
+    ]
+    assert machine_tier_first(items, "report_run") is True  # type: ignore[arg-type]
+    assert [item.name for item in items] == ["slurm", "fuse", "hangs", "report", "alerts", "pages"]
+    # Without the machine tier (or without a reader) nothing is made ahead, and the order stays.
+    readers_only = [_Item("alerts", ("alerts_run",)), _Item("hangs", ("report_run",))]
+    assert machine_tier_first(readers_only, "report_run") is False  # type: ignore[arg-type]
+    assert [item.name for item in readers_only] == ["alerts", "hangs"]
+
+
+def test_a_machine_check_waits_until_another_runs_machine_tier_ended(tmp_path: Path) -> None:
+    lock = tmp_path / "machine-tier.lock"
+    tier, other_run = MachineTier(lock), MachineTier(lock)
+    tier.hold()
+    with tier.quiet():  # this run's own check while it holds the tier: no deadlock
+        pass
+    checked = threading.Event()
+
+    def check() -> None:
+        with other_run.quiet():
+            checked.set()
+
+    thread = threading.Thread(target=check)
+    thread.start()
+    assert not checked.wait(0.5), "the other run's check went on while the machine tier held the lock"
+    tier.release()
+    thread.join(timeout=10)
+    assert checked.is_set()
+    with open(lock, "ab") as free:  # and the check let go of it
+        fcntl.flock(free, fcntl.LOCK_EX | fcntl.LOCK_NB)
