@@ -140,6 +140,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if "machine" in marks or ("e2e" in marks and SCOPES.get(module) == DEMOS):
             item.add_marker(pytest.mark.alone)
 
+    # The modules (or shared runs) with a test of the real tiers first, the unit tier's after:
+    # on two workers --dist loadscope hands them out in this order, so the long ones (the recipes,
+    # the soak, the benches' short runs, tens of seconds each) start first and the unit tier's
+    # short modules fill in at the end, where in the folders' order a long module handed out
+    # last kept one worker busy while the other had nothing left.
+    def scope(item: pytest.Item) -> str:
+        return SCOPES.get(_module(item), _module(item))
+
+    real = {scope(item) for item in items if item.get_closest_marker("unit") is None}
+    items.sort(key=lambda item: 0 if scope(item) in real else 1)
+
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A machine test runs alone: beside another test (pytest-xdist's workers) each would see the
