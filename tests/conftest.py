@@ -10,7 +10,7 @@ a test's tier is what it needs, said by its marker (tests/support/__init__.py TI
     e2e      a Prometheus, Alertmanager or VictoriaMetrics server, or the soak.  Implies `real`.
     machine  changes or reads machine-wide state (mounts, users, network namespaces, cgroups,
              the host's process table).  Implies `real`; never runs beside another test.
-./dev/test --quick runs the unit tier (-m unit) on two workers; ./dev/test runs the machine tier
+./dev/test --quick runs the unit tier (-m unit) on four workers; ./dev/test runs the machine tier
 and the e2e runs that watch demos (marked `alone` here) in one process, one test at a time, so no
 machine test sees another's mounts, users or processes, and beside it, at the lowest priority,
 every other test on two workers (MachineTier keeps the two runs' machine checks apart).

@@ -332,6 +332,13 @@ def run() -> Iterator[Run]:
         result.jobs["stopped"] = submit(cluster, root, "stopped", "exit 0")
         result.jobs["stopped"].go.touch()
         wait_ended(cluster, result.jobs["stopped"])
+        # slurmctld counts the epilog done once it sent the SIGTERM; the script's trap writes its
+        # line after that, on a loaded machine after the job left COMPLETING (a full run, b2c7dcc:
+        # no line read).  So until its line came, or 15 s.
+        stopped = f"lockstep-report: job {result.jobs['stopped'].job_id}: "
+        deadline = time.monotonic() + 15
+        while not any(stopped in line for line in syslog.read()) and time.monotonic() < deadline:
+            time.sleep(0.2)
         result.syslog = syslog.read()
         result.node = cluster.run("scontrol", "-o", "show", "node", cluster.node)
         yield result
