@@ -21,13 +21,16 @@ from lockstep.suspects import NODE_SUSPECT
 
 JOBS_HURT = T.NODE_JOBS_HURT_RECORD
 NAMED = f'ALERTS{{alertstate="firing", alertname=~"{regex(T.NODE_RECORD_ALERTS)}", job_id!=""}}'
-# A checkpoint stall's slow writer (thresholds.py NODE_CHECKPOINT_WRITER_*): the stalled saves seen
-# by one agent alone, or by an agent whose node's storage shows a suspect, with their root's job.
+# A checkpoint stall's slow writer (thresholds.py NODE_CHECKPOINT_WRITER_*): the stalled saves on a
+# node's own storage, or seen by one agent alone, or by an agent whose node's storage shows a
+# suspect, with their root's job.
 WRITER = T.NODE_CHECKPOINT_WRITER_RECORD
 STALLED = 'ALERTS{alertstate="firing", alertname="LockstepCheckpointStalled"}'
 WRITER_EXPR = (
     f"group {by('job_id')} (\n"
-    f"  (\n    {STALLED}\n    and on (cluster, root) count by (cluster, root) ({STALLED}) == 1\n"
+    f"  (\n    {STALLED}\n"
+    '    and on (cluster, instance, root) lockstep_checkpoint_info{storage="local"}\n'
+    f"    or\n    {STALLED}\n    and on (cluster, root) count by (cluster, root) ({STALLED}) == 1\n"
     f"    or\n    {STALLED}\n"
     f'    and on (cluster, instance) {NODE_SUSPECT}{{suspect=~"{regex(T.NODE_CHECKPOINT_WRITER_SUSPECTS)}"}}\n  )\n'
     '  * on (cluster, instance, root) group_left (job_id) lockstep_checkpoint_info{job_id!=""}\n)'

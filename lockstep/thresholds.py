@@ -419,10 +419,12 @@ NODE_RECORD_ALERTS = (
 )
 # A checkpoint stall names its slow writer in the node's record: the node whose agent saw the
 # job's save stall (LockstepCheckpointStalled, its root's job_id from lockstep_checkpoint_info)
-# where it alone saw it (a node-local root, or a shared one only its agent watches), or where its
-# own storage showed one of these node suspects then (lockstep/suspects.py): on a shared root every
-# watching agent sees the same save stall, and the node whose mount hangs or whose I/O stalls is
-# the one holding it up.  The record of it, one series a (node, job) while it stalls.
+# where the root is on the node's own storage (lockstep_checkpoint_info's storage="local": other
+# nodes' roots of the same path are their own), where it alone saw it (a shared root only its
+# agent watches), or where its own storage showed one of these node suspects then
+# (lockstep/suspects.py): on a shared root every watching agent sees the same save stall, and the
+# node whose mount hangs or whose I/O stalls is the one holding it up.  The record of it, one
+# series a (node, job) while it stalls.
 NODE_CHECKPOINT_WRITER_SUSPECTS = ("hung_mount", "io_pressure")
 NODE_CHECKPOINT_WRITER_RECORD = "instance_job:lockstep_checkpoint_stall_writer:active"
 # How far back a node's record reaches, and the record's name (the rules write it; the health

@@ -117,13 +117,20 @@ class CheckpointCollector(Collector[CheckpointOptions]):
                     best = (len(mp), mount.fstype)
         return best[1] if best else None
 
-    def _watch_mode(self, spec: RootSpec, label: str) -> str:
+    def _storage(self, label: str) -> str:
+        """Whether the root is this node's own ("local") or on a filesystem other nodes write
+        ("shared": network filesystems and FUSE mounts, which are mostly remote), "" when the
+        mount table cannot be read.  The rules name a node-local root's stalled save's node as
+        its slow writer even when other nodes' roots of the same path stall at the same time."""
+        fstype = self._mount_fstype(label)
+        if fstype is None:
+            return ""
+        return "shared" if fstype in NETWORK_FSTYPES or fstype.startswith("fuse") else "local"
+
+    def _watch_mode(self, spec: RootSpec, storage: str) -> str:
         if spec.watch != "auto":
             return spec.watch
-        fstype = self._mount_fstype(label)
-        if fstype is not None and (fstype in NETWORK_FSTYPES or fstype.startswith("fuse")):
-            return "poll"
-        return "inotify"
+        return "poll" if storage == "shared" else "inotify"
 
     def _start_watch(self, state: RootState) -> None:
         """Watch the root with inotify, at most max_watch_depth levels down (watch.py); a root
@@ -188,8 +195,8 @@ class CheckpointCollector(Collector[CheckpointOptions]):
         for label, (spec, _pattern) in current.items():
             state = self.roots.get(label)
             if state is None:
-                state = RootState(label=label, path=self.host_path(label), spec=spec)
-                state.mode = self._watch_mode(spec, label)
+                state = RootState(label=label, path=self.host_path(label), spec=spec, storage=self._storage(label))
+                state.mode = self._watch_mode(spec, state.storage)
                 self.roots[label] = state
             if state.watch_handle is not None and _directory_id(state.path) != state.watched_id:
                 # The root was replaced (rename + mkdir, or removed and made again): the watch
@@ -251,7 +258,8 @@ class CheckpointCollector(Collector[CheckpointOptions]):
             state = self.roots[label]
             newest = state.current or state.last
             families[INFO].add_metric(
-                [label, pattern, self.job_id(state), newest.kind if newest else "unknown", state.watch], 1
+                [label, pattern, self.job_id(state), newest.kind if newest else "unknown", state.watch, state.storage],
+                1,
             )
             families[SAVES].add_metric([label], state.saves_total)
             started = state.current_start if state.readable else None

@@ -8,8 +8,9 @@ INFO = MetricSpec(
     "lockstep_checkpoint_info",
     "gauge",
     "One series per checkpoint root, valued 1: the configured pattern it matched, the Slurm job it belongs to "
-    "(from job=<id> or similar in its path; empty if unknown), the format of its newest save, and how it is watched.",
-    ("root", "pattern", "job_id", "format", "watch"),
+    "(from job=<id> or similar in its path; empty if unknown), the format of its newest save, how it is watched, "
+    "and where it is (storage: local, shared for a network or FUSE filesystem, empty if unknown).",
+    ("root", "pattern", "job_id", "format", "watch", "storage"),
 )
 SAVES = MetricSpec(
     "lockstep_checkpoint_saves_total",

@@ -41,6 +41,7 @@ class RootState:
     path: str  # where this agent reaches it
     spec: RootSpec
     mode: str = "poll"  # how it should be watched: inotify | poll
+    storage: str = ""  # where it is: "local" (this node's own), "shared" (a network filesystem), "" unknown
     lock: threading.Lock = field(default_factory=threading.Lock)
     first_seen: dict[str, float] = field(default_factory=dict)  # save name -> first trace (clock)
     dirty: bool = True  # inotify: events since the last scan

@@ -125,7 +125,7 @@ def test_pytorch_dcp_lifecycle(tmp_path: Path, mode: str, harnesses: list[Harnes
     label = "/ckpt/job=77"
     got = h.root(label)
     assert got == {
-        "info": {"pattern": "/ckpt/job=*", "job_id": "77", "format": "dcp", "watch": mode},
+        "info": {"pattern": "/ckpt/job=*", "job_id": "77", "format": "dcp", "watch": mode, "storage": "local"},
         "saves_total": 0,
         "in_progress_seconds": 0,
         "last_success_timestamp_seconds": T - 150,
@@ -189,7 +189,7 @@ def test_nemo_unfinished_marker(tmp_path: Path, mode: str, harnesses: list[Harne
     (root / f"{name}-unfinished").unlink()
     got = h.until(label, mode, saves_total=1)
     assert got == {
-        "info": {"pattern": "/exp/checkpoints", "job_id": "", "format": "nemo", "watch": mode},
+        "info": {"pattern": "/exp/checkpoints", "job_id": "", "format": "nemo", "watch": mode, "storage": "local"},
         "saves_total": 1,
         "in_progress_seconds": 0,
         "last_success_timestamp_seconds": T + 8,  # the newest file of the save
@@ -214,7 +214,13 @@ def test_megatron_tracker_file(tmp_path: Path, mode: str, harnesses: list[Harnes
     h = harness(harnesses, tmp_path, [{"path": "/scratch/*/", "watch": mode}], clock)
     label = "/scratch/gpt3-job_4242"
     got = h.root(label)
-    assert got["info"] == {"pattern": "/scratch/*/", "job_id": "4242", "format": "megatron", "watch": mode}
+    assert got["info"] == {
+        "pattern": "/scratch/*/",
+        "job_id": "4242",
+        "format": "megatron",
+        "watch": mode,
+        "storage": "local",
+    }
     assert (got["saves_total"], got["last_success_timestamp_seconds"], got["last_duration_seconds"]) == (0, T - 50, 10)
     assert got["last_size_bytes"] == 1400
 
@@ -250,7 +256,7 @@ def test_generic_quiet_period(tmp_path: Path, mode: str, harnesses: list[Harness
     clock.now = T + 40
     got = h.root(label)
     assert got == {
-        "info": {"pattern": "/ckpt", "job_id": "", "format": "generic", "watch": mode},
+        "info": {"pattern": "/ckpt", "job_id": "", "format": "generic", "watch": mode, "storage": "local"},
         "saves_total": 1,
         "in_progress_seconds": 0,
         "last_success_timestamp_seconds": T + 2,
@@ -381,17 +387,38 @@ def test_scan_is_capped_and_reports_it(tmp_path: Path, harnesses: list[Harness])
     assert h.root("/ckpt")["scan_truncated"] == 0
 
 
-def test_auto_watch_polls_network_filesystems(tmp_path: Path, harnesses: list[Harness]) -> None:
+def test_auto_watch_polls_network_filesystems_and_says_where_each_root_is(
+    tmp_path: Path, harnesses: list[Harness]
+) -> None:
+    """A root on a network or FUSE filesystem is polled and "shared"; one on the node's own disk
+    is watched and "local" (the rules name a node-local root's stalled save's node, alerts/nodes.py)."""
     proc = tmp_path / "proc"
     (proc / "self").mkdir(parents=True)
     (proc / "self/mountinfo").write_text(
         "22 1 252:2 / / rw - ext4 /dev/sda1 rw\n31 22 0:50 / /lustre rw - lustre 10.0.0.1@o2ib:/scratch rw\n"
+        "32 22 0:51 / /s3 rw - fuse.s3fs s3fs rw\n"
     )
-    (tmp_path / "lustre/ckpt").mkdir(parents=True)
-    (tmp_path / "local/ckpt").mkdir(parents=True)
-    h = harness(harnesses, tmp_path, ["/lustre/ckpt", "/local/ckpt"], Clock(T), procfs=proc)
-    assert h.root("/lustre/ckpt")["info"]["watch"] == "poll"
-    assert h.root("/local/ckpt")["info"]["watch"] == "inotify"
+    for root in ("lustre/ckpt", "local/ckpt", "s3/ckpt"):
+        (tmp_path / root).mkdir(parents=True)
+    h = harness(harnesses, tmp_path, ["/lustre/ckpt", "/local/ckpt", "/s3/ckpt"], Clock(T), procfs=proc)
+    where = {
+        root: (h.root(root)["info"]["watch"], h.root(root)["info"]["storage"])
+        for root in ("/lustre/ckpt", "/local/ckpt", "/s3/ckpt")
+    }
+    assert where == {
+        "/lustre/ckpt": ("poll", "shared"),
+        "/local/ckpt": ("inotify", "local"),
+        "/s3/ckpt": ("poll", "shared"),
+    }
+
+
+def test_a_root_whose_mount_table_cannot_be_read_has_no_storage_and_is_watched(
+    tmp_path: Path, harnesses: list[Harness]
+) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "ckpt").mkdir()
+    h = harness(harnesses, tmp_path, ["/ckpt"], Clock(T), procfs=tmp_path / "proc")
+    assert (h.root("/ckpt")["info"]["watch"], h.root("/ckpt")["info"]["storage"]) == ("inotify", "")
 
 
 def test_no_roots_is_nothing_here(tmp_path: Path, harnesses: list[Harness]) -> None:
