@@ -103,6 +103,11 @@ SCOPES = {
 }
 
 
+def _scope(module: str) -> str:
+    """What pytest-xdist hands to one worker: the module's shared run, or the module itself."""
+    return SCOPES.get(module, module)
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """--dist loadscope with the scopes above: a test's module, or the group it belongs to."""
     if config.getoption("dist") != "loadscope":
@@ -111,8 +116,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
 
     class SharedRunScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return SCOPES.get(module, module)
+            return _scope(nodeid.split("::", 1)[0])
 
     return SharedRunScheduling(config, log)  # type: ignore[arg-type]
 
@@ -145,11 +149,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # the soak, the benches' short runs, tens of seconds each) start first and the unit tier's
     # short modules fill in at the end, where in the folders' order a long module handed out
     # last kept one worker busy while the other had nothing left.
-    def scope(item: pytest.Item) -> str:
-        return SCOPES.get(_module(item), _module(item))
-
-    real = {scope(item) for item in items if item.get_closest_marker("unit") is None}
-    items.sort(key=lambda item: 0 if scope(item) in real else 1)
+    real = {_scope(_module(item)) for item in items if item.get_closest_marker("unit") is None}
+    items.sort(key=lambda item: 0 if _scope(_module(item)) in real else 1)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
