@@ -1,5 +1,5 @@
-"""Real DDP runs of 50 and 95 minutes (issue 34; tests/fixtures/training/, made by
-bench/ddp_runs.py: torch on CPU, gloo, one rank given real extra compute) replayed through the
+"""Real DDP runs of 35 to 95 minutes and 2 to 16 ranks (issues 34, 44; tests/fixtures/training/,
+made by bench/ddp_runs.py: torch on CPU, gloo, one rank given real extra compute) replayed through the
 real training collector **at their own timestamps**: every step of every rank is written when
 the run logged it (the run's first record at the replay's time 0), the collector is scraped
 every 15 s and promtool evaluates the production rule files every 15 s.  Nothing is stretched,
@@ -11,9 +11,8 @@ What a user relies on, for each run:
 - the slow rank is named by LockstepTrainingStragglerSustained (it holds its job back) within 30
   minutes of its onset (of the job's first step, for a rank slow from the start), and by
   LockstepTrainingSlowerThanPeers (issue 44's sequential test: it is slower than its peers) within
-  10 minutes for the runs slowed by 10 % or more, 25 for the slighter ones (7.4 % and 5 %); no
-  other rank ever is
-  (the 8-rank run's rank 2 runs persistently fast);
+  10 minutes for the runs slowed by 10 % or more, 25 for the slighter ones (7.4 %, 6.5 % and
+  5 %); no other rank ever is (the 8-rank run's rank 2 runs persistently fast);
 - once named, it stays named at every evaluation until the job ends (no resolve and fire again);
 - nothing fires about the job once its last step is 2 minutes old.
 """
@@ -44,7 +43,7 @@ DEADLINE = 30 * 60  # issue 34's: named within 30 minutes of the onset
 # work (compute and data wait) 7.4 % more: held to the slighter bound.
 SLOWER_DEADLINES = {"slow-from-start-2": 10 * 60, "slow-from-start-4": 10 * 60, "slight-from-start-4": 25 * 60,
                     "hour-then-slow-8": 10 * 60, "paced-skewed-4": 10 * 60,
-                    "five-percent-from-start-4": 25 * 60}  # fmt: skip
+                    "five-percent-from-start-4": 25 * 60, "later-five-percent-16": 25 * 60}  # fmt: skip
 # Nothing may fire about a job once its last step is this old (TRAINING_STEPPED_WITHIN, 2
 # minutes, plus one evaluation).
 QUIET_AFTER_END = 120 + SCRAPE
@@ -151,6 +150,57 @@ def test_a_five_percent_slow_rank_is_slower_than_its_peers_within_25_minutes(
     assert first <= SLOWER_DEADLINES[FIVE]
     assert [t for t in range(first, end, SCRAPE) if slower not in timeline[t]] == []
     assert max(t for t, alerts in timeline.items() if alerts) < end + QUIET_AFTER_END
+
+
+LATER = "later-five-percent-16"
+
+
+@pytest.mark.real
+def test_a_16_rank_jobs_rank_slowed_after_10_minutes_is_slower_than_its_peers_within_25_minutes(
+    tmp_path: Path, written_replays: WrittenReplays
+) -> None:
+    """Issue 44 on a real job of more than 8 ranks, and a slight slowdown with a later onset, at
+    its own timestamps: later-five-percent-16's 16 ranks share the 2 cores (each rank's compute
+    moves with the others' scheduling), healthy for 10 minutes; then rank 11 does 6.5 % more of
+    its own work per step (5 % asked for; the next test), under the 5-minute window's threshold
+    (7 %): only the 20-minute window can name it, and after a later onset that window must first
+    hold 18 minutes of the slowdown (its floor).  Nothing fires before the onset; LockstepTrainingSlowerThanPeers
+    names rank 11 within 25 minutes of it and holds it to the job's end; no other rank of the 15
+    is ever named; nothing once the job ended.  The page may name the same rank, never another."""
+    meta, ranks = load_written(LATER)
+    timeline, end = judged(LATER, tmp_path, written_replays)
+    onset = onset_seconds(meta, ranks)
+    slower, page = (f"{alert} {meta['job_id']} {meta['straggler_rank']}" for alert in (SLOWER, SUSTAINED))
+    assert {alert for alerts in timeline.values() for alert in alerts} <= {slower, page}
+    assert [t for t, alerts in timeline.items() if alerts and t < onset] == []
+    for verdict in (slower, page):
+        named = [t for t, alerts in timeline.items() if verdict in alerts]
+        print(
+            f"{LATER}: {verdict} "
+            + (f"fires {(min(named) - onset) / 60:.2f} min after the onset" if named else "never")
+        )
+    named = [t for t, alerts in timeline.items() if slower in alerts]
+    assert named, f"{LATER}: {SLOWER} never named rank {meta['straggler_rank']}"
+    first = min(named)
+    assert first <= onset + SLOWER_DEADLINES[LATER]
+    assert [t for t in range(first, end, SCRAPE) if slower not in timeline[t]] == []
+    last = max(t for t, alerts in timeline.items() if alerts)
+    print(f"{LATER}: last firing evaluation {(last - end) / 60:.2f} min after the job's end")
+    assert last < end + QUIET_AFTER_END
+
+
+# In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
+def test_the_16_rank_runs_slow_rank_does_5_to_7_percent_more_of_its_own_work_after_10_minutes() -> None:
+    """What later-five-percent-16 is, from its own logs: 16 ranks; rank 11's own work per step
+    (compute and data wait) within 1 % of its peers' median for the first 10 minutes, 5-7 % over
+    it from the onset to the end (1.065x), under the sequential test's 5-minute threshold (1.07)."""
+    meta, ranks = load_written(LATER)
+    slow, onset = int(meta["straggler_rank"]), int(meta["onset_step"])
+    assert (len(ranks), slow) == (16, 11)
+    assert 9 * 60 <= onset_seconds(meta, ranks) <= 11 * 60
+    for steps, low, high in ((range(onset), 0.99, 1.01), (range(onset, len(ranks[0])), 1.05, 1.07)):
+        peers = statistics.median(own_work(ranks, r, steps) for r in range(16) if r != slow)
+        assert low <= own_work(ranks, slow, steps) / peers <= high
 
 
 # In-process: the unit tier (no marker; tests/conftest.py), in the quick loop.
