@@ -1,6 +1,6 @@
 """Real PyTorch DDP jobs on CPU, logging through lockstep.emitter: the training fixtures.
 
-    python3 -m venv /work/venv-ddp && /work/venv-ddp/bin/pip install torch   # once, outside the repo
+    python3 -m venv /work/venv-ddp && /work/venv-ddp/bin/pip install torch==2.13.0   # once, outside the repo
     nice /work/venv-ddp/bin/python bench/ddp_runs.py [CASE ...] [--out tests/fixtures/training]
 
 Opt-in (torch is no dependency of Lockstep, and a run takes minutes of real time): the default
@@ -12,12 +12,17 @@ lockstep.emitter's StepLog and StepTimer, exactly as docs/workloads.md shows, in
 <out>/<case>/rank-NNN.metrics.jsonl; the script then gzips the logs and writes <case>/case.json
 (what was done, when, and what the logs measured).
 
+The version the fixtures were made with (torch 2.13.0+cpu): an unpinned ``torch`` from PyPI is a
+CUDA build of several GB.
+
 Cases (CASES): ``straggler-N``: N ranks, healthy for the first half of the run, then one rank
 (STRAGGLER_RANK) runs real extra matrix multiplications in its compute phase, sized to make its
 compute time 1 + EXTRA_COMPUTE (``--extra``) times its peers' (ExtraWork); ``freeze-4``: 4
 healthy ranks, one of which is stopped with SIGSTOP for FREEZE_SECONDS and continued (its peers
 block in the all-reduce), then the job ends; ``overlap-4``: the straggler case with DDP's own
-overlapped all-reduce (the second loop of docs/workloads.md).
+overlapped all-reduce (the second loop of docs/workloads.md).  The long runs (issues 34 and 44,
+replayed at their own timestamps) are the same straggler with an onset and a length of their
+own, each commented in CASES; tests/fixtures/training/README.md says what each measured.
 """
 
 from __future__ import annotations
