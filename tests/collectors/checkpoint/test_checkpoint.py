@@ -57,9 +57,15 @@ def write(path: Path, size: int, mtime: float) -> None:
 class Harness:
     """One collector on a temp rootfs, with a fake clock; reads back one root's metrics."""
 
-    def __init__(self, rootfs: Path, roots: Any, clock: Clock, procfs: Path = Path("/proc"), **options: Any) -> None:
+    def __init__(self, rootfs: Path, roots: Any, clock: Clock, procfs: Path | None = None, **options: Any) -> None:
         self.rootfs = rootfs
         self.clock = clock
+        if procfs is None:
+            # A mount table of one local root filesystem, not this machine's: the roots' storage
+            # ("local") and `auto` watch mode must not depend on what / is where the tests run.
+            procfs = rootfs / "_proc"
+            (procfs / "self").mkdir(parents=True, exist_ok=True)
+            (procfs / "self" / "mountinfo").write_text("22 1 252:2 / / rw - ext4 /dev/sda1 rw\n")
         context = CollectorContext(
             paths=Paths(procfs=procfs, rootfs=rootfs),
             options=CheckpointOptions(roots=parse_roots(roots), **options),
